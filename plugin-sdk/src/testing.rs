@@ -1,0 +1,337 @@
+//! Unit-test handlers natively with plain `cargo test` (not available on wasm32).
+//!
+//! Off wasm32 every `kv`, `outbox`, `log` and `config` call goes to an in-memory mock host
+//! held per thread (each `#[test]` runs on its own thread, so tests stay isolated).
+//! [`run`] calls a handler the way the gateway does: kv writes and events are kept only if
+//! the verdict is [`Verdict::Ack`](crate::Verdict::Ack), and discarded otherwise.
+//!
+//! ```
+//! use carteiro_sdk::testing::{self, MockHost};
+//! use carteiro_sdk::{kv, Message, Verdict};
+//!
+//! fn handle(_msg: Message) -> Verdict {
+//!     match kv::incr("seen", 1) {
+//!         Ok(_) => Verdict::Ack,
+//!         Err(e) => e.into(),
+//!     }
+//! }
+//!
+//! MockHost::reset();
+//! let outcome = testing::run(handle, Message::new("any", "hi"));
+//! assert!(outcome.verdict.is_ack());
+//! assert_eq!(MockHost::kv_string("seen").as_deref(), Some("1"));
+//!
+//! MockHost::set_kv_unavailable(Some("database down"));
+//! assert!(testing::run(handle, Message::new("any", "hi")).verdict.is_retry());
+//! ```
+
+use std::collections::BTreeMap;
+
+use serde::de::DeserializeOwned;
+
+use crate::host::mock::{self, State};
+use crate::log::Level;
+use crate::outbox::{Event, EventId};
+use crate::{Message, Verdict};
+
+/// An event the handler emitted, with the id the mock host gave it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmittedEvent {
+    /// The id returned to the handler.
+    pub id: EventId,
+    /// The event as emitted.
+    pub event: Event,
+}
+
+/// One line the handler logged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRecord {
+    /// Its level.
+    pub level: Level,
+    /// Its text.
+    pub message: String,
+}
+
+/// Limits the mock host enforces, so tests see the same typed errors as in production.
+///
+/// The defaults are generous; set them to what your operator configures with
+/// [`MockHost::set_limits`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest accepted kv key, in bytes.
+    pub max_key_len: usize,
+    /// Largest accepted kv value, in bytes.
+    pub max_value_len: usize,
+    /// Most events one message may emit.
+    pub max_events: u32,
+    /// Largest accepted event payload, in bytes.
+    pub max_payload_len: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_key_len: 512,
+            max_value_len: 1 << 20,
+            max_events: 100,
+            max_payload_len: 1 << 20,
+        }
+    }
+}
+
+/// What one [`run`] produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The handler's verdict.
+    pub verdict: Verdict,
+    /// Events the handler emitted, in order. Committed (visible in [`MockHost::events`])
+    /// only if the verdict is ack.
+    pub events: Vec<EmittedEvent>,
+    /// kv changes the handler made, by key: `Some(value)` written, `None` deleted. Committed
+    /// only if the verdict is ack.
+    pub kv_writes: BTreeMap<String, Option<Vec<u8>>>,
+    /// Lines the handler logged (kept whatever the verdict).
+    pub logs: Vec<LogRecord>,
+}
+
+impl Outcome {
+    /// The emitted events with this routing key.
+    pub fn events_to(&self, routing_key: &str) -> Vec<&Event> {
+        self.events
+            .iter()
+            .map(|e| &e.event)
+            .filter(|e| e.routing_key == routing_key)
+            .collect()
+    }
+}
+
+/// Runs `handler` on `message` like the gateway does: effects commit only on ack.
+pub fn run(handler: fn(Message) -> Verdict, message: Message) -> Outcome {
+    let (kv_before, events_before, logs_before) = mock::with(|s| {
+        s.message_events = 0;
+        (s.kv.clone(), s.events.len(), s.logs.len())
+    });
+    let verdict = handler(message);
+    mock::with(|s| {
+        let kv_writes = diff(&kv_before, &s.kv);
+        let events = s.events[events_before..].to_vec();
+        let logs = s.logs[logs_before..].to_vec();
+        if !verdict.is_ack() {
+            s.kv = kv_before;
+            s.events.truncate(events_before);
+        }
+        s.message_events = 0;
+        Outcome {
+            verdict,
+            events,
+            kv_writes,
+            logs,
+        }
+    })
+}
+
+fn diff(
+    before: &BTreeMap<String, Vec<u8>>,
+    after: &BTreeMap<String, Vec<u8>>,
+) -> BTreeMap<String, Option<Vec<u8>>> {
+    let mut writes = BTreeMap::new();
+    for (key, value) in after {
+        if before.get(key) != Some(value) {
+            writes.insert(key.clone(), Some(value.clone()));
+        }
+    }
+    for key in before.keys() {
+        if !after.contains_key(key) {
+            writes.insert(key.clone(), None);
+        }
+    }
+    writes
+}
+
+/// Controls and inspects this thread's mock host. All functions are associated: there is
+/// one mock host per thread.
+#[derive(Debug)]
+pub struct MockHost;
+
+impl MockHost {
+    /// Clears kv, config vars, events, logs, the unavailability switch and the limits.
+    pub fn reset() {
+        mock::with(|s| *s = State::default());
+    }
+
+    /// Sets a config variable, as `[plugins.NAME.variables]` would.
+    pub fn set_var(name: &str, value: &str) {
+        mock::with(|s| s.vars.insert(name.to_owned(), value.to_owned()));
+    }
+
+    /// Unsets a config variable.
+    pub fn remove_var(name: &str) {
+        mock::with(|s| s.vars.remove(name));
+    }
+
+    /// Makes every kv call fail with [`KvError::Unavailable`](crate::KvError::Unavailable)
+    /// carrying `reason` (`None` makes the store reachable again).
+    pub fn set_kv_unavailable(reason: Option<&str>) {
+        mock::with(|s| s.kv_unavailable = reason.map(str::to_owned));
+    }
+
+    /// Replaces the enforced limits.
+    pub fn set_limits(limits: Limits) {
+        mock::with(|s| s.limits = limits);
+    }
+
+    /// Seeds (or overwrites) a committed kv value.
+    pub fn kv_insert(key: &str, value: impl AsRef<[u8]>) {
+        mock::with(|s| s.kv.insert(key.to_owned(), value.as_ref().to_vec()));
+    }
+
+    /// The committed value under `key`.
+    pub fn kv(key: &str) -> Option<Vec<u8>> {
+        mock::with(|s| s.kv.get(key).cloned())
+    }
+
+    /// The committed value under `key` as UTF-8 text (`None` if missing or not UTF-8).
+    pub fn kv_string(key: &str) -> Option<String> {
+        Self::kv(key).and_then(|v| String::from_utf8(v).ok())
+    }
+
+    /// The committed value under `key` decoded from JSON (`None` if missing or not `T`).
+    pub fn kv_json<T: DeserializeOwned>(key: &str) -> Option<T> {
+        Self::kv(key).and_then(|v| serde_json::from_slice(&v).ok())
+    }
+
+    /// Every committed kv entry.
+    pub fn kv_entries() -> BTreeMap<String, Vec<u8>> {
+        mock::with(|s| s.kv.clone())
+    }
+
+    /// Every committed event, in emission order.
+    pub fn events() -> Vec<EmittedEvent> {
+        mock::with(|s| s.events.clone())
+    }
+
+    /// Every logged line since the last reset.
+    pub fn logs() -> Vec<LogRecord> {
+        mock::with(|s| s.logs.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{KvError, OutboxError, config, kv, outbox};
+
+    fn counting(msg: Message) -> Verdict {
+        let n = match kv::incr("runs", 1) {
+            Ok(n) => n,
+            Err(e) => return e.into(),
+        };
+        let exchange = config::var_or("out_exchange", "carteiro.events");
+        if let Err(e) = outbox::emit_json(&exchange, "counted", &serde_json::json!({ "n": n })) {
+            return e.into();
+        }
+        crate::info!("counted {n}");
+        match msg.header("verdict") {
+            Some("retry") => Verdict::retry("asked to"),
+            Some("dead") => Verdict::dead_letter("asked to"),
+            _ => Verdict::Ack,
+        }
+    }
+
+    #[test]
+    fn ack_commits_kv_and_events() {
+        MockHost::reset();
+        MockHost::set_var("out_exchange", "ex");
+        let out = run(counting, Message::new("k", "x"));
+        assert!(out.verdict.is_ack());
+        assert_eq!(out.kv_writes.get("runs"), Some(&Some(b"1".to_vec())));
+        assert_eq!(out.events.len(), 1);
+        assert_eq!(out.events[0].event.exchange, "ex");
+        assert_eq!(
+            out.events[0].event.content_type.as_deref(),
+            Some(outbox::JSON)
+        );
+        assert_eq!(out.logs[0].message, "counted 1");
+        assert_eq!(MockHost::events().len(), 1);
+        assert_eq!(MockHost::kv_string("runs").as_deref(), Some("1"));
+        let payload: serde_json::Value = MockHost::events()[0].event.payload_json().unwrap();
+        assert_eq!(payload["n"], 1);
+    }
+
+    #[test]
+    fn retry_and_dead_letter_discard_effects() {
+        MockHost::reset();
+        run(counting, Message::new("k", "x"));
+        for verdict in ["retry", "dead"] {
+            let out = run(counting, Message::new("k", "x").with_header("verdict", verdict));
+            assert!(!out.verdict.is_ack());
+            assert_eq!(out.events.len(), 1, "the run still reports what it tried");
+            assert_eq!(MockHost::kv_string("runs").as_deref(), Some("1"));
+            assert_eq!(MockHost::events().len(), 1);
+        }
+    }
+
+    #[test]
+    fn unavailable_kv_retries() {
+        MockHost::reset();
+        MockHost::set_kv_unavailable(Some("db down"));
+        let out = run(counting, Message::default());
+        assert_eq!(out.verdict, Verdict::retry("kv unavailable: db down"));
+        MockHost::set_kv_unavailable(None);
+        assert!(run(counting, Message::default()).verdict.is_ack());
+    }
+
+    #[test]
+    fn invalid_keys_and_limits_are_typed_errors() {
+        MockHost::reset();
+        assert!(matches!(kv::set("", "v"), Err(KvError::InvalidKey(_))));
+        assert!(matches!(kv::get("a\0b"), Err(KvError::InvalidKey(_))));
+        MockHost::set_limits(Limits {
+            max_events: 1,
+            max_value_len: 3,
+            ..Limits::default()
+        });
+        assert_eq!(kv::set("k", "long"), Err(KvError::ValueTooLarge(4)));
+        fn two_events(_: Message) -> Verdict {
+            let first = outbox::emit(outbox::Event::new("ex", "a", "1"));
+            assert!(first.is_ok());
+            match outbox::emit(outbox::Event::new("ex", "b", "2")) {
+                Err(OutboxError::TooManyEvents(1)) => Verdict::dead_letter("limit"),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(run(two_events, Message::default()).verdict.reason(), Some("limit"));
+        assert!(matches!(
+            outbox::emit(outbox::Event::new("ex", "bad\0key", "")),
+            Err(OutboxError::InvalidEvent(_))
+        ));
+    }
+
+    #[test]
+    fn json_helpers_round_trip() {
+        MockHost::reset();
+        kv::set_json("doc", &serde_json::json!({"a": 1})).unwrap();
+        let doc: serde_json::Value = kv::get_json("doc").unwrap().unwrap();
+        assert_eq!(doc["a"], 1);
+        assert_eq!(kv::get_json::<u8>("missing"), Ok(None));
+        kv::set("n", "x").unwrap();
+        assert!(matches!(kv::incr("n", 1), Err(KvError::Codec(_))));
+        assert!(matches!(kv::get_json::<u8>("n"), Err(KvError::Codec(_))));
+        kv::delete("n").unwrap();
+        assert_eq!(kv::contains("n"), Ok(false));
+    }
+
+    #[test]
+    fn config_vars_are_listed() {
+        MockHost::reset();
+        MockHost::set_var("b", "2");
+        MockHost::set_var("a", "1");
+        assert_eq!(
+            config::vars(),
+            vec![("a".into(), "1".into()), ("b".into(), "2".into())]
+        );
+        MockHost::remove_var("a");
+        assert_eq!(config::var("a"), None);
+        assert_eq!(config::var_or("a", "d"), "d");
+    }
+}
