@@ -1,0 +1,411 @@
+//! The operator's TOML: types, defaults and loading. Validation lives in `validate`,
+//! `${VAR}` interpolation in `env`, units in `units`.
+
+mod env;
+pub mod units;
+mod validate;
+
+pub use env::interpolate;
+pub use validate::{ConfigError, KeySource, load, load_str};
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+use toml::Spanned;
+
+/// The whole configuration file (`carteiro.toml`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Format version; only `1` exists.
+    pub version: u32,
+    /// The RabbitMQ connection.
+    pub broker: BrokerConfig,
+    /// The database holding the inbox, kv state, outbox and dead letters.
+    #[serde(default)]
+    pub store: StoreConfig,
+    /// The wasmtime sandbox shared by every plugin.
+    #[serde(default)]
+    pub runtime: RuntimeConfig,
+    /// The outbox relay that runs inside `carteiro run`.
+    #[serde(default)]
+    pub relay: RelayConfig,
+    /// The admin HTTP server (health, metrics, DLQ API).
+    #[serde(default)]
+    pub admin: AdminConfig,
+    /// Handler plugins by name.
+    #[serde(default)]
+    pub plugins: BTreeMap<String, PluginConfig>,
+    /// Queues and the plugin that handles each.
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+    /// Directory of the config file; relative plugin paths resolve against it.
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+/// `[broker]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerConfig {
+    /// AMQP URL; `${VAR}` is replaced from the environment. Never logged with its password.
+    pub url: String,
+    /// AMQP heartbeat: how fast a silent dead connection is noticed.
+    #[serde(default = "default_heartbeat", with = "units::duration")]
+    pub heartbeat: Duration,
+    /// Bound on connecting (TCP + AMQP handshake).
+    #[serde(default = "default_connect_timeout", with = "units::duration")]
+    pub connect_timeout: Duration,
+    /// Bound on waiting for one publisher confirm (retry tiers, dead letters, outbox).
+    #[serde(default = "default_publish_timeout", with = "units::duration")]
+    pub publish_timeout: Duration,
+    /// Longest wait between reconnection attempts (jittered exponential backoff).
+    #[serde(default = "default_reconnect_max", with = "units::duration")]
+    pub reconnect_max_backoff: Duration,
+}
+
+fn default_heartbeat() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_publish_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_reconnect_max() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// `[store]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `sqlite://PATH` (relative to the config file) or `postgres://...`; `${VAR}` allowed.
+    #[serde(default = "default_store_url")]
+    pub url: String,
+    /// Connection pool size.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: u32,
+    /// How long idempotency records are kept (a redelivery older than this runs again).
+    #[serde(default = "default_inbox_retention", with = "units::duration")]
+    pub inbox_retention: Duration,
+    /// Most deliveries committed in one database transaction (group commit).
+    #[serde(default = "default_commit_batch")]
+    pub commit_batch: usize,
+}
+
+fn default_store_url() -> String {
+    "sqlite://carteiro.db".to_owned()
+}
+fn default_max_connections() -> u32 {
+    8
+}
+fn default_inbox_retention() -> Duration {
+    Duration::from_secs(7 * 24 * 3600)
+}
+fn default_commit_batch() -> usize {
+    256
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            url: default_store_url(),
+            max_connections: default_max_connections(),
+            inbox_retention: default_inbox_retention(),
+            commit_batch: default_commit_batch(),
+        }
+    }
+}
+
+/// `[runtime]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// Plugin instances alive at once across all routes (pooling allocator slots).
+    #[serde(default = "default_max_instances")]
+    pub max_instances: u32,
+}
+
+fn default_max_instances() -> u32 {
+    256
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            max_instances: default_max_instances(),
+        }
+    }
+}
+
+/// `[relay]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelayConfig {
+    /// Run the outbox relay inside `carteiro run`.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Publishes awaiting their confirm at once.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
+    /// Backstop poll when no commit woke the relay.
+    #[serde(default = "default_poll_interval", with = "units::duration")]
+    pub poll_interval: Duration,
+    /// Published rows are deleted after this long.
+    #[serde(default = "default_relay_retention", with = "units::duration")]
+    pub retention: Duration,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_max_in_flight() -> usize {
+    256
+}
+fn default_poll_interval() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_relay_retention() -> Duration {
+    Duration::from_secs(24 * 3600)
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_in_flight: default_max_in_flight(),
+            poll_interval: default_poll_interval(),
+            retention: default_relay_retention(),
+        }
+    }
+}
+
+/// `[admin]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Address of the admin HTTP server; empty disables it. Loopback by default.
+    #[serde(default = "default_admin_listen")]
+    pub listen: String,
+}
+
+fn default_admin_listen() -> String {
+    "127.0.0.1:9090".to_owned()
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            listen: default_admin_listen(),
+        }
+    }
+}
+
+/// `[plugins.NAME]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginConfig {
+    /// Path to the `.wasm` component, relative to the config file.
+    pub path: PathBuf,
+    /// Optional pin: the component's SHA-256 (hex). A mismatch refuses to load it.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// Wall-clock budget for one `handle` call.
+    #[serde(default = "default_timeout", with = "units::duration")]
+    pub timeout: Duration,
+    /// Linear memory cap per instance.
+    #[serde(default = "default_memory", with = "units::size")]
+    pub memory: u64,
+    /// Host calls (kv, outbox, log, config) allowed per delivery.
+    #[serde(default = "default_max_host_calls")]
+    pub max_host_calls: u32,
+    /// Outbox events one delivery may emit.
+    #[serde(default = "default_max_events")]
+    pub max_events: u32,
+    /// Variables the plugin reads through the `config` import; `${VAR}` allowed.
+    #[serde(default)]
+    pub variables: BTreeMap<String, String>,
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_memory() -> u64 {
+    64 << 20
+}
+fn default_max_host_calls() -> u32 {
+    10_000
+}
+fn default_max_events() -> u32 {
+    100
+}
+
+/// `[[routes]]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// The work queue this route consumes.
+    pub queue: String,
+    /// `classic` or `quorum`.
+    #[serde(default)]
+    pub queue_type: QueueKind,
+    /// Name of the plugin (a key of `[plugins]`).
+    pub plugin: Spanned<String>,
+    /// Deliveries processed concurrently (AMQP prefetch).
+    #[serde(default = "default_prefetch")]
+    pub prefetch: u16,
+    /// Where the idempotency key comes from: `message_id`, `header:NAME` or `json:/pointer`.
+    #[serde(default = "default_key_source")]
+    pub idempotency_key: String,
+    /// What to do with a message without a key: `dead-letter` (default) or `process`
+    /// (run the handler without deduplication).
+    #[serde(default)]
+    pub on_missing_key: MissingKeyPolicy,
+    /// Larger bodies go to the dead-letter queue before the plugin runs.
+    #[serde(default = "default_max_body", with = "units::size")]
+    pub max_body_size: u64,
+    /// If set, messages with another content type are dead-lettered before the plugin runs.
+    #[serde(default)]
+    pub content_type: Option<String>,
+    /// Exchanges and routing keys bound to the work queue.
+    #[serde(default)]
+    pub bindings: Vec<BindingConfig>,
+    /// Attempts and backoff.
+    #[serde(default)]
+    pub retry: RetryConfig,
+    /// What a trap, timeout or limit hit in the plugin counts as.
+    #[serde(default)]
+    pub on_plugin_failure: FailurePolicy,
+    /// Optional `x-message-ttl` on the work queue (expired messages are dead-lettered).
+    #[serde(default, with = "units::duration_opt")]
+    pub message_ttl: Option<std::time::Duration>,
+    /// Optional `x-max-length` on the work queue (overflow is dead-lettered).
+    #[serde(default)]
+    pub max_length: Option<u64>,
+}
+
+fn default_prefetch() -> u16 {
+    32
+}
+fn default_key_source() -> String {
+    "message_id".to_owned()
+}
+fn default_max_body() -> u64 {
+    1 << 20
+}
+
+/// Queue type of a route's queues.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueKind {
+    /// Classic queue (single node).
+    #[default]
+    Classic,
+    /// Quorum queue (replicated; gets `x-delivery-limit` as a safety net).
+    Quorum,
+}
+
+/// A route's policy for messages that carry no idempotency key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MissingKeyPolicy {
+    /// Dead-letter with reason "missing idempotency key".
+    #[default]
+    DeadLetter,
+    /// Run the handler anyway, without deduplication.
+    Process,
+}
+
+/// What a classified plugin failure (trap, timeout, limit) becomes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailurePolicy {
+    /// Retry with backoff; dead-letter once attempts are exhausted.
+    #[default]
+    Retry,
+    /// Dead-letter at once.
+    DeadLetter,
+}
+
+/// `[[routes.bindings]]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BindingConfig {
+    /// Exchange to bind from (declared durable if missing).
+    pub exchange: String,
+    /// Exchange type used when declaring it.
+    #[serde(default = "default_exchange_type")]
+    pub exchange_type: String,
+    /// Binding key.
+    #[serde(default = "default_routing_key")]
+    pub routing_key: String,
+}
+
+fn default_exchange_type() -> String {
+    "topic".to_owned()
+}
+fn default_routing_key() -> String {
+    "#".to_owned()
+}
+
+/// `[routes.retry]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryConfig {
+    /// Total attempts including the first; then the message is dead-lettered.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+    /// Delay before attempt 2, 3, ...; the last tier repeats. One delay queue per tier.
+    #[serde(default = "default_backoff", with = "units::duration_list")]
+    pub backoff: Vec<Duration>,
+}
+
+fn default_max_attempts() -> u32 {
+    5
+}
+fn default_backoff() -> Vec<Duration> {
+    vec![
+        Duration::from_secs(1),
+        Duration::from_secs(10),
+        Duration::from_secs(60),
+    ]
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        Self {
+            max_attempts: default_max_attempts(),
+            backoff: default_backoff(),
+        }
+    }
+}
+
+impl RetryConfig {
+    /// The backoff tier for the attempt that failed (`attempt` is 1-based).
+    pub fn delay_after(&self, attempt: u32) -> Duration {
+        let index = (attempt.max(1) as usize - 1).min(self.backoff.len().saturating_sub(1));
+        self.backoff.get(index).copied().unwrap_or_default()
+    }
+
+    /// The smallest configured tier not shorter than `requested` (or the longest tier).
+    pub fn tier_for(&self, requested: Duration) -> Duration {
+        let mut tiers = self.backoff.clone();
+        tiers.sort();
+        tiers
+            .iter()
+            .copied()
+            .find(|t| *t >= requested)
+            .or_else(|| tiers.last().copied())
+            .unwrap_or_default()
+    }
+}
+
+impl RouteConfig {
+    /// The plugin name without its span.
+    pub fn plugin_name(&self) -> &str {
+        self.plugin.get_ref()
+    }
+}

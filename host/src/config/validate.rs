@@ -1,0 +1,307 @@
+//! Loading and validating a config file: every error names the file, the key and (where the
+//! TOML parser or a span knows it) the line, and says what to do.
+
+use super::{Config, interpolate};
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// A config problem an operator can act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file the problem is in.
+    pub file: PathBuf,
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// The dotted key, e.g. `routes[0].plugin`.
+    pub key: String,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        if self.key.is_empty() {
+            write!(f, ": {}", self.message)
+        } else {
+            write!(f, ": `{}`: {}", self.key, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Where a route's idempotency key comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    /// The AMQP `message_id` property.
+    MessageId,
+    /// A header, by name.
+    Header(String),
+    /// A JSON pointer (RFC 6901) into the body.
+    JsonPointer(String),
+}
+
+impl KeySource {
+    /// Parses `message_id`, `header:NAME` or `json:/pointer`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text == "message_id" {
+            Ok(Self::MessageId)
+        } else if let Some(name) = text.strip_prefix("header:").filter(|n| !n.is_empty()) {
+            Ok(Self::Header(name.to_owned()))
+        } else if let Some(pointer) = text.strip_prefix("json:").filter(|p| p.starts_with('/')) {
+            Ok(Self::JsonPointer(pointer.to_owned()))
+        } else {
+            Err(format!(
+                "`{text}` is not a key source; use `message_id`, `header:NAME` or `json:/pointer`"
+            ))
+        }
+    }
+}
+
+/// Reads, parses and validates a config file. Relative paths resolve against its folder.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: path.to_owned(),
+        line: None,
+        key: String::new(),
+        message: format!("cannot read the config file: {e}"),
+    })?;
+    let base_dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    load_str(&text, path, &base_dir)
+}
+
+/// Parses and validates config text; `file` is only used in error messages.
+pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, ConfigError> {
+    let err = |line: Option<usize>, key: &str, message: String| ConfigError {
+        file: file.to_owned(),
+        line,
+        key: key.to_owned(),
+        message,
+    };
+    let mut config: Config = toml::from_str(text).map_err(|e| {
+        let line = e.span().map(|s| line_of(text, s.start));
+        err(line, "", e.message().to_owned())
+    })?;
+    config.base_dir = base_dir.to_owned();
+    let line_of_key = |needle: &str| find_line(text, needle);
+
+    if config.version != 1 {
+        return Err(err(
+            line_of_key("version"),
+            "version",
+            format!(
+                "unsupported version {}; this Carteiro reads version = 1",
+                config.version
+            ),
+        ));
+    }
+    config.broker.url =
+        interpolate(&config.broker.url).map_err(|m| err(line_of_key("url"), "broker.url", m))?;
+    config.store.url =
+        interpolate(&config.store.url).map_err(|m| err(line_of_key("url"), "store.url", m))?;
+    config.store.url = resolve_sqlite_path(&config.store.url, base_dir);
+    if config.store.commit_batch == 0 {
+        return Err(err(
+            line_of_key("commit_batch"),
+            "store.commit_batch",
+            "must be at least 1".into(),
+        ));
+    }
+
+    for (name, plugin) in &mut config.plugins {
+        let key = format!("plugins.{name}");
+        for (var, value) in &mut plugin.variables {
+            *value = interpolate(value)
+                .map_err(|m| err(line_of_key(var), &format!("{key}.variables.{var}"), m))?;
+        }
+        if let Some(digest) = &plugin.sha256
+            && (digest.len() != 64 || !digest.chars().all(|c| c.is_ascii_hexdigit()))
+        {
+            return Err(err(
+                line_of_key("sha256"),
+                &format!("{key}.sha256"),
+                "must be 64 hex characters (run `sha256sum FILE.wasm`)".into(),
+            ));
+        }
+        if plugin.path.is_relative() {
+            plugin.path = base_dir.join(&plugin.path);
+        }
+        if !plugin.path.is_file() {
+            return Err(err(
+                line_of_key(&format!("[plugins.{name}]")),
+                &format!("{key}.path"),
+                format!(
+                    "no plugin file at {}; build plugins with scripts/build-plugins.sh or fix the path",
+                    plugin.path.display()
+                ),
+            ));
+        }
+        if plugin.timeout.is_zero() || plugin.memory < (1 << 20) {
+            return Err(err(
+                line_of_key(&format!("[plugins.{name}]")),
+                &key,
+                "timeout must be above zero and memory at least 1MiB".into(),
+            ));
+        }
+    }
+
+    let mut queues = BTreeSet::new();
+    for (i, route) in config.routes.iter().enumerate() {
+        let key = format!("routes[{i}]");
+        let plugin_line = Some(line_of(text, route.plugin.span().start));
+        if !config.plugins.contains_key(route.plugin_name()) {
+            let known: Vec<&str> = config.plugins.keys().map(String::as_str).collect();
+            return Err(err(
+                plugin_line,
+                &format!("{key}.plugin"),
+                format!(
+                    "route for queue `{}` names unknown plugin `{}`; known plugins: [{}]",
+                    route.queue,
+                    route.plugin_name(),
+                    known.join(", ")
+                ),
+            ));
+        }
+        if route.queue.is_empty() || route.queue.len() > 200 {
+            return Err(err(
+                plugin_line,
+                &format!("{key}.queue"),
+                "queue names must be 1-200 characters".into(),
+            ));
+        }
+        if !queues.insert(route.queue.clone()) {
+            return Err(err(
+                plugin_line,
+                &format!("{key}.queue"),
+                format!("queue `{}` is routed twice", route.queue),
+            ));
+        }
+        KeySource::parse(&route.idempotency_key)
+            .map_err(|m| err(plugin_line, &format!("{key}.idempotency_key"), m))?;
+        if route.prefetch == 0 {
+            return Err(err(
+                plugin_line,
+                &format!("{key}.prefetch"),
+                "must be at least 1".into(),
+            ));
+        }
+        if route.retry.max_attempts == 0 || route.retry.backoff.is_empty() {
+            return Err(err(
+                plugin_line,
+                &format!("{key}.retry"),
+                "max_attempts must be at least 1 and backoff must list at least one delay".into(),
+            ));
+        }
+        if route.retry.backoff.iter().any(|d| d.is_zero()) {
+            return Err(err(
+                plugin_line,
+                &format!("{key}.retry.backoff"),
+                "delays must be above zero".into(),
+            ));
+        }
+    }
+    Ok(config)
+}
+
+/// `sqlite://relative.db` is relative to the config file, like plugin paths.
+fn resolve_sqlite_path(url: &str, base_dir: &Path) -> String {
+    match url.strip_prefix("sqlite://") {
+        Some(rest) if !rest.starts_with('/') && !rest.starts_with(':') => {
+            format!("sqlite://{}", base_dir.join(rest).display())
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// Best-effort line of the first line mentioning `needle` (for errors found after parsing).
+fn find_line(text: &str, needle: &str) -> Option<usize> {
+    text.lines()
+        .position(|l| l.trim_start().starts_with(needle) || l.contains(needle))
+        .map(|i| i + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("p.wasm"), b"\0asm").expect("write");
+        load_str(text, Path::new("carteiro.toml"), dir.path())
+    }
+
+    const GOOD: &str = r#"
+version = 1
+[broker]
+url = "amqp://localhost"
+[plugins.p]
+path = "p.wasm"
+[[routes]]
+queue = "q"
+plugin = "p"
+"#;
+
+    #[test]
+    fn minimal_config_loads_with_defaults() {
+        let config = parse(GOOD).expect("valid");
+        assert_eq!(config.routes[0].prefetch, 32);
+        assert_eq!(config.plugins["p"].memory, 64 << 20);
+        assert!(config.store.url.starts_with("sqlite://"));
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let err =
+            parse(&GOOD.replace("queue = \"q\"", "queue = \"q\"\nqueue_typo = 1")).unwrap_err();
+        assert_eq!(err.line, Some(9));
+        assert!(err.message.contains("queue_typo"), "{err}");
+    }
+
+    #[test]
+    fn route_to_unknown_plugin_is_refused_with_line() {
+        let err = parse(&GOOD.replace("plugin = \"p\"", "plugin = \"nope\"")).unwrap_err();
+        assert_eq!(err.key, "routes[0].plugin");
+        assert_eq!(err.line, Some(9));
+        assert!(err.to_string().contains("unknown plugin `nope`"), "{err}");
+    }
+
+    #[test]
+    fn bad_duration_and_missing_plugin_file_are_refused() {
+        let bad = GOOD.replace("path = \"p.wasm\"", "path = \"p.wasm\"\ntimeout = \"soon\"");
+        assert!(parse(&bad).unwrap_err().message.contains("not a duration"));
+        let missing = GOOD.replace("p.wasm", "missing.wasm");
+        assert!(
+            parse(&missing)
+                .unwrap_err()
+                .message
+                .contains("no plugin file")
+        );
+    }
+
+    #[test]
+    fn key_sources_parse() {
+        assert_eq!(KeySource::parse("message_id"), Ok(KeySource::MessageId));
+        assert_eq!(
+            KeySource::parse("header:x-id"),
+            Ok(KeySource::Header("x-id".into()))
+        );
+        assert_eq!(
+            KeySource::parse("json:/a/b"),
+            Ok(KeySource::JsonPointer("/a/b".into()))
+        );
+        assert!(KeySource::parse("json:a").is_err());
+    }
+}

@@ -1,0 +1,248 @@
+//! The host side of the WIT imports (`kv`, `outbox`, `log`, `config`) and the per-store
+//! state they act on. Guest mistakes come back as typed WIT errors; only exceeding the
+//! host-call cap traps.
+
+use super::bindings::{config, kv, log, outbox, types};
+use super::effects::{Effects, EmittedEvent, KvSource};
+use super::limits::{HostCallLimitExceeded, Limiter};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+/// Longest kv key, in bytes.
+pub const MAX_KV_KEY_BYTES: usize = 1024;
+/// Largest kv value, in bytes.
+pub const MAX_KV_VALUE_BYTES: usize = 4 << 20;
+/// Largest outbox payload, in bytes.
+pub const MAX_EVENT_PAYLOAD_BYTES: usize = 8 << 20;
+/// AMQP short strings (exchange, routing key) are at most 255 bytes.
+const MAX_SHORT_STRING: usize = 255;
+
+/// Static facts about the plugin a store runs.
+#[derive(Debug)]
+pub struct PluginIdentity {
+    pub name: String,
+    pub variables: BTreeMap<String, String>,
+    pub max_host_calls: u32,
+    pub max_events: u32,
+}
+
+/// Everything a plugin's `Store` holds for one delivery.
+pub struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(super) limiter: Limiter,
+    plugin: Arc<PluginIdentity>,
+    kv: Arc<dyn KvSource>,
+    host_calls: u32,
+    pub(super) effects: Effects,
+    /// Set when a kv read failed because the store is down: the pipeline must then not
+    /// trust the verdict and requeues the delivery instead.
+    pub(super) store_error: Option<String>,
+}
+
+impl HostState {
+    pub(super) fn new(
+        wasi: WasiCtx,
+        limiter: Limiter,
+        plugin: Arc<PluginIdentity>,
+        kv: Arc<dyn KvSource>,
+    ) -> Self {
+        Self {
+            wasi,
+            table: ResourceTable::new(),
+            limiter,
+            plugin,
+            kv,
+            host_calls: 0,
+            effects: Effects::default(),
+            store_error: None,
+        }
+    }
+
+    fn count_call(&mut self) -> wasmtime::Result<()> {
+        self.host_calls += 1;
+        if self.host_calls > self.plugin.max_host_calls {
+            return Err(wasmtime::Error::new(HostCallLimitExceeded(
+                self.plugin.max_host_calls,
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+fn check_key(key: &str) -> Result<(), kv::KvError> {
+    if key.is_empty() {
+        return Err(kv::KvError::InvalidKey("kv keys must not be empty".into()));
+    }
+    if key.len() > MAX_KV_KEY_BYTES {
+        return Err(kv::KvError::InvalidKey(format!(
+            "kv key is {} bytes; at most {MAX_KV_KEY_BYTES}",
+            key.len()
+        )));
+    }
+    if key.contains('\0') {
+        return Err(kv::KvError::InvalidKey(
+            "kv keys must not contain NUL".into(),
+        ));
+    }
+    Ok(())
+}
+
+impl types::Host for HostState {}
+
+impl kv::Host for HostState {
+    async fn get(&mut self, key: String) -> wasmtime::Result<Result<Option<Vec<u8>>, kv::KvError>> {
+        self.count_call()?;
+        if let Err(e) = check_key(&key) {
+            return Ok(Err(e));
+        }
+        // Read your own writes first.
+        if let Some(written) = self.effects.writes.get(&key) {
+            return Ok(Ok(written.clone()));
+        }
+        match self.kv.get(&self.plugin.name, &key).await {
+            Ok(found) => {
+                // Keep the first version seen: if the key changed between two reads, the
+                // commit must conflict and re-run the handler.
+                let version = found.as_ref().map(|v| v.version);
+                self.effects.reads.entry(key).or_insert(version);
+                Ok(Ok(found.map(|v| v.value)))
+            }
+            Err(e) => {
+                self.store_error = Some(e.clone());
+                Ok(Err(kv::KvError::Unavailable(e)))
+            }
+        }
+    }
+
+    async fn set(
+        &mut self,
+        key: String,
+        value: Vec<u8>,
+    ) -> wasmtime::Result<Result<(), kv::KvError>> {
+        self.count_call()?;
+        if let Err(e) = check_key(&key) {
+            return Ok(Err(e));
+        }
+        if value.len() > MAX_KV_VALUE_BYTES {
+            return Ok(Err(kv::KvError::ValueTooLarge(MAX_KV_VALUE_BYTES as u64)));
+        }
+        self.effects.writes.insert(key, Some(value));
+        Ok(Ok(()))
+    }
+
+    async fn delete(&mut self, key: String) -> wasmtime::Result<Result<(), kv::KvError>> {
+        self.count_call()?;
+        if let Err(e) = check_key(&key) {
+            return Ok(Err(e));
+        }
+        self.effects.writes.insert(key, None);
+        Ok(Ok(()))
+    }
+}
+
+fn check_event(event: &outbox::Event) -> Result<(), outbox::OutboxError> {
+    let invalid = |m: String| Err(outbox::OutboxError::InvalidEvent(m));
+    for (what, text) in [
+        ("exchange", &event.exchange),
+        ("routing key", &event.routing_key),
+    ] {
+        if text.len() > MAX_SHORT_STRING {
+            return invalid(format!("{what} is {} bytes; AMQP allows 255", text.len()));
+        }
+        if text.contains('\0') {
+            return invalid(format!("{what} must not contain NUL"));
+        }
+    }
+    for header in &event.headers {
+        if header.name.is_empty() || header.name.len() > MAX_SHORT_STRING {
+            return invalid("header names must be 1-255 bytes".into());
+        }
+        if header.name.contains('\0') || header.value.contains('\0') {
+            return invalid(format!(
+                "header `{}` must not contain NUL",
+                header.name.replace('\0', "\\0")
+            ));
+        }
+    }
+    if event.payload.len() > MAX_EVENT_PAYLOAD_BYTES {
+        return Err(outbox::OutboxError::PayloadTooLarge(
+            MAX_EVENT_PAYLOAD_BYTES as u64,
+        ));
+    }
+    Ok(())
+}
+
+impl outbox::Host for HostState {
+    async fn emit(
+        &mut self,
+        event: outbox::Event,
+    ) -> wasmtime::Result<Result<String, outbox::OutboxError>> {
+        self.count_call()?;
+        if self.effects.events.len() as u32 >= self.plugin.max_events {
+            return Ok(Err(outbox::OutboxError::TooManyEvents(
+                self.plugin.max_events,
+            )));
+        }
+        if let Err(e) = check_event(&event) {
+            return Ok(Err(e));
+        }
+        let event_id = uuid::Uuid::now_v7();
+        self.effects.events.push(EmittedEvent {
+            event_id,
+            exchange: event.exchange,
+            routing_key: event.routing_key,
+            headers: event
+                .headers
+                .into_iter()
+                .map(|h| (h.name, h.value))
+                .collect(),
+            content_type: event.content_type,
+            payload: event.payload,
+        });
+        Ok(Ok(event_id.to_string()))
+    }
+}
+
+impl log::Host for HostState {
+    async fn log(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {
+        self.count_call()?;
+        let plugin = self.plugin.name.as_str();
+        match level {
+            log::Level::Trace => tracing::trace!(plugin, "{message}"),
+            log::Level::Debug => tracing::debug!(plugin, "{message}"),
+            log::Level::Info => tracing::info!(plugin, "{message}"),
+            log::Level::Warn => tracing::warn!(plugin, "{message}"),
+            log::Level::Error => tracing::error!(plugin, "{message}"),
+        }
+        Ok(())
+    }
+}
+
+impl config::Host for HostState {
+    async fn get(&mut self, name: String) -> wasmtime::Result<Option<String>> {
+        self.count_call()?;
+        Ok(self.plugin.variables.get(&name).cloned())
+    }
+
+    async fn all(&mut self) -> wasmtime::Result<Vec<(String, String)>> {
+        self.count_call()?;
+        Ok(self
+            .plugin
+            .variables
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+}

@@ -1,0 +1,82 @@
+//! The wasmtime sandbox: one `Engine` with the pooling allocator and epoch interruption,
+//! one `InstancePre` per plugin, a fresh `Store` per delivery (see `plugin`).
+
+mod bindings;
+mod effects;
+mod host;
+mod limits;
+mod plugin;
+
+pub use bindings::types::{Header, Message, RetryRequest, Verdict};
+pub use effects::{Effects, EmittedEvent, KvFuture, KvSource, KvValue};
+pub use host::{MAX_EVENT_PAYLOAD_BYTES, MAX_KV_KEY_BYTES, MAX_KV_VALUE_BYTES};
+pub use plugin::{Invocation, LoadError, Plugin, PluginFailure, PluginLimits};
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use wasmtime::component::Linker;
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// How often the epoch advances; plugin timeouts are accurate to about this much.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// The shared engine, linker and instance slots.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<host::HostState>,
+    /// One permit per pooled instance slot, so a burst waits instead of failing a delivery.
+    slots: Arc<Semaphore>,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl Runtime {
+    /// Builds the engine for at most `max_instances` live plugin instances.
+    pub fn new(max_instances: u32) -> wasmtime::Result<Arc<Self>> {
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(max_instances)
+            .total_core_instances(max_instances.saturating_mul(8))
+            .total_memories(max_instances.saturating_mul(2))
+            .total_tables(max_instances.saturating_mul(8))
+            .total_stacks(max_instances);
+        let mut config = Config::new();
+        config
+            .epoch_interruption(true)
+            .max_wasm_stack(512 << 10)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        bindings::Handler::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)?;
+
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        spawn_epoch_ticker(engine.clone(), ticker_stop.clone())?;
+        Ok(Arc::new(Self {
+            engine,
+            linker,
+            slots: Arc::new(Semaphore::new(max_instances as usize)),
+            ticker_stop,
+        }))
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Advances the engine's epoch so running guests notice their deadline. A plain thread,
+/// not a tokio task: a guest spinning on a runtime worker must not starve its own timer.
+fn spawn_epoch_ticker(engine: Engine, stop: Arc<AtomicBool>) -> wasmtime::Result<()> {
+    std::thread::Builder::new()
+        .name("carteiro-epoch".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(EPOCH_TICK);
+                engine.increment_epoch();
+            }
+        })?;
+    Ok(())
+}

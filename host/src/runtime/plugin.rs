@@ -1,0 +1,291 @@
+//! One loaded plugin and one call of its `handle` export in a fresh, limited store.
+
+use super::Runtime;
+use super::bindings::{HandlerPre, types};
+use super::effects::{Effects, KvSource};
+use super::host::{HostState, PluginIdentity};
+use super::limits::{HostCallLimitExceeded, Limiter, MemoryLimitExceeded};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wasmtime::component::Component;
+use wasmtime::{Store, Trap, UpdateDeadline};
+use wasmtime_wasi::WasiCtx;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+
+/// Guest stdout/stderr kept per delivery (forwarded to tracing afterwards).
+const CAPTURE_BYTES: usize = 64 << 10;
+
+/// Limits applied to each delivery a plugin handles.
+#[derive(Debug, Clone)]
+pub struct PluginLimits {
+    pub timeout: Duration,
+    pub memory_bytes: u64,
+    pub max_host_calls: u32,
+    pub max_events: u32,
+}
+
+/// Why a plugin could not be loaded. The message says which file and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read plugin `{name}` from {path}: {source}")]
+    Read {
+        name: String,
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "plugin `{name}` ({path}) has sha256 {actual}, but the config pins {expected}; \
+         rebuild the plugin or update `sha256` if the new file is trusted"
+    )]
+    DigestMismatch {
+        name: String,
+        path: String,
+        expected: String,
+        actual: String,
+    },
+    #[error(
+        "plugin `{name}` ({path}) is not a WebAssembly component: {detail}. Build it with \
+         `cargo build --target wasm32-wasip2` (core modules are not accepted)"
+    )]
+    NotAComponent {
+        name: String,
+        path: String,
+        detail: String,
+    },
+    #[error(
+        "plugin `{name}` ({path}) does not implement the carteiro:handler@0.1.0 world: {detail}. \
+         Build it against carteiro-sdk and export a handler with `export_handler!`"
+    )]
+    WrongWorld {
+        name: String,
+        path: String,
+        detail: String,
+    },
+}
+
+/// A classified failure of one delivery's plugin call. The host stays healthy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PluginFailure {
+    #[error("plugin trapped: {0}")]
+    Trap(String),
+    #[error("plugin exceeded its timeout of {0:?}")]
+    Timeout(Duration),
+    #[error("plugin exceeded its memory limit: {0}")]
+    Memory(String),
+    #[error("plugin exceeded its host-call limit of {0}")]
+    HostCallLimit(u32),
+    #[error("plugin could not be instantiated: {0}")]
+    Instantiate(String),
+}
+
+impl PluginFailure {
+    /// Short label for metrics and the `x-carteiro-failure` header.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Trap(_) => "trap",
+            Self::Timeout(_) => "timeout",
+            Self::Memory(_) => "memory",
+            Self::HostCallLimit(_) => "host-call-limit",
+            Self::Instantiate(_) => "instantiate",
+        }
+    }
+}
+
+/// The result of a completed `handle` call.
+#[derive(Debug)]
+pub struct Invocation {
+    pub verdict: types::Verdict,
+    pub effects: Effects,
+    /// A kv read hit an unavailable store; the verdict cannot be trusted.
+    pub store_error: Option<String>,
+}
+
+/// A loaded, pre-linked plugin.
+pub struct Plugin {
+    runtime: Arc<Runtime>,
+    identity: Arc<PluginIdentity>,
+    pre: HandlerPre<HostState>,
+    limits: PluginLimits,
+    digest: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("deadline of {0:?} reached")]
+struct DeadlineReached(Duration);
+
+impl Plugin {
+    /// Reads, verifies (digest pin), compiles and pre-links a component.
+    pub fn load(
+        runtime: &Arc<Runtime>,
+        name: &str,
+        path: &Path,
+        expected_sha256: Option<&str>,
+        limits: PluginLimits,
+        variables: BTreeMap<String, String>,
+    ) -> Result<Self, LoadError> {
+        let shown = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            name: name.into(),
+            path: shown.clone(),
+            source,
+        })?;
+        let digest = hex::encode(Sha256::digest(&bytes));
+        if let Some(expected) = expected_sha256
+            && !expected.eq_ignore_ascii_case(&digest)
+        {
+            return Err(LoadError::DigestMismatch {
+                name: name.into(),
+                path: shown,
+                expected: expected.to_ascii_lowercase(),
+                actual: digest,
+            });
+        }
+        let component = Component::from_binary(&runtime.engine, &bytes).map_err(|e| {
+            LoadError::NotAComponent {
+                name: name.into(),
+                path: shown.clone(),
+                detail: format!("{e:#}"),
+            }
+        })?;
+        let wrong_world = |e: wasmtime::Error| LoadError::WrongWorld {
+            name: name.into(),
+            path: shown.clone(),
+            detail: format!("{e:#}"),
+        };
+        let instance_pre = runtime
+            .linker
+            .instantiate_pre(&component)
+            .map_err(wrong_world)?;
+        let pre = HandlerPre::new(instance_pre).map_err(wrong_world)?;
+        Ok(Self {
+            runtime: runtime.clone(),
+            identity: Arc::new(PluginIdentity {
+                name: name.into(),
+                variables,
+                max_host_calls: limits.max_host_calls,
+                max_events: limits.max_events,
+            }),
+            pre,
+            limits,
+            digest,
+        })
+    }
+
+    /// The plugin's name in the config.
+    pub fn name(&self) -> &str {
+        &self.identity.name
+    }
+
+    /// SHA-256 of the loaded component (hex).
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// The limits each delivery runs under.
+    pub fn limits(&self) -> &PluginLimits {
+        &self.limits
+    }
+
+    /// Runs `handle` on a fresh instance. Never panics and never hangs past the timeout.
+    pub async fn handle(
+        &self,
+        message: &types::Message,
+        kv: Arc<dyn KvSource>,
+    ) -> Result<Invocation, PluginFailure> {
+        let _slot = self
+            .runtime
+            .slots
+            .acquire()
+            .await
+            .map_err(|e| PluginFailure::Instantiate(e.to_string()))?;
+        let stdout = MemoryOutputPipe::new(CAPTURE_BYTES);
+        let stderr = MemoryOutputPipe::new(CAPTURE_BYTES);
+        let wasi = WasiCtx::builder()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        let limiter = Limiter {
+            memory_bytes: usize::try_from(self.limits.memory_bytes).unwrap_or(usize::MAX),
+            table_elements: 100_000,
+        };
+        let state = HostState::new(wasi, limiter, self.identity.clone(), kv);
+        let mut store = Store::new(&self.runtime.engine, state);
+        store.limiter(|s| &mut s.limiter);
+
+        // Yield to tokio every tick so a busy guest never starves other deliveries, and
+        // trap once the wall-clock budget is spent.
+        let timeout = self.limits.timeout;
+        let deadline = Instant::now() + timeout;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if Instant::now() >= deadline {
+                Err(wasmtime::Error::new(DeadlineReached(timeout)))
+            } else {
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+
+        let call = async {
+            let handler = self.pre.instantiate_async(&mut store).await?;
+            handler.call_handle(&mut store, message).await
+        };
+        // Host awaits (kv reads) do not advance the guest's deadline check; bound them too.
+        let outcome = tokio::time::timeout(timeout + super::EPOCH_TICK * 5, call).await;
+        let stderr_text = forward_output(self.name(), &stdout, &stderr);
+        let verdict = match outcome {
+            Err(_) => return Err(PluginFailure::Timeout(timeout)),
+            Ok(Err(error)) => return Err(classify(error, timeout, &stderr_text)),
+            Ok(Ok(verdict)) => verdict,
+        };
+        let state = store.into_data();
+        Ok(Invocation {
+            verdict,
+            effects: state.effects,
+            store_error: state.store_error,
+        })
+    }
+}
+
+/// Maps a wasmtime error to the failure the route policy understands.
+fn classify(error: wasmtime::Error, timeout: Duration, stderr: &str) -> PluginFailure {
+    if error.downcast_ref::<DeadlineReached>().is_some() {
+        return PluginFailure::Timeout(timeout);
+    }
+    if let Some(limit) = error.downcast_ref::<MemoryLimitExceeded>() {
+        return PluginFailure::Memory(limit.to_string());
+    }
+    if let Some(limit) = error.downcast_ref::<HostCallLimitExceeded>() {
+        return PluginFailure::HostCallLimit(limit.0);
+    }
+    let mut message = match error.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => return PluginFailure::Timeout(timeout),
+        Some(Trap::StackOverflow) => "stack overflow".to_owned(),
+        Some(trap) => trap.to_string(),
+        None => format!("{error:#}"),
+    };
+    // A Rust guest prints its panic message to stderr before trapping: that is the reason
+    // an operator needs.
+    if let Some(panic) = stderr.lines().rev().find(|l| l.contains("panicked")) {
+        message = format!("{message} ({})", panic.trim());
+    }
+    PluginFailure::Trap(message)
+}
+
+/// Sends the guest's captured output to tracing under the plugin's name; returns stderr.
+fn forward_output(plugin: &str, stdout: &MemoryOutputPipe, stderr: &MemoryOutputPipe) -> String {
+    let out = String::from_utf8_lossy(&stdout.contents()).into_owned();
+    for line in out.lines().filter(|l| !l.is_empty()) {
+        tracing::info!(plugin, stream = "stdout", "{line}");
+    }
+    let err = String::from_utf8_lossy(&stderr.contents()).into_owned();
+    for line in err.lines().filter(|l| !l.is_empty()) {
+        tracing::warn!(plugin, stream = "stderr", "{line}");
+    }
+    err
+}
