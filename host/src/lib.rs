@@ -1,13 +1,32 @@
 //! # Carteiro
 //!
 //! A RabbitMQ message-processing gateway whose handlers are sandboxed WebAssembly
-//! components. See `../shared/DESIGN.md` and the README for the whole picture.
+//! components. See `DESIGN.md` (shared) and the README for the whole picture.
 //!
 //! # Layout
 //! - [`config`]: the operator's TOML — types, validation, `${VAR}` interpolation.
 //! - [`cli`]: the `carteiro` command line.
 //! - [`runtime`]: the wasmtime sandbox — engine, limits, host imports, one call of `handle`.
+//! - [`broker`]: AMQP connections, confirmed publishing, backoff, header conversion.
+//! - [`topology`]: declare and verify a route's queues and exchanges.
+//! - [`pipeline`]: one delivery from receipt to ack, and the supervised consumers.
+//! - [`store`]: sqlx on SQLite or PostgreSQL — inbox, kv, outbox, dead letters, group commit.
+//! - [`relay`]: the outbox publisher.
+//! - [`dlq`]: dead letters for people (JSON views, replay).
+//! - [`gateway`]: `carteiro run` — everything wired together.
+//! - [`admin`]: health, readiness, metrics and DLQ over HTTP.
+//! - [`metrics`], [`housekeeping`]: Prometheus metrics, retention cleanup.
 
+pub mod admin;
+pub mod broker;
 pub mod cli;
 pub mod config;
+pub mod dlq;
+pub mod gateway;
+pub mod housekeeping;
+pub mod metrics;
+pub mod pipeline;
+pub mod relay;
 pub mod runtime;
+pub mod store;
+pub mod topology;

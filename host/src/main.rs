@@ -1,14 +1,13 @@
-//! The `carteiro` binary: logging, then the command line.
+//! The `carteiro` binary: logging, signals, then the command line.
 
 use carteiro::cli::{Cli, run};
 use clap::Parser;
+use tokio::signal::unix::{SignalKind, signal};
 use tracing_subscriber::EnvFilter;
 
 fn init_tracing(json: bool) {
     let filter = EnvFilter::try_from_env("CARTEIRO_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     if json {
         builder.json().init();
     } else {
@@ -16,11 +15,26 @@ fn init_tracing(json: bool) {
     }
 }
 
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();
     init_tracing(cli.log_json);
-    let code = match run(cli).await {
+    let code = match run(cli, shutdown_signal()).await {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {error:#}");

@@ -1,9 +1,14 @@
 //! The `carteiro` command line: argument types and dispatch. Each command lives in its own
 //! module; `main.rs` only sets up tracing and signals and calls [`run`].
 
+mod dlq;
+mod ops;
 mod plugin_test;
+mod scaffold;
 
 use clap::{Parser, Subcommand};
+use std::future::Future;
+use std::path::PathBuf;
 
 pub use plugin_test::{MemoryKv, PluginTestArgs};
 
@@ -18,12 +23,51 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The config file argument shared by most commands.
+#[derive(Debug, clap::Args)]
+pub struct ConfigArg {
+    /// Path to carteiro.toml.
+    #[arg(short, long, default_value = "carteiro.toml", env = "CARTEIRO_CONFIG")]
+    pub config: PathBuf,
+}
+
 /// Top-level commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the gateway: consume every route, relay the outbox, serve /metrics.
+    Run(ConfigArg),
+    /// Validate the config and plugins; then the store and broker unless --no-environment.
+    Check {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Skip the store and broker probes.
+        #[arg(long)]
+        no_environment: bool,
+    },
+    /// Apply database migrations and exit.
+    Migrate(ConfigArg),
+    /// Run only the outbox relay.
+    Relay(ConfigArg),
+    /// Inspect the outbox.
+    #[command(subcommand)]
+    Outbox(OutboxCommand),
+    /// Inspect, replay and purge dead letters.
+    Dlq {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[command(subcommand)]
+        command: dlq::DlqCommand,
+    },
     /// Work with handler plugins.
     #[command(subcommand)]
     Plugin(PluginCommand),
+}
+
+/// `carteiro outbox ...`
+#[derive(Debug, Subcommand)]
+pub enum OutboxCommand {
+    /// Pending rows, oldest pending age, rows with errors.
+    Status(ConfigArg),
 }
 
 /// `carteiro plugin ...`
@@ -31,11 +75,20 @@ pub enum Command {
 pub enum PluginCommand {
     /// Run a .wasm handler on one message with an in-memory store (no broker).
     Test(PluginTestArgs),
+    /// Scaffold a new handler crate.
+    New(scaffold::NewArgs),
 }
 
-/// Runs a parsed command; returns the process exit code.
-pub async fn run(cli: Cli) -> anyhow::Result<i32> {
+/// Runs a parsed command; returns the process exit code. `shutdown` resolves on SIGTERM.
+pub async fn run(cli: Cli, shutdown: impl Future<Output = ()>) -> anyhow::Result<i32> {
     match cli.command {
+        Command::Run(c) => ops::run(&c.config, shutdown).await,
+        Command::Check { config, no_environment } => ops::check(&config.config, no_environment).await,
+        Command::Migrate(c) => ops::migrate(&c.config).await,
+        Command::Relay(c) => ops::relay(&c.config, shutdown).await,
+        Command::Outbox(OutboxCommand::Status(c)) => ops::outbox_status(&c.config).await,
+        Command::Dlq { config, command } => dlq::run(&config.config, command).await,
         Command::Plugin(PluginCommand::Test(args)) => plugin_test::run(args).await,
+        Command::Plugin(PluginCommand::New(args)) => scaffold::run(args),
     }
 }

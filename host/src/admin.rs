@@ -1,0 +1,89 @@
+//! The admin HTTP server (loopback by default): `/healthz`, `/readyz`, `/metrics`, and a
+//! read-only dead-letter API (`/dlq`, `/dlq/{id}`, `/dlq/stats`).
+
+use crate::gateway::GatewayHandle;
+use crate::store::DeadLetterFilter;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::get;
+use axum::Router;
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+/// Serves until `stop`.
+pub async fn serve(listener: tokio::net::TcpListener, handle: GatewayHandle, stop: CancellationToken) -> anyhow::Result<()> {
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
+        .route("/metrics", get(metrics))
+        .route("/dlq", get(dlq_list))
+        .route("/dlq/stats", get(dlq_stats))
+        .route("/dlq/{id}", get(dlq_show))
+        .with_state(handle);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await?;
+    Ok(())
+}
+
+async fn ready(State(h): State<GatewayHandle>) -> Response {
+    if h.gate.is_healthy() {
+        (StatusCode::OK, "ready").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "store unavailable").into_response()
+    }
+}
+
+async fn metrics(State(h): State<GatewayHandle>) -> Response {
+    (
+        [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        h.metrics.encode(),
+    )
+        .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    route: Option<String>,
+    reason: Option<String>,
+    limit: Option<i64>,
+}
+
+fn store_error(e: impl std::fmt::Display) -> Response {
+    (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response()
+}
+
+async fn dlq_list(State(h): State<GatewayHandle>, Query(q): Query<ListQuery>) -> Response {
+    let filter = DeadLetterFilter {
+        route: q.route,
+        reason_contains: q.reason,
+        limit: Some(q.limit.unwrap_or(100).clamp(1, 1000)),
+        ..Default::default()
+    };
+    match h.store.dead_letters_list(&filter).await {
+        Ok(rows) => Json(rows.iter().map(crate::dlq::summary_json).collect::<Vec<_>>()).into_response(),
+        Err(e) => store_error(e),
+    }
+}
+
+async fn dlq_show(State(h): State<GatewayHandle>, Path(id): Path<i64>) -> Response {
+    match h.store.dead_letter_get(id).await {
+        Ok(Some(row)) => Json(crate::dlq::detail_json(&row)).into_response(),
+        Ok(None) => (StatusCode::NOT_FOUND, format!("no dead letter {id}")).into_response(),
+        Err(e) => store_error(e),
+    }
+}
+
+async fn dlq_stats(State(h): State<GatewayHandle>) -> Response {
+    match h.store.dead_letter_stats().await {
+        Ok(stats) => Json(
+            stats
+                .iter()
+                .map(|s| serde_json::json!({"route": s.route, "reason": s.reason, "count": s.count}))
+                .collect::<Vec<_>>(),
+        )
+        .into_response(),
+        Err(e) => store_error(e),
+    }
+}

@@ -1,0 +1,106 @@
+//! Operator commands: `run`, `check`, `migrate`, `relay`, `outbox status`.
+
+use crate::broker::{connect, redact_url};
+use crate::config::{self, Config};
+use crate::gateway::{self, broker_settings};
+use crate::metrics::Metrics;
+use crate::relay::Relay;
+use crate::topology::declare_route;
+use anyhow::Context;
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// Loads and validates a config file, with the file's errors as they are.
+pub fn load_config(path: &Path) -> anyhow::Result<Config> {
+    Ok(config::load(path)?)
+}
+
+/// `carteiro run`.
+pub async fn run(path: &Path, shutdown: impl Future<Output = ()>) -> anyhow::Result<i32> {
+    let config = load_config(path)?;
+    gateway::run(config, shutdown).await?;
+    Ok(0)
+}
+
+/// `carteiro check`: everything `run` would refuse, without consuming anything.
+pub async fn check(path: &Path, no_environment: bool) -> anyhow::Result<i32> {
+    let config = load_config(path)?;
+    println!("config   {} is valid ({} plugins, {} routes)", path.display(), config.plugins.len(), config.routes.len());
+    let (_runtime, plugins) = gateway::load_plugins(&config)?;
+    for (name, plugin) in &plugins {
+        println!("plugin   {name}: loads, sha256 {}", plugin.digest());
+    }
+    if no_environment {
+        println!("skipped  broker and store (--no-environment)");
+        return Ok(0);
+    }
+    let store = gateway::open_store(&config).await?;
+    store.ping().await?;
+    println!("store    {} answers; migrations applied", store.redacted_url());
+    let settings = broker_settings(&config, "carteiro check");
+    let conn = connect(&settings.url, &settings.connect)
+        .await
+        .with_context(|| format!("cannot connect to the broker at {}", redact_url(&settings.url)))?;
+    for route in &config.routes {
+        let plugin = plugins.get(route.plugin_name()).cloned().context("unknown plugin")?;
+        let committer = crate::store::GroupCommitter::spawn(store.clone(), 1);
+        let ctx = crate::pipeline::RouteContext::new(
+            route,
+            plugin,
+            store.clone(),
+            committer,
+            crate::pipeline::StoreGate::new(store.clone()),
+            config.broker.publish_timeout,
+            Arc::new(Metrics::default()),
+        )
+        .map_err(anyhow::Error::msg)?;
+        declare_route(&conn, &ctx.topology)
+            .await
+            .with_context(|| format!("route `{}`", route.queue))?;
+        println!("route    {}: topology declared and verified", route.queue);
+    }
+    let _ = conn.close(200, "check done".into()).await;
+    println!("ok");
+    Ok(0)
+}
+
+/// `carteiro migrate`.
+pub async fn migrate(path: &Path) -> anyhow::Result<i32> {
+    let config = load_config(path)?;
+    let store = gateway::open_store(&config).await?;
+    println!("migrations applied to {}", store.redacted_url());
+    Ok(0)
+}
+
+/// `carteiro relay`: only the outbox relay.
+pub async fn relay(path: &Path, shutdown: impl Future<Output = ()>) -> anyhow::Result<i32> {
+    let config = load_config(path)?;
+    let store = gateway::open_store(&config).await?;
+    let relay = Relay::new(&config, store, Arc::new(Metrics::default()), None);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(relay.run(stop.clone()));
+    shutdown.await;
+    stop.cancel();
+    task.await??;
+    Ok(0)
+}
+
+/// `carteiro outbox status`.
+pub async fn outbox_status(path: &Path) -> anyhow::Result<i32> {
+    let config = load_config(path)?;
+    let store = gateway::open_store(&config).await?;
+    let status = store.outbox_status().await?;
+    println!("pending            {}", status.pending);
+    match status.oldest_pending_age_ms {
+        Some(ms) => println!("oldest pending age {:.1}s", ms as f64 / 1000.0),
+        None => println!("oldest pending age -"),
+    }
+    println!("rows with errors   {}", status.with_errors);
+    println!("leased (in flight) {}", status.leased);
+    for row in store.outbox_failing(20).await? {
+        println!("  #{} {} -> {}/{}: attempts {}, last error: {}", row.id, row.event_id, row.exchange, row.routing_key, row.attempts, row.last_error.unwrap_or_default());
+    }
+    Ok(0)
+}

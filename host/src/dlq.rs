@@ -1,0 +1,88 @@
+//! Dead letters for people: JSON views and replay (back onto the route's work queue with a
+//! fresh attempt counter, via a confirmed publish, then marked replayed).
+
+use crate::broker::headers::table_from_text;
+use crate::broker::{ConfirmedPublisher, Outgoing, PublisherOptions};
+use crate::pipeline::{PROP_CONTENT_TYPE, PROP_CORRELATION_ID, PROP_MESSAGE_ID};
+use crate::store::{DeadLetter, Store};
+use lapin::BasicProperties;
+use std::time::Duration;
+
+fn body_preview(body: &[u8]) -> serde_json::Value {
+    match std::str::from_utf8(body) {
+        Ok(text) => serde_json::Value::String(text.chars().take(4096).collect()),
+        Err(_) => serde_json::Value::String(format!("<{} bytes, not UTF-8>", body.len())),
+    }
+}
+
+/// One line of a listing.
+pub fn summary_json(d: &DeadLetter) -> serde_json::Value {
+    serde_json::json!({
+        "id": d.id,
+        "route": d.route,
+        "queue": d.queue,
+        "reason": d.reason,
+        "plugin": d.plugin,
+        "attempts": d.attempts,
+        "dead_lettered_at": d.dead_lettered_at,
+        "replay_count": d.replay_count,
+    })
+}
+
+/// Everything about one dead letter.
+pub fn detail_json(d: &DeadLetter) -> serde_json::Value {
+    let mut value = summary_json(d);
+    value["headers"] = serde_json::json!(d.headers.iter().map(|(k, v)| [k, v]).collect::<Vec<_>>());
+    value["body"] = body_preview(&d.body);
+    value["body_bytes"] = serde_json::json!(d.body.len());
+    value["first_failed_at"] = serde_json::json!(d.first_failed_at);
+    value["replayed_at"] = serde_json::json!(d.replayed_at);
+    value
+}
+
+/// Headers a replay must not carry: our failure story and the broker's death records.
+fn is_failure_header(name: &str) -> bool {
+    (name.starts_with("x-carteiro-")
+        && name != crate::pipeline::headers::ORIGINAL_EXCHANGE
+        && name != crate::pipeline::headers::ORIGINAL_ROUTING_KEY)
+        || name.starts_with("x-death")
+        || name.starts_with("x-first-death")
+        || name.starts_with("x-last-death")
+        || name.starts_with(':')
+}
+
+/// Publishes the dead letter back to its route's queue (confirmed) and marks it replayed.
+pub async fn replay(store: &Store, publisher: &ConfirmedPublisher, d: &DeadLetter, timeout: Duration) -> anyhow::Result<()> {
+    let prop = |name: &str| d.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    let headers = table_from_text(d.headers.iter().filter(|(k, _)| !is_failure_header(k)).cloned())?;
+    let mut properties = BasicProperties::default().with_headers(headers).with_delivery_mode(2);
+    if let Some(id) = prop(PROP_MESSAGE_ID) {
+        properties = properties.with_message_id(id.as_str().into());
+    }
+    if let Some(ct) = prop(PROP_CONTENT_TYPE) {
+        properties = properties.with_content_type(ct.as_str().into());
+    }
+    if let Some(c) = prop(PROP_CORRELATION_ID) {
+        properties = properties.with_correlation_id(c.as_str().into());
+    }
+    publisher
+        .publish(
+            Outgoing {
+                exchange: String::new(),
+                routing_key: d.route.clone(),
+                properties,
+                body: d.body.clone(),
+                mandatory: true,
+            },
+            timeout,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("replay of dead letter {} to queue `{}` failed: {e}", d.id, d.route))?;
+    store.dead_letter_mark_replayed(d.id).await?;
+    Ok(())
+}
+
+/// Opens a publisher for replays.
+pub async fn replay_publisher(conn: std::sync::Arc<lapin::Connection>) -> anyhow::Result<ConfirmedPublisher> {
+    Ok(ConfirmedPublisher::open(conn, PublisherOptions { lanes: 8 }).await?)
+}

@@ -1,0 +1,126 @@
+//! `carteiro run`: load everything, start every route, the relay and the admin server, and
+//! stop cleanly when `shutdown` resolves (mini-redis style `run(config, shutdown)`).
+
+use crate::broker::{ConnectOptions, redact_url};
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::pipeline::{BrokerSettings, RouteContext, StoreGate, run_route};
+use crate::runtime::{Plugin, PluginLimits, Runtime};
+use crate::store::{CommitterHandle, GroupCommitter, Store};
+use anyhow::Context;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Loads every plugin of the config (digests checked) into one runtime.
+pub fn load_plugins(config: &Config) -> anyhow::Result<(Arc<Runtime>, BTreeMap<String, Arc<Plugin>>)> {
+    let runtime = Runtime::new(config.runtime.max_instances)
+        .map_err(|e| anyhow::anyhow!("cannot start the wasm runtime: {e:#}"))?;
+    let mut plugins = BTreeMap::new();
+    for (name, p) in &config.plugins {
+        let limits = PluginLimits {
+            timeout: p.timeout,
+            memory_bytes: p.memory,
+            max_host_calls: p.max_host_calls,
+            max_events: p.max_events,
+        };
+        let plugin = Plugin::load(&runtime, name, &p.path, p.sha256.as_deref(), limits, p.variables.clone())?;
+        tracing::info!(plugin = %name, sha256 = plugin.digest(), "plugin loaded");
+        plugins.insert(name.clone(), Arc::new(plugin));
+    }
+    Ok((runtime, plugins))
+}
+
+/// Connects the store and applies migrations.
+pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
+    let store = Store::connect(&config.store.url, config.store.max_connections)
+        .await
+        .with_context(|| format!("cannot open the store at {}", redact_url(&config.store.url)))?;
+    store.migrate().await.context("cannot apply database migrations")?;
+    Ok(store)
+}
+
+/// Broker settings from the config.
+pub fn broker_settings(config: &Config, name: &str) -> BrokerSettings {
+    BrokerSettings {
+        url: config.broker.url.clone(),
+        connect: ConnectOptions {
+            heartbeat: config.broker.heartbeat,
+            connect_timeout: config.broker.connect_timeout,
+            connection_name: name.to_owned(),
+        },
+        reconnect_max_backoff: config.broker.reconnect_max_backoff,
+        shutdown_grace: Duration::from_secs(30),
+    }
+}
+
+/// What a running gateway exposes to tests and the admin server.
+#[derive(Clone)]
+pub struct GatewayHandle {
+    pub metrics: Arc<Metrics>,
+    pub store: Store,
+    pub committer: CommitterHandle,
+    pub gate: StoreGate,
+}
+
+/// Runs the gateway until `shutdown` resolves or a route fails for good.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let (_runtime, plugins) = load_plugins(&config)?;
+    let store = open_store(&config).await?;
+    let metrics = Arc::new(Metrics::default());
+    let committer = GroupCommitter::spawn(store.clone(), config.store.commit_batch);
+    let gate = StoreGate::new(store.clone());
+    let stop = CancellationToken::new();
+    let handle = GatewayHandle { metrics: metrics.clone(), store: store.clone(), committer: committer.clone(), gate: gate.clone() };
+
+    let mut tasks = tokio::task::JoinSet::new();
+    for route in &config.routes {
+        let plugin = plugins
+            .get(route.plugin_name())
+            .cloned()
+            .with_context(|| format!("route `{}` names unknown plugin", route.queue))?;
+        let publish_timeout = config.broker.publish_timeout;
+        let ctx = RouteContext::new(route, plugin, store.clone(), committer.clone(), gate.clone(), publish_timeout, metrics.clone())
+            .map_err(|e| anyhow::anyhow!("route `{}`: {e}", route.queue))?;
+        let settings = broker_settings(&config, &format!("carteiro route {}", route.queue));
+        let stop = stop.clone();
+        tasks.spawn(async move { run_route(Arc::new(ctx), settings, stop).await.map_err(anyhow::Error::from) });
+    }
+    if config.relay.enabled {
+        let relay = crate::relay::Relay::new(&config, store.clone(), metrics.clone(), Some(committer.outbox_committed()));
+        let stop = stop.clone();
+        tasks.spawn(async move { relay.run(stop).await });
+    }
+    tasks.spawn(crate::housekeeping::run(config.clone(), store.clone(), stop.clone()));
+    if !config.admin.listen.is_empty() {
+        let listener = tokio::net::TcpListener::bind(&config.admin.listen)
+            .await
+            .with_context(|| format!("cannot listen on admin address {}", config.admin.listen))?;
+        tracing::info!(address = %config.admin.listen, "admin server listening");
+        let stop = stop.clone();
+        tasks.spawn(crate::admin::serve(listener, handle.clone(), stop));
+    }
+    tracing::info!(routes = config.routes.len(), broker = %redact_url(&config.broker.url), store = %store.redacted_url(), "gateway running");
+
+    tokio::pin!(shutdown);
+    let result = tokio::select! {
+        _ = &mut shutdown => {
+            tracing::info!("shutting down: finishing in-flight deliveries");
+            Ok(())
+        }
+        Some(joined) = tasks.join_next() => match joined {
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(())) => Ok(()),
+            Err(e) => Err(anyhow::anyhow!("a gateway task panicked: {e}")),
+        },
+    };
+    stop.cancel();
+    while let Some(joined) = tasks.join_next().await {
+        if let Ok(Err(e)) = joined {
+            tracing::warn!(error = %e, "task ended with an error during shutdown");
+        }
+    }
+    result
+}

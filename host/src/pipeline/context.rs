@@ -1,0 +1,128 @@
+//! Everything one route's deliveries need, built once at start-up.
+
+use super::gate::StoreGate;
+use crate::config::{FailurePolicy, KeySource, MissingKeyPolicy, RetryConfig, RouteConfig};
+use crate::metrics::Metrics;
+use crate::runtime::{KvFuture, KvSource, KvValue, Plugin};
+use crate::store::{CommitterHandle, Store};
+use crate::topology::{self, Binding, QueueType, RouteTopology};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Test-only crash points (`CARTEIRO_FAULT`), used by the SIGKILL tests: the process stops
+/// dead (no ack, no cleanup) right before or right after the commit of the first delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultPoint {
+    HangBeforeCommit,
+    HangAfterCommit,
+}
+
+impl FaultPoint {
+    pub fn from_env() -> Option<Self> {
+        match std::env::var("CARTEIRO_FAULT").ok()?.as_str() {
+            "hang-before-commit" => Some(Self::HangBeforeCommit),
+            "hang-after-commit" => Some(Self::HangAfterCommit),
+            _ => None,
+        }
+    }
+}
+
+/// One route, ready to process deliveries.
+pub struct RouteContext {
+    pub queue: String,
+    pub plugin: Arc<Plugin>,
+    pub store: Store,
+    pub committer: CommitterHandle,
+    pub gate: StoreGate,
+    pub kv: Arc<dyn KvSource>,
+    pub key_source: KeySource,
+    pub on_missing_key: MissingKeyPolicy,
+    pub on_plugin_failure: FailurePolicy,
+    pub retry: RetryConfig,
+    pub max_body_size: u64,
+    pub content_type: Option<String>,
+    pub prefetch: u16,
+    pub topology: RouteTopology,
+    pub publish_timeout: Duration,
+    pub metrics: Arc<Metrics>,
+    pub fault: Option<FaultPoint>,
+}
+
+impl RouteContext {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        route: &RouteConfig,
+        plugin: Arc<Plugin>,
+        store: Store,
+        committer: CommitterHandle,
+        gate: StoreGate,
+        publish_timeout: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, String> {
+        let key_source = KeySource::parse(&route.idempotency_key)?;
+        let topology = RouteTopology {
+            queue: route.queue.clone(),
+            queue_type: match route.queue_type {
+                crate::config::QueueKind::Classic => QueueType::Classic,
+                crate::config::QueueKind::Quorum => QueueType::Quorum,
+            },
+            bindings: route
+                .bindings
+                .iter()
+                .map(|b| Binding {
+                    exchange: b.exchange.clone(),
+                    exchange_type: b.exchange_type.clone(),
+                    routing_key: b.routing_key.clone(),
+                })
+                .collect(),
+            retry_delays: route.retry.backoff.clone(),
+            max_attempts: route.retry.max_attempts,
+            message_ttl: route.message_ttl,
+            max_length: route.max_length,
+        };
+        Ok(Self {
+            queue: route.queue.clone(),
+            kv: Arc::new(StoreKv(store.clone())),
+            plugin,
+            store,
+            committer,
+            gate,
+            key_source,
+            on_missing_key: route.on_missing_key,
+            on_plugin_failure: route.on_plugin_failure,
+            retry: route.retry.clone(),
+            max_body_size: route.max_body_size,
+            content_type: route.content_type.clone(),
+            prefetch: route.prefetch,
+            topology,
+            publish_timeout,
+            metrics,
+            fault: FaultPoint::from_env(),
+        })
+    }
+
+    /// The retry queue for a delay (declared by the topology).
+    pub fn retry_queue(&self, delay: Duration) -> String {
+        topology::retry_queue_name(&self.queue, self.retry.tier_for(delay))
+    }
+
+    /// The route's dead-letter exchange.
+    pub fn dlx(&self) -> String {
+        topology::dlx_name(&self.queue)
+    }
+}
+
+/// kv reads for handlers, from the store.
+struct StoreKv(Store);
+
+impl KvSource for StoreKv {
+    fn get<'a>(&'a self, namespace: &'a str, key: &'a str) -> KvFuture<'a> {
+        Box::pin(async move {
+            self.0
+                .kv_get(namespace, key)
+                .await
+                .map(|found| found.map(|e| KvValue { value: e.value, version: e.version }))
+                .map_err(|e| e.to_string())
+        })
+    }
+}

@@ -1,0 +1,61 @@
+//! Circuit breaker on the store: after a store failure, deliveries wait here (holding their
+//! prefetch slots, which pauses consumption) until a probe finds the store answering again.
+
+use crate::broker::JitteredBackoff;
+use crate::store::Store;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Shared by every route of a gateway.
+#[derive(Clone)]
+pub struct StoreGate {
+    store: Store,
+    healthy: Arc<watch::Sender<bool>>,
+}
+
+impl StoreGate {
+    pub fn new(store: Store) -> Self {
+        Self {
+            store,
+            healthy: Arc::new(watch::channel(true).0),
+        }
+    }
+
+    /// True while the store is believed reachable.
+    pub fn is_healthy(&self) -> bool {
+        *self.healthy.borrow()
+    }
+
+    /// Waits until the store is healthy.
+    pub async fn wait_healthy(&self) {
+        let mut rx = self.healthy.subscribe();
+        // An error means the sender is gone, which cannot happen while `self` lives.
+        let _ = rx.wait_for(|healthy| *healthy).await;
+    }
+
+    /// Opens the breaker and starts one probe that closes it when the store answers.
+    pub fn report_failure(&self, error: &str) {
+        let opened = self.healthy.send_if_modified(|healthy| std::mem::replace(healthy, false));
+        if !opened {
+            return;
+        }
+        tracing::error!(error, "store unavailable: pausing consumption until it answers");
+        let store = self.store.clone();
+        let healthy = self.healthy.clone();
+        tokio::spawn(async move {
+            let mut backoff = JitteredBackoff::new(Duration::from_millis(200), Duration::from_secs(5));
+            loop {
+                tokio::time::sleep(backoff.next_delay()).await;
+                match store.ping().await {
+                    Ok(()) => {
+                        tracing::info!("store answers again: resuming consumption");
+                        healthy.send_replace(true);
+                        return;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "store still unavailable"),
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,159 @@
+//! The supervised consumer of one route. lapin does not recover connections or consumers,
+//! so this loop does: connect, declare, subscribe, process; on any loss, drop the dead
+//! channel's in-flight work (the broker requeues it), back off with jitter, and start over.
+
+use super::archiver;
+use super::context::RouteContext;
+use super::process::process;
+use crate::broker::{ConfirmedPublisher, ConnectOptions, JitteredBackoff, PublisherOptions, connect};
+use crate::topology::{TopologyError, declare_route};
+use futures::StreamExt;
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::types::FieldTable;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// Broker settings shared by every route.
+#[derive(Clone)]
+pub struct BrokerSettings {
+    pub url: String,
+    pub connect: ConnectOptions,
+    pub reconnect_max_backoff: Duration,
+    /// How long in-flight deliveries may take to finish after SIGTERM.
+    pub shutdown_grace: Duration,
+}
+
+/// Why a route stopped for good (the gateway exits non-zero).
+#[derive(Debug, thiserror::Error)]
+pub enum RouteError {
+    #[error("route `{queue}`: {source}")]
+    Topology { queue: String, source: TopologyError },
+}
+
+/// Runs the route until `shutdown`; returns an error only for problems retrying cannot fix.
+pub async fn run_route(
+    ctx: Arc<RouteContext>,
+    broker: BrokerSettings,
+    shutdown: CancellationToken,
+) -> Result<(), RouteError> {
+    let mut backoff = JitteredBackoff::new(Duration::from_millis(100), broker.reconnect_max_backoff);
+    while !shutdown.is_cancelled() {
+        match session(&ctx, &broker, &shutdown, &mut backoff).await {
+            Ok(()) => {}
+            Err(SessionError::Fatal(e)) => return Err(e),
+            Err(SessionError::Lost(why)) => {
+                ctx.metrics.set_connected(&ctx.queue, false);
+                let delay = backoff.next_delay();
+                tracing::warn!(queue = %ctx.queue, reason = %why, ?delay, "broker session lost; reconnecting");
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = shutdown.cancelled() => {}
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+enum SessionError {
+    Fatal(RouteError),
+    Lost(String),
+}
+
+fn lost(what: &str) -> impl FnOnce(lapin::Error) -> SessionError + '_ {
+    move |e| SessionError::Lost(format!("{what}: {e}"))
+}
+
+/// One connection's life: returns `Ok` only on shutdown.
+async fn session(
+    ctx: &Arc<RouteContext>,
+    broker: &BrokerSettings,
+    shutdown: &CancellationToken,
+    backoff: &mut JitteredBackoff,
+) -> Result<(), SessionError> {
+    let conn = Arc::new(
+        connect(&broker.url, &broker.connect)
+            .await
+            .map_err(|e| SessionError::Lost(e.to_string()))?,
+    );
+    declare_route(&conn, &ctx.topology).await.map_err(|source| {
+        if source.is_permanent() {
+            SessionError::Fatal(RouteError::Topology { queue: ctx.queue.clone(), source })
+        } else {
+            SessionError::Lost(source.to_string())
+        }
+    })?;
+    let lanes = usize::from(ctx.prefetch).clamp(1, 64);
+    let publisher = ConfirmedPublisher::open(conn.clone(), PublisherOptions { lanes })
+        .await
+        .map_err(|e| SessionError::Lost(e.to_string()))?;
+    let channel = conn.create_channel().await.map_err(lost("open channel"))?;
+    channel
+        .basic_qos(ctx.prefetch, BasicQosOptions::default())
+        .await
+        .map_err(lost("basic.qos"))?;
+    let tag = format!("carteiro-{}-{}", ctx.queue, uuid::Uuid::now_v7().simple());
+    let mut consumer = channel
+        .basic_consume(
+            ctx.queue.as_str().into(),
+            tag.as_str().into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(lost("basic.consume"))?;
+    let archiver_stop = shutdown.child_token();
+    let archiver = tokio::spawn(archiver::run(ctx.clone(), conn.clone(), archiver_stop.clone()));
+    ctx.metrics.set_connected(&ctx.queue, true);
+    backoff.reset();
+    tracing::info!(queue = %ctx.queue, plugin = ctx.plugin.name(), prefetch = ctx.prefetch, "consumer started");
+
+    let mut in_flight = JoinSet::new();
+    let mut health = tokio::time::interval(Duration::from_millis(500));
+    let outcome = loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break Ok(()),
+            next = consumer.next() => match next {
+                Some(Ok(delivery)) => {
+                    in_flight.spawn(process(ctx.clone(), publisher.clone(), delivery));
+                }
+                Some(Err(e)) => break Err(SessionError::Lost(format!("consumer error: {e}"))),
+                None => break Err(SessionError::Lost("the broker cancelled the consumer".into())),
+            },
+            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+            _ = health.tick() => {
+                if !conn.status().connected() || !channel.status().connected() {
+                    break Err(SessionError::Lost("connection closed".into()));
+                }
+            }
+        }
+    };
+    archiver_stop.cancel();
+
+    if outcome.is_ok() {
+        // Graceful stop: no new deliveries; let in-flight ones finish and ack.
+        let _ = channel
+            .basic_cancel(tag.as_str().into(), BasicCancelOptions::default())
+            .await;
+        let drained = tokio::time::timeout(broker.shutdown_grace, async {
+            while in_flight.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(queue = %ctx.queue, left = in_flight.len(), "grace period over; unfinished deliveries return to the queue");
+            in_flight.abort_all();
+        }
+        let _ = channel.close(200, "shutdown".into()).await;
+        let _ = conn.close(200, "shutdown".into()).await;
+        tracing::info!(queue = %ctx.queue, "consumer stopped");
+    } else {
+        // The channel is dead: its unacked deliveries are back in the queue already, so
+        // in-flight work can only fail to ack. Stop it now rather than race redeliveries.
+        in_flight.abort_all();
+    }
+    let _ = archiver.await;
+    ctx.metrics.set_connected(&ctx.queue, false);
+    outcome
+}
