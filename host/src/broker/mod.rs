@@ -1,0 +1,19 @@
+//! Everything that talks AMQP to RabbitMQ through lapin.
+//!
+//! - [`connect`](connect()): one connection with a bounded connect time, heartbeats and a name
+//!   shown in the management UI; errors never carry the password ([`redact_url`]).
+//! - [`ConfirmedPublisher`]: publish and await this message's own publisher confirm.
+//! - [`JitteredBackoff`]: delays for the supervisors that reconnect and resubscribe, since
+//!   lapin does not recover consumers for us.
+//! - [`headers`]: AMQP field tables to text pairs and back.
+
+mod backoff;
+mod connection;
+pub mod headers;
+mod publisher;
+#[cfg(test)]
+pub(crate) mod testing;
+
+pub use backoff::JitteredBackoff;
+pub use connection::{BrokerError, ConnectOptions, connect, redact_url};
+pub use publisher::{ConfirmedPublisher, Outgoing, PublishError, PublisherOptions};

@@ -1,0 +1,248 @@
+//! Against a real RabbitMQ (see `crate::broker::testing`).
+
+use std::time::Duration;
+
+use lapin::{
+    BasicProperties, Connection, ExchangeKind,
+    options::{
+        BasicGetOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueDeclareOptions,
+        QueueDeleteOptions,
+    },
+    types::FieldTable,
+};
+
+use super::*;
+use crate::broker::testing::{test_connection, unique_name};
+
+fn route(queue: &str, queue_type: QueueType) -> RouteTopology {
+    RouteTopology {
+        queue: queue.to_owned(),
+        queue_type,
+        bindings: vec![Binding::topic(format!("{queue}.events"), "order.*")],
+        retry_delays: vec![
+            Duration::from_secs(5),
+            Duration::from_millis(500),
+            Duration::from_secs(5),
+        ],
+        max_attempts: 5,
+        message_ttl: None,
+        max_length: Some(10_000),
+    }
+}
+
+/// Best effort: tests must not leave queues behind on a developer's broker.
+async fn remove(conn: &Connection, d: &DeclaredRoute, exchanges: &[String]) {
+    let Ok(ch) = conn.create_channel().await else {
+        return;
+    };
+    let queues = [&d.queue, &d.dlq]
+        .into_iter()
+        .chain(d.retry_queues.iter().map(|(_, q)| q));
+    for q in queues {
+        let _ = ch
+            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+            .await;
+    }
+    for x in exchanges.iter().chain([&d.dlx]) {
+        let _ = ch
+            .exchange_delete(x.as_str().into(), ExchangeDeleteOptions::default())
+            .await;
+    }
+}
+
+async fn queue_exists(conn: &Connection, name: &str) -> bool {
+    let ch = conn.create_channel().await.expect("channel");
+    let opts = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    ch.queue_declare(name.into(), opts, FieldTable::default())
+        .await
+        .is_ok()
+}
+
+#[tokio::test]
+async fn declare_route_is_idempotent() {
+    let conn = test_connection().await;
+    for queue_type in [QueueType::Classic, QueueType::Quorum] {
+        let q = unique_name("orders");
+        let t = route(&q, queue_type);
+        let first = declare_route(&conn, &t).await.expect("first declare");
+        let second = declare_route(&conn, &t)
+            .await
+            .expect("second declare is a no-op");
+        assert_eq!(first, second);
+        assert_eq!(first.dlx, format!("{q}.dlx"));
+        assert_eq!(first.dlq, format!("{q}.dlq"));
+        let tiers: Vec<_> = first.retry_queues.iter().map(|(_, n)| n.clone()).collect();
+        assert_eq!(
+            tiers,
+            [format!("{q}.retry.500ms"), format!("{q}.retry.5000ms")]
+        );
+        for name in [&q, &first.dlq].into_iter().chain(&tiers) {
+            assert!(
+                queue_exists(&conn, name).await,
+                "{name} missing ({queue_type:?})"
+            );
+        }
+        assert_eq!(
+            first.retry_queue_for(Duration::from_secs(1)),
+            Some(tiers[1].as_str())
+        );
+        assert_eq!(
+            first.retry_queue_for(Duration::from_secs(60)),
+            Some(tiers[1].as_str())
+        );
+        remove(&conn, &first, &[format!("{q}.events")]).await;
+    }
+}
+
+#[tokio::test]
+async fn changed_arguments_are_a_mismatch_naming_queue_and_argument() {
+    let conn = test_connection().await;
+    let q = unique_name("mismatch");
+    let mut t = route(&q, QueueType::Classic);
+    let declared = declare_route(&conn, &t).await.expect("declare");
+
+    t.message_ttl = Some(Duration::from_secs(60));
+    match declare_route(&conn, &t).await {
+        Err(TopologyError::Mismatch {
+            queue,
+            argument,
+            detail,
+        }) => {
+            assert_eq!(
+                (queue.as_str(), argument.as_str()),
+                (q.as_str(), "x-message-ttl")
+            );
+            assert!(detail.contains("60000"), "{detail}");
+        }
+        other => panic!("expected a mismatch, got {other:?}"),
+    }
+    // The broker closed only the declaring channel; the queue and connection are intact.
+    assert!(conn.status().connected());
+    assert!(queue_exists(&conn, &q).await);
+
+    let mut t = route(&q, QueueType::Quorum);
+    t.bindings.clear();
+    let err = declare_route(&conn, &t)
+        .await
+        .expect_err("classic DLQ cannot become quorum");
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("'{q}.dlq'")) && text.contains("x-queue-type"),
+        "{text}"
+    );
+    assert!(err.is_permanent());
+    remove(&conn, &declared, &[format!("{q}.events")]).await;
+}
+
+#[tokio::test]
+async fn existing_exchange_of_another_type_is_reported() {
+    let conn = test_connection().await;
+    let q = unique_name("xtype");
+    let exchange = format!("{q}.events");
+    let ch = conn.create_channel().await.expect("channel");
+    let opts = ExchangeDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    ch.exchange_declare(
+        exchange.as_str().into(),
+        ExchangeKind::Direct,
+        opts,
+        FieldTable::default(),
+    )
+    .await
+    .expect("pre-declare a direct exchange");
+    match declare_route(&conn, &route(&q, QueueType::Classic)).await {
+        Err(TopologyError::ExchangeMismatch {
+            exchange: x,
+            argument,
+            ..
+        }) => {
+            assert_eq!((x.as_str(), argument.as_str()), (exchange.as_str(), "type"));
+        }
+        other => panic!("expected an exchange mismatch, got {other:?}"),
+    }
+    let mut t = route(&q, QueueType::Classic);
+    t.bindings.clear();
+    let declared = declare_route(&conn, &t)
+        .await
+        .expect("declare without the binding");
+    remove(&conn, &declared, &[exchange]).await;
+}
+
+#[tokio::test]
+async fn invalid_settings_are_refused_before_declaring_anything() {
+    let conn = test_connection().await;
+    let q = unique_name("invalid");
+    let mut t = route(&q, QueueType::Classic);
+    t.retry_delays = vec![Duration::ZERO];
+    assert!(matches!(
+        declare_route(&conn, &t).await,
+        Err(TopologyError::Invalid { .. })
+    ));
+    let t = route(&"q".repeat(250), QueueType::Classic);
+    assert!(matches!(
+        declare_route(&conn, &t).await,
+        Err(TopologyError::Invalid { .. })
+    ));
+    assert!(!queue_exists(&conn, &q).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_retry_message_returns_to_the_work_queue() {
+    let conn = test_connection().await;
+    let q = unique_name("retry");
+    let mut t = route(&q, QueueType::Classic);
+    t.retry_delays = vec![Duration::from_millis(300)];
+    let declared = declare_route(&conn, &t).await.expect("declare");
+    let (_, tier) = &declared.retry_queues[0];
+
+    let ch = conn.create_channel().await.expect("channel");
+    let props = BasicProperties::default().with_message_id("m-1".into());
+    ch.basic_publish(
+        "".into(),
+        tier.as_str().into(),
+        Default::default(),
+        b"again",
+        props,
+    )
+    .await
+    .expect("publish to the retry tier");
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let message = loop {
+        let got = ch
+            .basic_get(q.as_str().into(), BasicGetOptions { no_ack: true })
+            .await
+            .expect("basic.get");
+        if let Some(m) = got {
+            break m;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "message never came back from {tier}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(message.delivery.data, b"again");
+    assert_eq!(
+        message
+            .delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|s| s.as_str()),
+        Some("m-1")
+    );
+    let headers = message.delivery.properties.headers().clone();
+    let death =
+        crate::broker::headers::header_text(headers.as_ref(), "x-death").unwrap_or_default();
+    assert!(
+        death.contains("expired") && death.contains(tier.as_str()),
+        "x-death: {death}"
+    );
+    remove(&conn, &declared, &[format!("{q}.events")]).await;
+}
