@@ -28,6 +28,8 @@ pub struct Relay {
     metrics: Arc<Metrics>,
     wake: Arc<Notify>,
     url: String,
+    /// The store's URL, for PostgreSQL `LISTEN` (never logged).
+    store_url: String,
     connect: ConnectOptions,
     publish_timeout: Duration,
     max_in_flight: usize,
@@ -52,6 +54,7 @@ impl Relay {
             metrics,
             wake: wake.unwrap_or_default(),
             url: config.broker.url.clone(),
+            store_url: config.store.url.clone(),
             connect: ConnectOptions {
                 heartbeat: config.broker.heartbeat,
                 connect_timeout: config.broker.connect_timeout,
@@ -68,7 +71,7 @@ impl Relay {
     /// Runs until `stop`.
     pub async fn run(self, stop: CancellationToken) -> anyhow::Result<()> {
         if self.store.backend() == Backend::Postgres {
-            tokio::spawn(listen_for_commits(self.store.clone(), self.wake.clone(), stop.clone()));
+            tokio::spawn(listen_for_commits(self.store_url.clone(), self.wake.clone(), stop.clone()));
         }
         let mut backoff = JitteredBackoff::new(Duration::from_millis(100), self.reconnect_max);
         while !stop.is_cancelled() {
@@ -211,8 +214,7 @@ async fn sleep_or_stop(delay: Duration, stop: &CancellationToken) {
 }
 
 /// Wakes the relay when another process commits outbox rows (PostgreSQL only).
-async fn listen_for_commits(store: Store, wake: Arc<Notify>, stop: CancellationToken) {
-    let url = store.url().to_owned();
+async fn listen_for_commits(url: String, wake: Arc<Notify>, stop: CancellationToken) {
     loop {
         let listened = async {
             let mut listener = sqlx::postgres::PgListener::connect(&url).await?;
