@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds every handler in plugins/ (examples and test fixtures) as a WebAssembly component
+# and copies them to <repo>/target/plugins/:
+#   plugins/<name>/              -> target/plugins/<name>.wasm           (enrollment, noop, counter)
+#   plugins/fixtures/<name>/     -> target/plugins/fixture-<name>.wasm   (trap, spin, hog, ...)
+# The output file is the cargo package name with a .wasm suffix.
+#
+# Usage: scripts/build-plugins.sh            (from any directory; CI runs it on a fresh machine)
+# Honours CARGO_TARGET_DIR for the cargo build (default <repo>/target); the components are
+# always copied to <repo>/target/plugins/.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+target_dir="${CARGO_TARGET_DIR:-$repo/target}"
+out_dir="$repo/target/plugins"
+triple="wasm32-wasip2"
+
+if ! rustup target list --installed | grep -qx "$triple"; then
+    echo "installing the $triple target" >&2
+    rustup target add "$triple"
+fi
+
+echo "building plugins for $triple (target dir $target_dir)" >&2
+cargo build \
+    --manifest-path "$repo/plugins/Cargo.toml" \
+    --workspace --release --target "$triple" \
+    --target-dir "$target_dir"
+
+mkdir -p "$out_dir"
+built="$target_dir/$triple/release"
+# Package names from the workspace members' manifests: `name = "..."` in [package].
+while IFS= read -r manifest; do
+    name="$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$manifest" | head -n 1)"
+    artifact="$built/${name//-/_}.wasm"
+    if [[ ! -f "$artifact" ]]; then
+        echo "error: $artifact was not built (package $name, $manifest)" >&2
+        exit 1
+    fi
+    # A component starts with "\0asm" and the component-model layer 0x0d 0x00 0x01 0x00;
+    # a core module (0x01 0x00 0x00 0x00) would mean the toolchain did not componentize.
+    magic="$(head -c 8 "$artifact" | od -An -tx1 | tr -d ' \n')"
+    if [[ "$magic" != "0061736d0d000100" ]]; then
+        echo "error: $artifact is not a WebAssembly component (header $magic)" >&2
+        exit 1
+    fi
+    cp "$artifact" "$out_dir/$name.wasm"
+    echo "$out_dir/$name.wasm"
+done < <(find "$repo/plugins" -name Cargo.toml -not -path "$repo/plugins/Cargo.toml" \
+    -not -path "*/target/*" | sort)
