@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The one command that sets up and passes every test, on a fresh machine or in CI:
+# toolchain target, local RabbitMQ and PostgreSQL, fmt, plugins, clippy, all tests.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+
+echo "== toolchain"
+rustup target add wasm32-wasip2 >/dev/null
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+echo "== services"
+CARTEIRO_TEST_AMQP_URL="$(scripts/rabbitmq.sh start | tail -n 1)"
+CARTEIRO_TEST_POSTGRES_URL="$(scripts/postgres.sh start | tail -n 1)"
+export CARTEIRO_TEST_AMQP_URL CARTEIRO_TEST_POSTGRES_URL
+echo "rabbitmq:   $CARTEIRO_TEST_AMQP_URL"
+echo "postgresql: $CARTEIRO_TEST_POSTGRES_URL"
+
+echo "== fmt"
+cargo fmt --all --check
+(cd plugins && cargo fmt --all --check)
+
+echo "== plugins (wasm32-wasip2 components)"
+scripts/build-plugins.sh
+
+echo "== clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+
+echo "== tests"
+cargo test --workspace
+(cd plugins && cargo test --workspace)
