@@ -65,7 +65,11 @@ setup_env() {
 
 ctl() { "$RMQ_BIN/rabbitmqctl" -n "$NODE" "$@"; }
 
-is_up() { timeout 15 "$RMQ_BIN/rabbitmqctl" -n "$NODE" ping >/dev/null 2>&1; }
+# No live pid means down; skip the CLI, which takes seconds to give up on a missing node.
+is_up() {
+    server_pid >/dev/null || return 1
+    timeout 15 "$RMQ_BIN/rabbitmqctl" -n "$NODE" ping >/dev/null 2>&1
+}
 
 server_pid() {
     local pid

@@ -75,6 +75,10 @@ pub async fn connect(url: &str, opts: &ConnectOptions) -> Result<Connection, Bro
             url: redacted.clone(),
             reason: scrub(&reason.replace(url, &redacted), url),
         })?;
+    // amq-protocol-uri 10.6 turns an IPv6 literal host into "localhost"; put it back.
+    if let Some(host) = ipv6_host(url) {
+        uri.authority.host = host;
+    }
     // The URI's query is the only place lapin 4 takes a client heartbeat from.
     uri.query.heartbeat = Some(u16::try_from(opts.heartbeat.as_secs()).unwrap_or(u16::MAX));
     uri.query.connection_timeout = Some(
@@ -116,6 +120,14 @@ pub fn redact_url(url: &str) -> String {
         Some(colon) => format!("{scheme}{}:***@{}", &userinfo[..colon], &rest[at + 1..]),
         None => url.to_owned(),
     }
+}
+
+/// `::1` from `amqp://u:p@[::1]:5672/v`.
+fn ipv6_host(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rfind('@').map_or(rest, |at| &rest[at + 1..]);
+    let inner = rest.strip_prefix('[')?;
+    Some(inner[..inner.find(']')?].to_owned())
 }
 
 /// Removes the URL's password (raw and percent-decoded) from any error text.
@@ -192,6 +204,16 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn ipv6_literal_hosts_survive() {
+        assert_eq!(
+            ipv6_host("amqp://u:p@[::1]:5672/%2f").as_deref(),
+            Some("::1")
+        );
+        assert_eq!(ipv6_host("amqp://[fe80::1]/v").as_deref(), Some("fe80::1"));
+        assert_eq!(ipv6_host("amqp://u:p@127.0.0.1:5672/%2f"), None);
     }
 
     #[test]

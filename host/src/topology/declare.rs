@@ -56,6 +56,15 @@ pub async fn declare_route(
             ))
         })?;
     }
+    for b in &t.bindings {
+        for (what, name) in [("exchange", &b.exchange), ("binding key", &b.routing_key)] {
+            if name.len() > 255 {
+                return Err(invalid(format!(
+                    "a binding's {what} is longer than AMQP's 255 bytes"
+                )));
+            }
+        }
+    }
 
     // Dead-letter target first, so nothing the work queue dead-letters is ever dropped.
     declare_exchange(conn, &dlx, ExchangeKind::Fanout).await?;
