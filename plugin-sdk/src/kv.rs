@@ -46,8 +46,9 @@ pub fn get_string(key: &str) -> Result<Option<String>, KvError> {
 pub fn get_json<T: DeserializeOwned>(key: &str) -> Result<Option<T>, KvError> {
     get(key)?
         .map(|bytes| {
-            serde_json::from_slice(&bytes)
-                .map_err(|e| KvError::Codec(format!("value of `{key}` is not the expected JSON: {e}")))
+            serde_json::from_slice(&bytes).map_err(|e| {
+                KvError::Codec(format!("value of `{key}` is not the expected JSON: {e}"))
+            })
         })
         .transpose()
 }

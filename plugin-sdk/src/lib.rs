@@ -106,9 +106,7 @@ macro_rules! export_handler {
 
             #[cfg(target_arch = "wasm32")]
             impl $crate::bindings::Guest for CarteiroHandler {
-                fn handle(
-                    message: $crate::bindings::Message,
-                ) -> $crate::bindings::Verdict {
+                fn handle(message: $crate::bindings::Message) -> $crate::bindings::Verdict {
                     $crate::__private::dispatch(HANDLER, message)
                 }
             }

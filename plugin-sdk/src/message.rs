@@ -160,7 +160,10 @@ impl fmt::Display for BodyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::NotUtf8 { valid_up_to } => {
-                write!(f, "body is not UTF-8 (invalid byte at offset {valid_up_to})")
+                write!(
+                    f,
+                    "body is not UTF-8 (invalid byte at offset {valid_up_to})"
+                )
             }
             Self::Json(e) => e.fmt(f),
         }

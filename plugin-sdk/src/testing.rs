@@ -263,7 +263,10 @@ mod tests {
         MockHost::reset();
         run(counting, Message::new("k", "x"));
         for verdict in ["retry", "dead"] {
-            let out = run(counting, Message::new("k", "x").with_header("verdict", verdict));
+            let out = run(
+                counting,
+                Message::new("k", "x").with_header("verdict", verdict),
+            );
             assert!(!out.verdict.is_ack());
             assert_eq!(out.events.len(), 1, "the run still reports what it tried");
             assert_eq!(MockHost::kv_string("runs").as_deref(), Some("1"));
@@ -300,7 +303,10 @@ mod tests {
                 other => panic!("unexpected {other:?}"),
             }
         }
-        assert_eq!(run(two_events, Message::default()).verdict.reason(), Some("limit"));
+        assert_eq!(
+            run(two_events, Message::default()).verdict.reason(),
+            Some("limit")
+        );
         assert!(matches!(
             outbox::emit(outbox::Event::new("ex", "bad\0key", "")),
             Err(OutboxError::InvalidEvent(_))

@@ -137,10 +137,5 @@ pub(crate) fn config_get(name: &str) -> Option<String> {
 }
 
 pub(crate) fn config_all() -> Vec<(String, String)> {
-    with(|s| {
-        s.vars
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
-    })
+    with(|s| s.vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
 }
