@@ -3,16 +3,20 @@
 
 use crate::gateway::GatewayHandle;
 use crate::store::DeadLetterFilter;
+use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
-use axum::Router;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 /// Serves until `stop`.
-pub async fn serve(listener: tokio::net::TcpListener, handle: GatewayHandle, stop: CancellationToken) -> anyhow::Result<()> {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    handle: GatewayHandle,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
@@ -37,7 +41,10 @@ async fn ready(State(h): State<GatewayHandle>) -> Response {
 
 async fn metrics(State(h): State<GatewayHandle>) -> Response {
     (
-        [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            "content-type",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         h.metrics.encode(),
     )
         .into_response()
@@ -62,7 +69,12 @@ async fn dlq_list(State(h): State<GatewayHandle>, Query(q): Query<ListQuery>) ->
         ..Default::default()
     };
     match h.store.dead_letters_list(&filter).await {
-        Ok(rows) => Json(rows.iter().map(crate::dlq::summary_json).collect::<Vec<_>>()).into_response(),
+        Ok(rows) => Json(
+            rows.iter()
+                .map(crate::dlq::summary_json)
+                .collect::<Vec<_>>(),
+        )
+        .into_response(),
         Err(e) => store_error(e),
     }
 }
@@ -80,7 +92,9 @@ async fn dlq_stats(State(h): State<GatewayHandle>) -> Response {
         Ok(stats) => Json(
             stats
                 .iter()
-                .map(|s| serde_json::json!({"route": s.route, "reason": s.reason, "count": s.count}))
+                .map(
+                    |s| serde_json::json!({"route": s.route, "reason": s.reason, "count": s.count}),
+                )
                 .collect::<Vec<_>>(),
         )
         .into_response(),

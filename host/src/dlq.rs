@@ -52,10 +52,27 @@ fn is_failure_header(name: &str) -> bool {
 }
 
 /// Publishes the dead letter back to its route's queue (confirmed) and marks it replayed.
-pub async fn replay(store: &Store, publisher: &ConfirmedPublisher, d: &DeadLetter, timeout: Duration) -> anyhow::Result<()> {
-    let prop = |name: &str| d.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-    let headers = table_from_text(d.headers.iter().filter(|(k, _)| !is_failure_header(k)).cloned())?;
-    let mut properties = BasicProperties::default().with_headers(headers).with_delivery_mode(2);
+pub async fn replay(
+    store: &Store,
+    publisher: &ConfirmedPublisher,
+    d: &DeadLetter,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let prop = |name: &str| {
+        d.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let headers = table_from_text(
+        d.headers
+            .iter()
+            .filter(|(k, _)| !is_failure_header(k))
+            .cloned(),
+    )?;
+    let mut properties = BasicProperties::default()
+        .with_headers(headers)
+        .with_delivery_mode(2);
     if let Some(id) = prop(PROP_MESSAGE_ID) {
         properties = properties.with_message_id(id.as_str().into());
     }
@@ -77,12 +94,20 @@ pub async fn replay(store: &Store, publisher: &ConfirmedPublisher, d: &DeadLette
             timeout,
         )
         .await
-        .map_err(|e| anyhow::anyhow!("replay of dead letter {} to queue `{}` failed: {e}", d.id, d.route))?;
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "replay of dead letter {} to queue `{}` failed: {e}",
+                d.id,
+                d.route
+            )
+        })?;
     store.dead_letter_mark_replayed(d.id).await?;
     Ok(())
 }
 
 /// Opens a publisher for replays.
-pub async fn replay_publisher(conn: std::sync::Arc<lapin::Connection>) -> anyhow::Result<ConfirmedPublisher> {
+pub async fn replay_publisher(
+    conn: std::sync::Arc<lapin::Connection>,
+) -> anyhow::Result<ConfirmedPublisher> {
     Ok(ConfirmedPublisher::open(conn, PublisherOptions { lanes: 8 }).await?)
 }

@@ -15,7 +15,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Loads every plugin of the config (digests checked) into one runtime.
-pub fn load_plugins(config: &Config) -> anyhow::Result<(Arc<Runtime>, BTreeMap<String, Arc<Plugin>>)> {
+pub fn load_plugins(
+    config: &Config,
+) -> anyhow::Result<(Arc<Runtime>, BTreeMap<String, Arc<Plugin>>)> {
     let runtime = Runtime::new(config.runtime.max_instances)
         .map_err(|e| anyhow::anyhow!("cannot start the wasm runtime: {e:#}"))?;
     let mut plugins = BTreeMap::new();
@@ -26,7 +28,14 @@ pub fn load_plugins(config: &Config) -> anyhow::Result<(Arc<Runtime>, BTreeMap<S
             max_host_calls: p.max_host_calls,
             max_events: p.max_events,
         };
-        let plugin = Plugin::load(&runtime, name, &p.path, p.sha256.as_deref(), limits, p.variables.clone())?;
+        let plugin = Plugin::load(
+            &runtime,
+            name,
+            &p.path,
+            p.sha256.as_deref(),
+            limits,
+            p.variables.clone(),
+        )?;
         tracing::info!(plugin = %name, sha256 = plugin.digest(), "plugin loaded");
         plugins.insert(name.clone(), Arc::new(plugin));
     }
@@ -38,7 +47,10 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
     let store = Store::connect(&config.store.url, config.store.max_connections)
         .await
         .with_context(|| format!("cannot open the store at {}", redact_url(&config.store.url)))?;
-    store.migrate().await.context("cannot apply database migrations")?;
+    store
+        .migrate()
+        .await
+        .context("cannot apply database migrations")?;
     Ok(store)
 }
 
@@ -73,7 +85,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let committer = GroupCommitter::spawn(store.clone(), config.store.commit_batch);
     let gate = StoreGate::new(store.clone());
     let stop = CancellationToken::new();
-    let handle = GatewayHandle { metrics: metrics.clone(), store: store.clone(), committer: committer.clone(), gate: gate.clone() };
+    let handle = GatewayHandle {
+        metrics: metrics.clone(),
+        store: store.clone(),
+        committer: committer.clone(),
+        gate: gate.clone(),
+    };
 
     let mut tasks = tokio::task::JoinSet::new();
     for route in &config.routes {
@@ -82,18 +99,39 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             .cloned()
             .with_context(|| format!("route `{}` names unknown plugin", route.queue))?;
         let publish_timeout = config.broker.publish_timeout;
-        let ctx = RouteContext::new(route, plugin, store.clone(), committer.clone(), gate.clone(), publish_timeout, metrics.clone())
-            .map_err(|e| anyhow::anyhow!("route `{}`: {e}", route.queue))?;
+        let ctx = RouteContext::new(
+            route,
+            plugin,
+            store.clone(),
+            committer.clone(),
+            gate.clone(),
+            publish_timeout,
+            metrics.clone(),
+        )
+        .map_err(|e| anyhow::anyhow!("route `{}`: {e}", route.queue))?;
         let settings = broker_settings(&config, &format!("carteiro route {}", route.queue));
         let stop = stop.clone();
-        tasks.spawn(async move { run_route(Arc::new(ctx), settings, stop).await.map_err(anyhow::Error::from) });
+        tasks.spawn(async move {
+            run_route(Arc::new(ctx), settings, stop)
+                .await
+                .map_err(anyhow::Error::from)
+        });
     }
     if config.relay.enabled {
-        let relay = crate::relay::Relay::new(&config, store.clone(), metrics.clone(), Some(committer.outbox_committed()));
+        let relay = crate::relay::Relay::new(
+            &config,
+            store.clone(),
+            metrics.clone(),
+            Some(committer.outbox_committed()),
+        );
         let stop = stop.clone();
         tasks.spawn(async move { relay.run(stop).await });
     }
-    tasks.spawn(crate::housekeeping::run(config.clone(), store.clone(), stop.clone()));
+    tasks.spawn(crate::housekeeping::run(
+        config.clone(),
+        store.clone(),
+        stop.clone(),
+    ));
     if !config.admin.listen.is_empty() {
         let listener = tokio::net::TcpListener::bind(&config.admin.listen)
             .await

@@ -15,13 +15,15 @@ pub async fn run(config: Config, store: Store, stop: CancellationToken) -> anyho
             _ = stop.cancelled() => return Ok(()),
             _ = tick.tick() => {}
         }
-        let inbox_cutoff = now_ms() - i64::try_from(config.store.inbox_retention.as_millis()).unwrap_or(i64::MAX);
+        let inbox_cutoff =
+            now_ms() - i64::try_from(config.store.inbox_retention.as_millis()).unwrap_or(i64::MAX);
         match store.inbox_purge_before(inbox_cutoff).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(rows = n, "expired idempotency records deleted"),
             Err(e) => tracing::warn!(error = %e, "inbox retention cleanup failed; will retry"),
         }
-        let outbox_cutoff = now_ms() - i64::try_from(config.relay.retention.as_millis()).unwrap_or(i64::MAX);
+        let outbox_cutoff =
+            now_ms() - i64::try_from(config.relay.retention.as_millis()).unwrap_or(i64::MAX);
         match store.outbox_purge_published_before(outbox_cutoff).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(rows = n, "published outbox rows deleted"),

@@ -7,7 +7,9 @@ use tracing_subscriber::EnvFilter;
 
 fn init_tracing(json: bool) {
     let filter = EnvFilter::try_from_env("CARTEIRO_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if json {
         builder.json().init();
     } else {

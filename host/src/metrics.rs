@@ -50,23 +50,63 @@ impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("carteiro");
         let deliveries = Family::<Outcome, Counter>::default();
-        let delivery_seconds = Family::<Route, Histogram>::new_with_constructor(seconds_histogram as fn() -> Histogram);
-        let handler_seconds = Family::<Route, Histogram>::new_with_constructor(seconds_histogram as fn() -> Histogram);
+        let delivery_seconds = Family::<Route, Histogram>::new_with_constructor(
+            seconds_histogram as fn() -> Histogram,
+        );
+        let handler_seconds = Family::<Route, Histogram>::new_with_constructor(
+            seconds_histogram as fn() -> Histogram,
+        );
         let plugin_failures = Family::<Failure, Counter>::default();
         let conflicts = Family::<Route, Counter>::default();
         let dead_letters_archived = Family::<Route, Counter>::default();
         let connected = Family::<Route, Gauge>::default();
         let outbox_published = Counter::default();
         let outbox_failed = Counter::default();
-        registry.register("deliveries", "Deliveries settled, by outcome", deliveries.clone());
-        registry.register("delivery_seconds", "Receipt to settlement", delivery_seconds.clone());
-        registry.register("handler_seconds", "One plugin handle call", handler_seconds.clone());
-        registry.register("plugin_failures", "Classified plugin failures", plugin_failures.clone());
-        registry.register("kv_conflicts", "Handler re-runs after kv conflicts", conflicts.clone());
-        registry.register("dead_letters_archived", "Dead letters stored", dead_letters_archived.clone());
-        registry.register("route_connected", "1 while the route is consuming", connected.clone());
-        registry.register("outbox_published", "Outbox rows confirmed", outbox_published.clone());
-        registry.register("outbox_publish_failures", "Outbox publishes that failed", outbox_failed.clone());
+        registry.register(
+            "deliveries",
+            "Deliveries settled, by outcome",
+            deliveries.clone(),
+        );
+        registry.register(
+            "delivery_seconds",
+            "Receipt to settlement",
+            delivery_seconds.clone(),
+        );
+        registry.register(
+            "handler_seconds",
+            "One plugin handle call",
+            handler_seconds.clone(),
+        );
+        registry.register(
+            "plugin_failures",
+            "Classified plugin failures",
+            plugin_failures.clone(),
+        );
+        registry.register(
+            "kv_conflicts",
+            "Handler re-runs after kv conflicts",
+            conflicts.clone(),
+        );
+        registry.register(
+            "dead_letters_archived",
+            "Dead letters stored",
+            dead_letters_archived.clone(),
+        );
+        registry.register(
+            "route_connected",
+            "1 while the route is consuming",
+            connected.clone(),
+        );
+        registry.register(
+            "outbox_published",
+            "Outbox rows confirmed",
+            outbox_published.clone(),
+        );
+        registry.register(
+            "outbox_publish_failures",
+            "Outbox publishes that failed",
+            outbox_failed.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             deliveries,
@@ -85,41 +125,66 @@ impl Default for Metrics {
 impl Metrics {
     pub fn delivery(&self, route: &str, outcome: &str, took: Duration) {
         self.deliveries
-            .get_or_create(&Outcome { route: route.into(), outcome: outcome.into() })
+            .get_or_create(&Outcome {
+                route: route.into(),
+                outcome: outcome.into(),
+            })
             .inc();
         self.delivery_seconds
-            .get_or_create(&Route { route: route.into() })
+            .get_or_create(&Route {
+                route: route.into(),
+            })
             .observe(took.as_secs_f64());
     }
 
     pub fn handler_duration(&self, route: &str, took: Duration) {
         self.handler_seconds
-            .get_or_create(&Route { route: route.into() })
+            .get_or_create(&Route {
+                route: route.into(),
+            })
             .observe(took.as_secs_f64());
     }
 
     pub fn plugin_failure(&self, route: &str, kind: &str) {
         self.plugin_failures
-            .get_or_create(&Failure { route: route.into(), kind: kind.into() })
+            .get_or_create(&Failure {
+                route: route.into(),
+                kind: kind.into(),
+            })
             .inc();
     }
 
     pub fn conflict(&self, route: &str) {
-        self.conflicts.get_or_create(&Route { route: route.into() }).inc();
+        self.conflicts
+            .get_or_create(&Route {
+                route: route.into(),
+            })
+            .inc();
     }
 
     pub fn dead_letter_archived(&self, route: &str) {
-        self.dead_letters_archived.get_or_create(&Route { route: route.into() }).inc();
+        self.dead_letters_archived
+            .get_or_create(&Route {
+                route: route.into(),
+            })
+            .inc();
     }
 
     pub fn set_connected(&self, route: &str, up: bool) {
-        self.connected.get_or_create(&Route { route: route.into() }).set(i64::from(up));
+        self.connected
+            .get_or_create(&Route {
+                route: route.into(),
+            })
+            .set(i64::from(up));
     }
 
     /// Number of deliveries settled with `outcome` on `route` (for tests and the CLI).
     pub fn delivered(&self, route: &str, outcome: &str) -> u64 {
         self.deliveries
-            .get_or_create(&Outcome { route: route.into(), outcome: outcome.into() })
+            .get_or_create(&Outcome {
+                route: route.into(),
+                outcome: outcome.into(),
+            })
             .get()
     }
 

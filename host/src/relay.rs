@@ -5,7 +5,10 @@
 //! `LISTEN/NOTIFY` across processes, and by a poll interval as a backstop.
 
 use crate::broker::headers::table_from_text;
-use crate::broker::{ConfirmedPublisher, ConnectOptions, JitteredBackoff, Outgoing, PublishError, PublisherOptions, connect};
+use crate::broker::{
+    ConfirmedPublisher, ConnectOptions, JitteredBackoff, Outgoing, PublishError, PublisherOptions,
+    connect,
+};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::headers::now_ms;
@@ -48,7 +51,12 @@ enum BatchError {
 
 impl Relay {
     /// A relay for `config`; `wake` is notified by the in-process committer.
-    pub fn new(config: &Config, store: Store, metrics: Arc<Metrics>, wake: Option<Arc<Notify>>) -> Self {
+    pub fn new(
+        config: &Config,
+        store: Store,
+        metrics: Arc<Metrics>,
+        wake: Option<Arc<Notify>>,
+    ) -> Self {
         Self {
             store,
             metrics,
@@ -64,14 +72,22 @@ impl Relay {
             max_in_flight: config.relay.max_in_flight.max(1),
             poll_interval: config.relay.poll_interval,
             reconnect_max: config.broker.reconnect_max_backoff,
-            owner: format!("relay-{}-{}", std::process::id(), uuid::Uuid::now_v7().simple()),
+            owner: format!(
+                "relay-{}-{}",
+                std::process::id(),
+                uuid::Uuid::now_v7().simple()
+            ),
         }
     }
 
     /// Runs until `stop`.
     pub async fn run(self, stop: CancellationToken) -> anyhow::Result<()> {
         if self.store.backend() == Backend::Postgres {
-            tokio::spawn(listen_for_commits(self.store_url.clone(), self.wake.clone(), stop.clone()));
+            tokio::spawn(listen_for_commits(
+                self.store_url.clone(),
+                self.wake.clone(),
+                stop.clone(),
+            ));
         }
         let mut backoff = JitteredBackoff::new(Duration::from_millis(100), self.reconnect_max);
         while !stop.is_cancelled() {
@@ -136,9 +152,15 @@ impl Relay {
         }
         let mut by_key: BTreeMap<String, Vec<OutboxRow>> = BTreeMap::new();
         for row in rows {
-            by_key.entry(row.ordering_key.clone()).or_default().push(row);
+            by_key
+                .entry(row.ordering_key.clone())
+                .or_default()
+                .push(row);
         }
-        let mut chains: FuturesUnordered<_> = by_key.into_values().map(|chain| self.publish_chain(publisher, chain)).collect();
+        let mut chains: FuturesUnordered<_> = by_key
+            .into_values()
+            .map(|chain| self.publish_chain(publisher, chain))
+            .collect();
         let mut first_error = None;
         while let Some(result) = chains.next().await {
             if let Err(e) = result {
@@ -157,9 +179,16 @@ impl Relay {
     }
 
     /// Publishes rows of one ordering key in order, stopping at the first failure.
-    async fn publish_chain(&self, publisher: &ConfirmedPublisher, chain: Vec<OutboxRow>) -> Result<(), BatchError> {
+    async fn publish_chain(
+        &self,
+        publisher: &ConfirmedPublisher,
+        chain: Vec<OutboxRow>,
+    ) -> Result<(), BatchError> {
         for row in chain {
-            match publisher.publish(outgoing(&row), self.publish_timeout).await {
+            match publisher
+                .publish(outgoing(&row), self.publish_timeout)
+                .await
+            {
                 Ok(()) => {
                     self.metrics.outbox_published.inc();
                     self.store

@@ -3,7 +3,9 @@
 
 use crate::support::plugin;
 use carteiro::cli::MemoryKv;
-use carteiro::runtime::{Header, LoadError, Message, Plugin, PluginFailure, PluginLimits, Runtime, Verdict};
+use carteiro::runtime::{
+    Header, LoadError, Message, Plugin, PluginFailure, PluginLimits, Runtime, Verdict,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,7 +20,10 @@ fn limits(timeout_ms: u64) -> PluginLimits {
 }
 
 fn load(runtime: &Arc<Runtime>, name: &str, vars: &[(&str, &str)]) -> Plugin {
-    let vars: BTreeMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let vars: BTreeMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     Plugin::load(runtime, name, &plugin(name), None, limits(1_000), vars).expect("plugin loads")
 }
 
@@ -27,7 +32,10 @@ fn message(body: &str) -> Message {
         id: Some("m-1".into()),
         exchange: "matriculas".into(),
         routing_key: "matricula.confirmada".into(),
-        headers: vec![Header { name: "x-test".into(), value: "1".into() }],
+        headers: vec![Header {
+            name: "x-test".into(),
+            value: "1".into(),
+        }],
         content_type: Some("application/json".into()),
         body: body.as_bytes().to_vec(),
         attempt: 1,
@@ -36,7 +44,9 @@ fn message(body: &str) -> Message {
 }
 
 async fn run(plugin: &Plugin, body: &str) -> Result<carteiro::runtime::Invocation, PluginFailure> {
-    plugin.handle(&message(body), Arc::new(MemoryKv::default())).await
+    plugin
+        .handle(&message(body), Arc::new(MemoryKv::default()))
+        .await
 }
 
 const GOOD: &str = r#"{"matricula_id":"M1","usuario_id":"U1","curso_id":"C1"}"#;
@@ -47,18 +57,42 @@ async fn enrollment_acks_with_kv_record_and_three_events() {
     let plugin = load(&runtime, "enrollment", &[]);
     let out = run(&plugin, GOOD).await.expect("no failure");
     assert!(matches!(out.verdict, Verdict::Ack), "{:?}", out.verdict);
-    assert!(out.effects.writes.contains_key("matricula/M1"), "{:?}", out.effects.writes.keys());
-    let keys: Vec<&str> = out.effects.events.iter().map(|e| e.routing_key.as_str()).collect();
-    assert_eq!(keys, ["acesso.liberado", "fatura.solicitada", "email.solicitado"]);
-    assert!(out.effects.events.iter().all(|e| e.exchange == "carteiro.events"));
-    assert!(out.effects.events.iter().all(|e| e.event_id.get_version_num() == 7));
+    assert!(
+        out.effects.writes.contains_key("matricula/M1"),
+        "{:?}",
+        out.effects.writes.keys()
+    );
+    let keys: Vec<&str> = out
+        .effects
+        .events
+        .iter()
+        .map(|e| e.routing_key.as_str())
+        .collect();
+    assert_eq!(
+        keys,
+        ["acesso.liberado", "fatura.solicitada", "email.solicitado"]
+    );
+    assert!(
+        out.effects
+            .events
+            .iter()
+            .all(|e| e.exchange == "carteiro.events")
+    );
+    assert!(
+        out.effects
+            .events
+            .iter()
+            .all(|e| e.event_id.get_version_num() == 7)
+    );
 }
 
 #[tokio::test]
 async fn enrollment_dead_letters_malformed_payload_naming_the_field() {
     let runtime = Runtime::new(8).expect("runtime");
     let plugin = load(&runtime, "enrollment", &[]);
-    let out = run(&plugin, r#"{"matricula_id":"M1","usuario_id":"U1"}"#).await.expect("no failure");
+    let out = run(&plugin, r#"{"matricula_id":"M1","usuario_id":"U1"}"#)
+        .await
+        .expect("no failure");
     match out.verdict {
         Verdict::DeadLetter(reason) => assert!(reason.contains("curso_id"), "{reason}"),
         other => panic!("expected dead-letter, got {other:?}"),
@@ -90,11 +124,25 @@ async fn fixtures_fail_classified_and_the_host_stays_healthy() {
         other => panic!("trap: {other:?}"),
     }
 
-    let spin = Plugin::load(&runtime, "fixture-spin", &plugin("fixture-spin"), None, limits(300), BTreeMap::new()).expect("load");
+    let spin = Plugin::load(
+        &runtime,
+        "fixture-spin",
+        &plugin("fixture-spin"),
+        None,
+        limits(300),
+        BTreeMap::new(),
+    )
+    .expect("load");
     let started = Instant::now();
-    assert_eq!(run(&spin, "{}").await.err(), Some(PluginFailure::Timeout(Duration::from_millis(300))));
+    assert_eq!(
+        run(&spin, "{}").await.err(),
+        Some(PluginFailure::Timeout(Duration::from_millis(300)))
+    );
     let took = started.elapsed();
-    assert!(took < Duration::from_millis(300 + 250), "timeout fired late: {took:?}");
+    assert!(
+        took < Duration::from_millis(300 + 250),
+        "timeout fired late: {took:?}"
+    );
 
     match run(&load(&runtime, "fixture-hog", &[]), "{}").await {
         Err(PluginFailure::Memory(msg)) => assert!(msg.contains("memory limit"), "{msg}"),
@@ -104,7 +152,10 @@ async fn fixtures_fail_classified_and_the_host_stays_healthy() {
         Err(PluginFailure::Trap(msg)) => assert!(msg.contains("stack overflow"), "{msg}"),
         other => panic!("recurse: {other:?}"),
     }
-    assert_eq!(run(&load(&runtime, "fixture-flood", &[]), "{}").await.err(), Some(PluginFailure::HostCallLimit(1_000)));
+    assert_eq!(
+        run(&load(&runtime, "fixture-flood", &[]), "{}").await.err(),
+        Some(PluginFailure::HostCallLimit(1_000))
+    );
 
     // After all of that, the same runtime still serves healthy plugins.
     let out = run(&noop, "{}").await.expect("noop still runs");
@@ -120,7 +171,10 @@ async fn concurrent_deliveries_get_isolated_instances() {
         let plugin = plugin.clone();
         tasks.spawn(async move {
             let body = format!(r#"{{"matricula_id":"M{i}","usuario_id":"U","curso_id":"C"}}"#);
-            let out = plugin.handle(&message(&body), Arc::new(MemoryKv::default())).await.expect("ok");
+            let out = plugin
+                .handle(&message(&body), Arc::new(MemoryKv::default()))
+                .await
+                .expect("ok");
             (i, out.effects.writes.keys().cloned().collect::<Vec<_>>())
         });
     }
@@ -134,9 +188,16 @@ async fn concurrent_deliveries_get_isolated_instances() {
 fn digest_mismatch_is_refused_at_load() {
     let runtime = Runtime::new(2).expect("runtime");
     let wrong = "0".repeat(64);
-    let err = Plugin::load(&runtime, "noop", &plugin("noop"), Some(&wrong), limits(100), BTreeMap::new())
-        .err()
-        .expect("must refuse");
+    let err = Plugin::load(
+        &runtime,
+        "noop",
+        &plugin("noop"),
+        Some(&wrong),
+        limits(100),
+        BTreeMap::new(),
+    )
+    .err()
+    .expect("must refuse");
     assert!(matches!(err, LoadError::DigestMismatch { .. }));
     let text = err.to_string();
     assert!(text.contains("sha256") && text.contains(&wrong), "{text}");
@@ -148,14 +209,25 @@ fn core_module_and_wrong_world_are_refused_with_clear_errors() {
     let dir = tempfile::tempdir().expect("tempdir");
     let core = dir.path().join("core.wasm");
     std::fs::write(&core, b"\0asm\x01\0\0\0").expect("write");
-    let err = Plugin::load(&runtime, "core", &core, None, limits(100), BTreeMap::new()).err().expect("refused");
+    let err = Plugin::load(&runtime, "core", &core, None, limits(100), BTreeMap::new())
+        .err()
+        .expect("refused");
     assert!(matches!(err, LoadError::NotAComponent { .. }), "{err}");
     assert!(err.to_string().contains("wasm32-wasip2"), "{err}");
 
     // An empty component is a valid component that exports nothing.
     let empty = dir.path().join("empty.wasm");
     std::fs::write(&empty, b"\0asm\x0d\0\x01\0").expect("write");
-    let err = Plugin::load(&runtime, "empty", &empty, None, limits(100), BTreeMap::new()).err().expect("refused");
+    let err = Plugin::load(
+        &runtime,
+        "empty",
+        &empty,
+        None,
+        limits(100),
+        BTreeMap::new(),
+    )
+    .err()
+    .expect("refused");
     assert!(matches!(err, LoadError::WrongWorld { .. }), "{err}");
     assert!(err.to_string().contains("carteiro:handler@0.1.0"), "{err}");
 }

@@ -44,7 +44,10 @@ where
         if let Some(value) = check().await {
             return value;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -54,4 +57,214 @@ pub fn load_config(dir: &Path, toml: &str) -> Config {
     let path = dir.join("carteiro.toml");
     std::fs::write(&path, toml).expect("write config");
     config::load(&path).unwrap_or_else(|e| panic!("test config invalid: {e}"))
+}
+
+/// A gateway running in-process on its own queues and database.
+pub struct Gateway {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    /// A second connection to the gateway's store, for assertions.
+    pub store: carteiro::store::Store,
+    pub dir: tempfile::TempDir,
+}
+
+impl Gateway {
+    /// Starts `carteiro run` on `toml` (written to a temp dir; `{dir}` is replaced by it).
+    pub async fn start(toml: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let toml = toml.replace("{dir}", &dir.path().display().to_string());
+        let config = load_config(dir.path(), &toml);
+        let store = carteiro::gateway::open_store(&config).await.expect("store");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(carteiro::gateway::run(config, async move {
+            let _ = stopped.await;
+        }));
+        Self {
+            stop: Some(stop),
+            task,
+            store,
+            dir,
+        }
+    }
+
+    /// Graceful shutdown, bounded.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let result = tokio::time::timeout(Duration::from_secs(60), &mut self.task)
+            .await
+            .expect("gateway stops within 60s");
+        result
+            .expect("gateway task")
+            .expect("gateway ran without error");
+    }
+}
+
+/// A config for one route; `extra` is appended inside the route table.
+pub fn route_config(
+    queue: &str,
+    plugin_name: &str,
+    exchange: &str,
+    vars: &str,
+    extra: &str,
+) -> String {
+    format!(
+        r##"
+version = 1
+[broker]
+url = "{amqp}"
+heartbeat = "5s"
+[store]
+url = "sqlite://{{dir}}/carteiro.db"
+[admin]
+listen = ""
+[relay]
+poll_interval = "200ms"
+[plugins.{plugin_name}]
+path = "{path}"
+timeout = "2s"
+memory = "32MiB"
+[plugins.{plugin_name}.variables]
+{vars}
+[[routes]]
+queue = "{queue}"
+plugin = "{plugin_name}"
+prefetch = 16
+{extra}
+[[routes.bindings]]
+exchange = "{exchange}"
+routing_key = "#"
+"##,
+        amqp = amqp_url(),
+        path = plugin(plugin_name).display(),
+    )
+}
+
+/// A plain AMQP client for tests.
+pub struct Client {
+    pub conn: lapin::Connection,
+    pub channel: lapin::Channel,
+}
+
+impl Client {
+    pub async fn connect() -> Self {
+        let conn = lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default())
+            .await
+            .expect("test client connects");
+        let channel = conn.create_channel().await.expect("channel");
+        channel
+            .confirm_select(lapin::options::ConfirmSelectOptions::default())
+            .await
+            .expect("confirms");
+        Self { conn, channel }
+    }
+
+    /// Declares a topic exchange and a queue bound to it with `#`; returns the queue name.
+    pub async fn sink(&self, exchange: &str) -> String {
+        use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+        let durable = ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        self.channel
+            .exchange_declare(
+                exchange.into(),
+                lapin::ExchangeKind::Topic,
+                durable,
+                Default::default(),
+            )
+            .await
+            .expect("declare exchange");
+        let queue = unique("sink");
+        self.channel
+            .queue_declare(
+                queue.as_str().into(),
+                QueueDeclareOptions::default(),
+                Default::default(),
+            )
+            .await
+            .expect("declare sink");
+        self.channel
+            .queue_bind(
+                queue.as_str().into(),
+                exchange.into(),
+                "#".into(),
+                QueueBindOptions::default(),
+                Default::default(),
+            )
+            .await
+            .expect("bind sink");
+        queue
+    }
+
+    /// Waits until the gateway consumes `queue` (a failed passive declare closes its
+    /// channel, so each probe uses a fresh one).
+    pub async fn wait_for_consumer(&self, queue: &str) {
+        wait_for(
+            &format!("a consumer on {queue}"),
+            Duration::from_secs(60),
+            || async {
+                let channel = self.conn.create_channel().await.ok()?;
+                let passive = lapin::options::QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                };
+                let state = channel
+                    .queue_declare(queue.into(), passive, Default::default())
+                    .await
+                    .ok()?;
+                let _ = channel.close(200, "probe".into()).await;
+                (state.consumer_count() > 0).then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Publishes and waits for the broker's confirm.
+    pub async fn publish(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        props: lapin::BasicProperties,
+        body: &[u8],
+    ) {
+        let confirm = self
+            .channel
+            .basic_publish(
+                exchange.into(),
+                routing_key.into(),
+                Default::default(),
+                body,
+                props,
+            )
+            .await
+            .expect("publish");
+        confirm.await.expect("confirm");
+    }
+
+    /// Takes every message currently in `queue` (basic.get until empty).
+    pub async fn drain(&self, queue: &str) -> Vec<lapin::message::BasicGetMessage> {
+        let mut out = Vec::new();
+        while let Some(m) = self
+            .channel
+            .basic_get(
+                queue.into(),
+                lapin::options::BasicGetOptions { no_ack: true },
+            )
+            .await
+            .expect("basic.get")
+        {
+            out.push(m);
+        }
+        out
+    }
+}
+
+/// Properties with a message id and JSON content type.
+pub fn json_props(message_id: &str) -> lapin::BasicProperties {
+    lapin::BasicProperties::default()
+        .with_message_id(message_id.into())
+        .with_content_type("application/json".into())
+        .with_delivery_mode(2)
 }

@@ -4,7 +4,7 @@ use super::ops::load_config;
 use crate::broker::connect;
 use crate::gateway::{self, broker_settings};
 use crate::store::DeadLetterFilter;
-use std::path::PathBuf;
+use std::path::Path;
 
 /// Filters shared by `list`, `replay` and `purge`.
 #[derive(Debug, clap::Args)]
@@ -29,7 +29,8 @@ impl FilterArgs {
             route: self.route.clone(),
             reason_contains: self.reason.clone(),
             since_ms: self.since.map(|d| {
-                crate::pipeline::headers::now_ms() - i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+                crate::pipeline::headers::now_ms()
+                    - i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
             }),
             limit: Some(self.limit),
             ..Default::default()
@@ -67,7 +68,7 @@ pub enum DlqCommand {
 }
 
 /// Runs a `dlq` subcommand against the config's store (and broker for replay).
-pub async fn run(config_path: &PathBuf, command: DlqCommand) -> anyhow::Result<i32> {
+pub async fn run(config_path: &Path, command: DlqCommand) -> anyhow::Result<i32> {
     let config = load_config(config_path)?;
     let store = gateway::open_store(&config).await?;
     match command {
@@ -76,12 +77,18 @@ pub async fn run(config_path: &PathBuf, command: DlqCommand) -> anyhow::Result<i
                 if json {
                     println!("{}", crate::dlq::summary_json(&d));
                 } else {
-                    println!("#{:<6} {:<24} attempts {:<3} {}", d.id, d.route, d.attempts, d.reason);
+                    println!(
+                        "#{:<6} {:<24} attempts {:<3} {}",
+                        d.id, d.route, d.attempts, d.reason
+                    );
                 }
             }
         }
         DlqCommand::Show { id } => match store.dead_letter_get(id).await? {
-            Some(d) => println!("{}", serde_json::to_string_pretty(&crate::dlq::detail_json(&d))?),
+            Some(d) => println!(
+                "{}",
+                serde_json::to_string_pretty(&crate::dlq::detail_json(&d))?
+            ),
             None => {
                 eprintln!("no dead letter with id {id}");
                 return Ok(1);
@@ -89,7 +96,10 @@ pub async fn run(config_path: &PathBuf, command: DlqCommand) -> anyhow::Result<i
         },
         DlqCommand::Stats => {
             for s in store.dead_letter_stats().await? {
-                println!("{:<24} {:>6} ({} not replayed)  {}", s.route, s.count, s.unreplayed, s.reason);
+                println!(
+                    "{:<24} {:>6} ({} not replayed)  {}",
+                    s.route, s.count, s.unreplayed, s.reason
+                );
             }
         }
         DlqCommand::Replay { id, filter } => {

@@ -48,6 +48,13 @@ pub enum Command {
     Migrate(ConfigArg),
     /// Run only the outbox relay.
     Relay(ConfigArg),
+    /// Publish one message (confirmed, mandatory) to the config's broker.
+    Publish {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[command(flatten)]
+        args: ops::PublishArgs,
+    },
     /// Inspect the outbox.
     #[command(subcommand)]
     Outbox(OutboxCommand),
@@ -83,9 +90,13 @@ pub enum PluginCommand {
 pub async fn run(cli: Cli, shutdown: impl Future<Output = ()>) -> anyhow::Result<i32> {
     match cli.command {
         Command::Run(c) => ops::run(&c.config, shutdown).await,
-        Command::Check { config, no_environment } => ops::check(&config.config, no_environment).await,
+        Command::Check {
+            config,
+            no_environment,
+        } => ops::check(&config.config, no_environment).await,
         Command::Migrate(c) => ops::migrate(&c.config).await,
         Command::Relay(c) => ops::relay(&c.config, shutdown).await,
+        Command::Publish { config, args } => ops::publish(&config.config, args).await,
         Command::Outbox(OutboxCommand::Status(c)) => ops::outbox_status(&c.config).await,
         Command::Dlq { config, command } => dlq::run(&config.config, command).await,
         Command::Plugin(PluginCommand::Test(args)) => plugin_test::run(args).await,

@@ -27,7 +27,12 @@ pub async fn run(path: &Path, shutdown: impl Future<Output = ()>) -> anyhow::Res
 /// `carteiro check`: everything `run` would refuse, without consuming anything.
 pub async fn check(path: &Path, no_environment: bool) -> anyhow::Result<i32> {
     let config = load_config(path)?;
-    println!("config   {} is valid ({} plugins, {} routes)", path.display(), config.plugins.len(), config.routes.len());
+    println!(
+        "config   {} is valid ({} plugins, {} routes)",
+        path.display(),
+        config.plugins.len(),
+        config.routes.len()
+    );
     let (_runtime, plugins) = gateway::load_plugins(&config)?;
     for (name, plugin) in &plugins {
         println!("plugin   {name}: loads, sha256 {}", plugin.digest());
@@ -38,13 +43,24 @@ pub async fn check(path: &Path, no_environment: bool) -> anyhow::Result<i32> {
     }
     let store = gateway::open_store(&config).await?;
     store.ping().await?;
-    println!("store    {} answers; migrations applied", store.redacted_url());
+    println!(
+        "store    {} answers; migrations applied",
+        store.redacted_url()
+    );
     let settings = broker_settings(&config, "carteiro check");
     let conn = connect(&settings.url, &settings.connect)
         .await
-        .with_context(|| format!("cannot connect to the broker at {}", redact_url(&settings.url)))?;
+        .with_context(|| {
+            format!(
+                "cannot connect to the broker at {}",
+                redact_url(&settings.url)
+            )
+        })?;
     for route in &config.routes {
-        let plugin = plugins.get(route.plugin_name()).cloned().context("unknown plugin")?;
+        let plugin = plugins
+            .get(route.plugin_name())
+            .cloned()
+            .context("unknown plugin")?;
         let committer = crate::store::GroupCommitter::spawn(store.clone(), 1);
         let ctx = crate::pipeline::RouteContext::new(
             route,
@@ -99,5 +115,55 @@ pub async fn outbox_status(path: &Path) -> anyhow::Result<i32> {
     }
     println!("rows with errors   {}", status.with_errors);
     println!("leased (in flight) {}", status.leased);
+    Ok(0)
+}
+
+/// Arguments of `carteiro publish`.
+#[derive(Debug, clap::Args)]
+pub struct PublishArgs {
+    /// Exchange ("" is the default exchange: the routing key is then a queue name).
+    #[arg(long, default_value = "")]
+    pub exchange: String,
+    /// Routing key.
+    #[arg(long)]
+    pub routing_key: String,
+    /// AMQP message_id (the default idempotency key).
+    #[arg(long)]
+    pub message_id: Option<String>,
+    /// Content type.
+    #[arg(long, default_value = "application/json")]
+    pub content_type: String,
+    /// The body.
+    #[arg(long)]
+    pub body: String,
+}
+
+/// `carteiro publish`: one confirmed, mandatory publish to the config's broker (smoke tests).
+pub async fn publish(path: &Path, args: PublishArgs) -> anyhow::Result<i32> {
+    use crate::broker::{ConfirmedPublisher, Outgoing, PublisherOptions};
+    let config = load_config(path)?;
+    let settings = broker_settings(&config, "carteiro publish");
+    let conn = Arc::new(connect(&settings.url, &settings.connect).await?);
+    let publisher = ConfirmedPublisher::open(conn, PublisherOptions { lanes: 1 }).await?;
+    let mut properties = lapin::BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_content_type(args.content_type.as_str().into());
+    if let Some(id) = &args.message_id {
+        properties = properties.with_message_id(id.as_str().into());
+    }
+    let outgoing = Outgoing {
+        exchange: args.exchange.clone(),
+        routing_key: args.routing_key.clone(),
+        properties,
+        body: args.body.into_bytes(),
+        mandatory: true,
+    };
+    publisher
+        .publish(outgoing, config.broker.publish_timeout)
+        .await?;
+    println!(
+        "published to exchange {:?} with routing key {:?} (confirmed)",
+        args.exchange, args.routing_key
+    );
     Ok(0)
 }

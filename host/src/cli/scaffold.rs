@@ -24,35 +24,50 @@ pub struct NewArgs {
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
 }
 
 /// Writes the crate; refuses to overwrite anything.
 pub fn run(args: NewArgs) -> anyhow::Result<i32> {
     if !valid_name(&args.name) {
-        bail!("`{}` is not a valid crate name: use lowercase letters, digits, `-` and `_`", args.name);
+        bail!(
+            "`{}` is not a valid crate name: use lowercase letters, digits, `-` and `_`",
+            args.name
+        );
     }
     let root = args.dir.join(&args.name);
     if root.exists() {
-        bail!("{} already exists; choose another name or folder", root.display());
+        bail!(
+            "{} already exists; choose another name or folder",
+            root.display()
+        );
     }
     let sdk = match args.sdk_path {
         Some(path) => path,
         None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugin-sdk"),
     };
     let sdk = sdk.canonicalize().unwrap_or(sdk);
-    let sdk_dep = format!("carteiro-sdk = {{ path = {:?} }}", sdk.display().to_string());
+    let sdk_dep = format!(
+        "carteiro-sdk = {{ path = {:?} }}",
+        sdk.display().to_string()
+    );
     let fill = |t: &str| {
         t.replace("{{name}}", &args.name)
             .replace("{{crate_name}}", &args.name.replace('-', "_"))
             .replace("{{sdk_dep}}", &sdk_dep)
             .replace("{{sdk_path}}", &sdk.display().to_string())
     };
-    std::fs::create_dir_all(root.join("src")).with_context(|| format!("cannot create {}", root.display()))?;
+    std::fs::create_dir_all(root.join("src"))
+        .with_context(|| format!("cannot create {}", root.display()))?;
     std::fs::write(root.join("Cargo.toml"), fill(CARGO_TOML))?;
     std::fs::write(root.join("src/lib.rs"), fill(LIB_RS))?;
     std::fs::write(root.join("README.md"), fill(README))?;
     println!("created {}", root.display());
-    println!("next:   cd {} && cargo test && cargo build --release --target wasm32-wasip2", root.display());
+    println!(
+        "next:   cd {} && cargo test && cargo build --release --target wasm32-wasip2",
+        root.display()
+    );
     Ok(0)
 }

@@ -29,7 +29,9 @@ pub async fn run(ctx: Arc<RouteContext>, conn: Arc<lapin::Connection>, stop: Can
         channel
             .basic_consume(
                 queue.as_str().into(),
-                format!("carteiro-archiver-{}", uuid::Uuid::now_v7().simple()).as_str().into(),
+                format!("carteiro-archiver-{}", uuid::Uuid::now_v7().simple())
+                    .as_str()
+                    .into(),
                 BasicConsumeOptions::default(),
                 FieldTable::default(),
             )
@@ -73,9 +75,21 @@ async fn archive(ctx: &RouteContext, delivery: Delivery) {
     let reason = header_text(headers, h::REASON).unwrap_or_else(|| broker_reason(&delivery));
     let mut pairs = headers.map(to_text_pairs).unwrap_or_default();
     let properties = [
-        (PROP_MESSAGE_ID, props.message_id().as_ref().map(|s| s.as_str().to_owned())),
-        (PROP_CONTENT_TYPE, props.content_type().as_ref().map(|s| s.as_str().to_owned())),
-        (PROP_CORRELATION_ID, props.correlation_id().as_ref().map(|s| s.as_str().to_owned())),
+        (
+            PROP_MESSAGE_ID,
+            props.message_id().as_ref().map(|s| s.as_str().to_owned()),
+        ),
+        (
+            PROP_CONTENT_TYPE,
+            props.content_type().as_ref().map(|s| s.as_str().to_owned()),
+        ),
+        (
+            PROP_CORRELATION_ID,
+            props
+                .correlation_id()
+                .as_ref()
+                .map(|s| s.as_str().to_owned()),
+        ),
     ];
     for (name, value) in properties {
         if let Some(value) = value {
@@ -107,7 +121,10 @@ async fn archive(ctx: &RouteContext, delivery: Delivery) {
             tokio::time::sleep(Duration::from_millis(500)).await;
             let _ = delivery
                 .acker
-                .nack(BasicNackOptions { requeue: true, ..Default::default() })
+                .nack(BasicNackOptions {
+                    requeue: true,
+                    ..Default::default()
+                })
                 .await;
         }
     }

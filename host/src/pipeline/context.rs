@@ -121,7 +121,12 @@ impl KvSource for StoreKv {
             self.0
                 .kv_get(namespace, key)
                 .await
-                .map(|found| found.map(|e| KvValue { value: e.value, version: e.version }))
+                .map(|found| {
+                    found.map(|e| KvValue {
+                        value: e.value,
+                        version: e.version,
+                    })
+                })
                 .map_err(|e| e.to_string())
         })
     }

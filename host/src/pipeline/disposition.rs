@@ -13,7 +13,8 @@ use std::time::Duration;
 pub fn original_route(delivery: &Delivery) -> (String, String) {
     let headers = delivery.properties.headers().as_ref();
     (
-        header_text(headers, h::ORIGINAL_EXCHANGE).unwrap_or_else(|| delivery.exchange.as_str().to_owned()),
+        header_text(headers, h::ORIGINAL_EXCHANGE)
+            .unwrap_or_else(|| delivery.exchange.as_str().to_owned()),
         header_text(headers, h::ORIGINAL_ROUTING_KEY)
             .unwrap_or_else(|| delivery.routing_key.as_str().to_owned()),
     )
@@ -80,7 +81,15 @@ pub async fn to_retry(
 ) -> Result<(), PublishError> {
     let mut headers = failure_headers(delivery, reason);
     set_int(&mut headers, h::ATTEMPT, i64::from(attempt) + 1);
-    publish(publisher, ctx, delivery, String::new(), ctx.retry_queue(delay), headers).await
+    publish(
+        publisher,
+        ctx,
+        delivery,
+        String::new(),
+        ctx.retry_queue(delay),
+        headers,
+    )
+    .await
 }
 
 /// Publishes to the route's dead-letter exchange with the reason and the plugin's identity.
@@ -100,5 +109,13 @@ pub async fn to_dead_letter(
     set_int(&mut headers, h::ATTEMPTS, i64::from(attempt));
     set_text(&mut headers, h::ROUTE, &ctx.queue);
     set_int(&mut headers, h::DEAD_LETTERED_AT, h::now_ms());
-    publish(publisher, ctx, delivery, ctx.dlx(), ctx.queue.clone(), headers).await
+    publish(
+        publisher,
+        ctx,
+        delivery,
+        ctx.dlx(),
+        ctx.queue.clone(),
+        headers,
+    )
+    .await
 }

@@ -36,15 +36,21 @@ impl StoreGate {
 
     /// Opens the breaker and starts one probe that closes it when the store answers.
     pub fn report_failure(&self, error: &str) {
-        let opened = self.healthy.send_if_modified(|healthy| std::mem::replace(healthy, false));
+        let opened = self
+            .healthy
+            .send_if_modified(|healthy| std::mem::replace(healthy, false));
         if !opened {
             return;
         }
-        tracing::error!(error, "store unavailable: pausing consumption until it answers");
+        tracing::error!(
+            error,
+            "store unavailable: pausing consumption until it answers"
+        );
         let store = self.store.clone();
         let healthy = self.healthy.clone();
         tokio::spawn(async move {
-            let mut backoff = JitteredBackoff::new(Duration::from_millis(200), Duration::from_secs(5));
+            let mut backoff =
+                JitteredBackoff::new(Duration::from_millis(200), Duration::from_secs(5));
             loop {
                 tokio::time::sleep(backoff.next_delay()).await;
                 match store.ping().await {

@@ -53,10 +53,21 @@ mod tests {
     fn each_source_finds_its_key() {
         let headers = vec![("x-id".to_owned(), "h1".to_owned())];
         let body = br#"{"order":{"id":42}}"#;
-        assert_eq!(extract(&KeySource::MessageId, Some("m1"), &headers, body), Ok("m1".into()));
-        assert_eq!(extract(&KeySource::Header("x-id".into()), None, &headers, body), Ok("h1".into()));
         assert_eq!(
-            extract(&KeySource::JsonPointer("/order/id".into()), None, &headers, body),
+            extract(&KeySource::MessageId, Some("m1"), &headers, body),
+            Ok("m1".into())
+        );
+        assert_eq!(
+            extract(&KeySource::Header("x-id".into()), None, &headers, body),
+            Ok("h1".into())
+        );
+        assert_eq!(
+            extract(
+                &KeySource::JsonPointer("/order/id".into()),
+                None,
+                &headers,
+                body
+            ),
             Ok("42".into())
         );
     }
@@ -68,7 +79,19 @@ mod tests {
         let err = extract(&KeySource::JsonPointer("/id".into()), None, &[], b"{oops").unwrap_err();
         assert!(err.contains("not JSON"), "{err}");
         let deep = "[".repeat(10_000);
-        assert!(extract(&KeySource::JsonPointer("/id".into()), None, &[], deep.as_bytes()).is_err());
-        assert!(extract(&KeySource::MessageId, Some("a\0b"), &[], b"").unwrap_err().contains("NUL"));
+        assert!(
+            extract(
+                &KeySource::JsonPointer("/id".into()),
+                None,
+                &[],
+                deep.as_bytes()
+            )
+            .is_err()
+        );
+        assert!(
+            extract(&KeySource::MessageId, Some("a\0b"), &[], b"")
+                .unwrap_err()
+                .contains("NUL")
+        );
     }
 }

@@ -55,10 +55,14 @@ pub async fn process(ctx: Arc<RouteContext>, publisher: ConfirmedPublisher, deli
             }
         }
         Settle::Requeue(why) => {
-            ctx.metrics.delivery(&ctx.queue, "requeued", started.elapsed());
+            ctx.metrics
+                .delivery(&ctx.queue, "requeued", started.elapsed());
             tracing::warn!(reason = %why, "requeueing delivery; nothing was committed");
             tokio::time::sleep(REQUEUE_DELAY).await;
-            let requeue = BasicNackOptions { requeue: true, ..Default::default() };
+            let requeue = BasicNackOptions {
+                requeue: true,
+                ..Default::default()
+            };
             if let Err(e) = delivery.acker.nack(requeue).await {
                 tracing::warn!(error = %e, "nack failed; the broker requeues it when the channel closes");
             }
@@ -89,21 +93,34 @@ async fn decide(
     // 1. Guards, before any plugin code runs.
     let size = delivery.data.len() as u64;
     if size > ctx.max_body_size {
-        let reason = format!("body of {size} bytes exceeds the route's max_body_size of {}", ctx.max_body_size);
+        let reason = format!(
+            "body of {size} bytes exceeds the route's max_body_size of {}",
+            ctx.max_body_size
+        );
         return dead_letter(reason, "rejected").await;
     }
     let content_type = props.content_type().as_ref().map(|c| c.as_str().to_owned());
     if let Some(required) = &ctx.content_type
         && content_type.as_deref() != Some(required.as_str())
     {
-        let reason = format!("content type {content_type:?} is not the route's required `{required}`");
+        let reason =
+            format!("content type {content_type:?} is not the route's required `{required}`");
         return dead_letter(reason, "rejected").await;
     }
 
     // 2-3. Attempt and idempotency key.
-    let headers = props.headers().as_ref().map(to_text_pairs).unwrap_or_default();
+    let headers = props
+        .headers()
+        .as_ref()
+        .map(to_text_pairs)
+        .unwrap_or_default();
     let message_id = props.message_id().as_ref().map(|s| s.as_str().to_owned());
-    let inbox_key = match key::extract(&ctx.key_source, message_id.as_deref(), &headers, &delivery.data) {
+    let inbox_key = match key::extract(
+        &ctx.key_source,
+        message_id.as_deref(),
+        &headers,
+        &delivery.data,
+    ) {
         Ok(key) => key,
         Err(why) => match ctx.on_missing_key {
             MissingKeyPolicy::DeadLetter => return dead_letter(why, "missing-key").await,
@@ -130,7 +147,10 @@ async fn decide(
         id: message_id,
         exchange,
         routing_key,
-        headers: headers.into_iter().map(|(name, value)| Header { name, value }).collect(),
+        headers: headers
+            .into_iter()
+            .map(|(name, value)| Header { name, value })
+            .collect(),
         content_type,
         body: delivery.data.clone(),
         attempt,
@@ -147,7 +167,16 @@ async fn decide(
                 let reason = failure.to_string();
                 return match ctx.on_plugin_failure {
                     FailurePolicy::Retry => {
-                        retry_or_exhaust(ctx, publisher, delivery, attempt, None, &reason, failure.kind()).await
+                        retry_or_exhaust(
+                            ctx,
+                            publisher,
+                            delivery,
+                            attempt,
+                            None,
+                            &reason,
+                            failure.kind(),
+                        )
+                        .await
                     }
                     FailurePolicy::DeadLetter => dead_letter(reason, failure.kind()).await,
                 };
@@ -166,7 +195,11 @@ async fn decide(
                     continue;
                 }
                 Ok(CommitOutcome::Rejected(why)) => {
-                    return dead_letter(format!("the store refused the handler's effects: {why}"), "rejected").await;
+                    return dead_letter(
+                        format!("the store refused the handler's effects: {why}"),
+                        "rejected",
+                    )
+                    .await;
                 }
                 Err(e) => {
                     ctx.gate.report_failure(&e);
@@ -175,12 +208,23 @@ async fn decide(
             },
             Verdict::Retry(request) => {
                 let delay = request.delay_ms.map(Duration::from_millis);
-                return retry_or_exhaust(ctx, publisher, delivery, attempt, delay, &request.reason, "retry").await;
+                return retry_or_exhaust(
+                    ctx,
+                    publisher,
+                    delivery,
+                    attempt,
+                    delay,
+                    &request.reason,
+                    "retry",
+                )
+                .await;
             }
             Verdict::DeadLetter(reason) => return dead_letter(reason.clone(), "dead-letter").await,
         }
     }
-    Settle::Requeue(format!("kv conflicts persisted over {MAX_CONFLICT_RERUNS} handler runs"))
+    Settle::Requeue(format!(
+        "kv conflicts persisted over {MAX_CONFLICT_RERUNS} handler runs"
+    ))
 }
 
 async fn retry_or_exhaust(
@@ -209,7 +253,11 @@ async fn retry_or_exhaust(
 }
 
 /// Commits inbox + kv + outbox through the group committer. `Err` is a store failure.
-async fn commit(ctx: &RouteContext, inbox_key: &str, invocation: Invocation) -> Result<CommitOutcome, String> {
+async fn commit(
+    ctx: &RouteContext,
+    inbox_key: &str,
+    invocation: Invocation,
+) -> Result<CommitOutcome, String> {
     let effects = invocation.effects;
     let plugin = ctx.plugin.name().to_owned();
     let request = CommitRequest {
@@ -219,9 +267,16 @@ async fn commit(ctx: &RouteContext, inbox_key: &str, invocation: Invocation) -> 
         reads: effects
             .reads
             .into_iter()
-            .map(|(key, observed_version)| KvRead { key, observed_version })
+            .map(|(key, observed_version)| KvRead {
+                key,
+                observed_version,
+            })
             .collect(),
-        writes: effects.writes.into_iter().map(|(key, value)| KvWrite { key, value }).collect(),
+        writes: effects
+            .writes
+            .into_iter()
+            .map(|(key, value)| KvWrite { key, value })
+            .collect(),
         outbox: effects
             .events
             .into_iter()
@@ -239,7 +294,11 @@ async fn commit(ctx: &RouteContext, inbox_key: &str, invocation: Invocation) -> 
             .collect(),
     };
     hang_if(ctx.fault, FaultPoint::HangBeforeCommit).await;
-    let outcome = ctx.committer.commit(request).await.map_err(|e| e.to_string())?;
+    let outcome = ctx
+        .committer
+        .commit(request)
+        .await
+        .map_err(|e| e.to_string())?;
     hang_if(ctx.fault, FaultPoint::HangAfterCommit).await;
     Ok(outcome)
 }

@@ -5,7 +5,9 @@
 use super::archiver;
 use super::context::RouteContext;
 use super::process::process;
-use crate::broker::{ConfirmedPublisher, ConnectOptions, JitteredBackoff, PublisherOptions, connect};
+use crate::broker::{
+    ConfirmedPublisher, ConnectOptions, JitteredBackoff, PublisherOptions, connect,
+};
 use crate::topology::{TopologyError, declare_route};
 use futures::StreamExt;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
@@ -29,7 +31,10 @@ pub struct BrokerSettings {
 #[derive(Debug, thiserror::Error)]
 pub enum RouteError {
     #[error("route `{queue}`: {source}")]
-    Topology { queue: String, source: TopologyError },
+    Topology {
+        queue: String,
+        source: TopologyError,
+    },
 }
 
 /// Runs the route until `shutdown`; returns an error only for problems retrying cannot fix.
@@ -38,7 +43,8 @@ pub async fn run_route(
     broker: BrokerSettings,
     shutdown: CancellationToken,
 ) -> Result<(), RouteError> {
-    let mut backoff = JitteredBackoff::new(Duration::from_millis(100), broker.reconnect_max_backoff);
+    let mut backoff =
+        JitteredBackoff::new(Duration::from_millis(100), broker.reconnect_max_backoff);
     while !shutdown.is_cancelled() {
         match session(&ctx, &broker, &shutdown, &mut backoff).await {
             Ok(()) => {}
@@ -78,13 +84,18 @@ async fn session(
             .await
             .map_err(|e| SessionError::Lost(e.to_string()))?,
     );
-    declare_route(&conn, &ctx.topology).await.map_err(|source| {
-        if source.is_permanent() {
-            SessionError::Fatal(RouteError::Topology { queue: ctx.queue.clone(), source })
-        } else {
-            SessionError::Lost(source.to_string())
-        }
-    })?;
+    declare_route(&conn, &ctx.topology)
+        .await
+        .map_err(|source| {
+            if source.is_permanent() {
+                SessionError::Fatal(RouteError::Topology {
+                    queue: ctx.queue.clone(),
+                    source,
+                })
+            } else {
+                SessionError::Lost(source.to_string())
+            }
+        })?;
     let lanes = usize::from(ctx.prefetch).clamp(1, 64);
     let publisher = ConfirmedPublisher::open(conn.clone(), PublisherOptions { lanes })
         .await
@@ -105,7 +116,11 @@ async fn session(
         .await
         .map_err(lost("basic.consume"))?;
     let archiver_stop = shutdown.child_token();
-    let archiver = tokio::spawn(archiver::run(ctx.clone(), conn.clone(), archiver_stop.clone()));
+    let archiver = tokio::spawn(archiver::run(
+        ctx.clone(),
+        conn.clone(),
+        archiver_stop.clone(),
+    ));
     ctx.metrics.set_connected(&ctx.queue, true);
     backoff.reset();
     tracing::info!(queue = %ctx.queue, plugin = ctx.plugin.name(), prefetch = ctx.prefetch, "consumer started");

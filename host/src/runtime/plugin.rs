@@ -266,6 +266,11 @@ fn classify(error: wasmtime::Error, timeout: Duration, stderr: &str) -> PluginFa
     let mut message = match error.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => return PluginFailure::Timeout(timeout),
         Some(Trap::StackOverflow) => "stack overflow".to_owned(),
+        // Rust guests keep their stack in linear memory: overflowing it usually shows up as
+        // an out-of-bounds access rather than a wasm stack overflow.
+        Some(Trap::MemoryOutOfBounds) => {
+            "out of bounds memory access (often a stack overflow in the guest)".to_owned()
+        }
         Some(trap) => trap.to_string(),
         None => format!("{error:#}"),
     };

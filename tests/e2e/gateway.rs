@@ -1,0 +1,256 @@
+//! The gateway against a real RabbitMQ and SQLite: verdicts, retries, dead letters,
+//! idempotency and the relay, each test on its own queues and database.
+
+use crate::support::{Client, Gateway, json_props, route_config, unique, wait_for};
+use carteiro::store::DeadLetterFilter;
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn enrollment_body(id: &str) -> Vec<u8> {
+    format!(r#"{{"matricula_id":"{id}","usuario_id":"U1","curso_id":"C1"}}"#).into_bytes()
+}
+
+async fn dead_letters(
+    gw: &Gateway,
+    route: &str,
+    at_least: usize,
+) -> Vec<carteiro::store::DeadLetter> {
+    let filter = DeadLetterFilter {
+        route: Some(route.to_owned()),
+        ..Default::default()
+    };
+    wait_for(
+        &format!("{at_least} dead letters on {route}"),
+        WAIT,
+        || async {
+            let rows = gw.store.dead_letters_list(&filter).await.ok()?;
+            (rows.len() >= at_least).then_some(rows)
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn enrollment_commits_effects_once_and_relays_its_events() {
+    let queue = unique("matriculas");
+    let exchange = unique("in");
+    let events = unique("events");
+    let client = Client::connect().await;
+    let sink = client.sink(&events).await;
+    let vars = format!("events_exchange = \"{events}\"");
+    let gw = Gateway::start(&route_config(&queue, "enrollment", &exchange, &vars, "")).await;
+    client.sink(&exchange).await; // make sure the exchange exists before publishing
+
+    client.wait_for_consumer(&queue).await;
+    // The same message twice: one set of effects, the second acked as a duplicate.
+    client
+        .publish(
+            &exchange,
+            "matricula.confirmada",
+            json_props("msg-1"),
+            &enrollment_body("M1"),
+        )
+        .await;
+    client
+        .publish(
+            &exchange,
+            "matricula.confirmada",
+            json_props("msg-1"),
+            &enrollment_body("M1"),
+        )
+        .await;
+
+    let received = wait_for("three relayed events", WAIT, || async {
+        let got = client.drain(&sink).await;
+        (!got.is_empty()).then_some(got)
+    })
+    .await;
+    let mut all = received;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        all.extend(client.drain(&sink).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let keys: Vec<String> = all
+        .iter()
+        .map(|m| m.delivery.routing_key.to_string())
+        .collect();
+    assert_eq!(keys.len(), 3, "exactly one set of events, got {keys:?}");
+    for key in ["acesso.liberado", "fatura.solicitada", "email.solicitado"] {
+        assert!(keys.iter().any(|k| k == key), "{key} missing from {keys:?}");
+    }
+    assert!(
+        all.iter()
+            .all(|m| m.delivery.properties.message_id().is_some()),
+        "event_id travels as message_id"
+    );
+
+    let record = gw
+        .store
+        .kv_get("enrollment", "matricula/M1")
+        .await
+        .expect("kv")
+        .expect("enrollment recorded");
+    assert_eq!(record.version, 1, "written exactly once");
+    assert!(
+        gw.store
+            .inbox_contains(&queue, "msg-1")
+            .await
+            .expect("inbox")
+    );
+    let status = gw.store.outbox_status().await.expect("status");
+    assert_eq!(status.pending, 0);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_payload_is_dead_lettered_with_reason_and_no_effects() {
+    let queue = unique("matriculas");
+    let exchange = unique("in");
+    let client = Client::connect().await;
+    client.sink(&exchange).await;
+    let gw = Gateway::start(&route_config(&queue, "enrollment", &exchange, "", "")).await;
+    client.wait_for_consumer(&queue).await;
+    client
+        .publish(
+            &exchange,
+            "matricula.confirmada",
+            json_props("bad-1"),
+            br#"{"matricula_id":"M9"}"#,
+        )
+        .await;
+    let rows = dead_letters(&gw, &queue, 1).await;
+    assert!(
+        rows[0].reason.contains("usuario_id") || rows[0].reason.contains("curso_id"),
+        "{}",
+        rows[0].reason
+    );
+    assert_eq!(rows[0].plugin.as_deref(), Some("enrollment"));
+    assert_eq!(rows[0].attempts, 1);
+    assert!(
+        gw.store
+            .kv_get("enrollment", "matricula/M9")
+            .await
+            .expect("kv")
+            .is_none()
+    );
+    assert!(
+        !gw.store
+            .inbox_contains(&queue, "bad-1")
+            .await
+            .expect("inbox")
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn retries_back_off_then_exhaust_into_the_dlq() {
+    let queue = unique("retry");
+    let exchange = unique("in");
+    let client = Client::connect().await;
+    client.sink(&exchange).await;
+    let extra = "[routes.retry]\nmax_attempts = 3\nbackoff = [\"300ms\"]";
+    let gw = Gateway::start(&route_config(
+        &queue,
+        "fixture-always-retry",
+        &exchange,
+        "",
+        extra,
+    ))
+    .await;
+    client.wait_for_consumer(&queue).await;
+    let started = Instant::now();
+    client
+        .publish(&exchange, "k", json_props("r-1"), b"{}")
+        .await;
+    let rows = dead_letters(&gw, &queue, 1).await;
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(600),
+        "two backoffs of 300ms must be honoured, took {took:?}"
+    );
+    let row = &rows[0];
+    assert!(
+        row.reason.starts_with("retries exhausted after 3 attempts"),
+        "{}",
+        row.reason
+    );
+    assert_eq!(row.attempts, 3);
+    assert!(
+        row.headers
+            .iter()
+            .any(|(k, v)| k == "x-carteiro-original-exchange" && v == &exchange)
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn guards_and_traps_end_in_the_dlq_while_good_messages_flow() {
+    let queue = unique("guards");
+    let exchange = unique("in");
+    let client = Client::connect().await;
+    client.sink(&exchange).await;
+    let extra = "max_body_size = \"1KiB\"\n[routes.retry]\nmax_attempts = 2\nbackoff = [\"100ms\"]";
+    let gw = Gateway::start(&route_config(&queue, "enrollment", &exchange, "", extra)).await;
+    client.wait_for_consumer(&queue).await;
+    client
+        .publish(&exchange, "k", json_props("big"), &vec![b'x'; 4096])
+        .await;
+    client
+        .publish(
+            &exchange,
+            "k",
+            lapin::BasicProperties::default(),
+            &enrollment_body("M2"),
+        )
+        .await;
+    client
+        .publish(&exchange, "k", json_props("ok-3"), &enrollment_body("M3"))
+        .await;
+    let rows = dead_letters(&gw, &queue, 2).await;
+    let reasons: Vec<&str> = rows.iter().map(|r| r.reason.as_str()).collect();
+    assert!(
+        reasons.iter().any(|r| r.contains("max_body_size")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("missing idempotency key")),
+        "{reasons:?}"
+    );
+    wait_for("good message committed", WAIT, || async {
+        gw.store
+            .kv_get("enrollment", "matricula/M3")
+            .await
+            .ok()
+            .flatten()
+    })
+    .await;
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_trapping_plugin_is_dead_lettered_after_its_attempt_limit() {
+    let queue = unique("trap");
+    let exchange = unique("in");
+    let client = Client::connect().await;
+    client.sink(&exchange).await;
+    let extra = "[routes.retry]\nmax_attempts = 2\nbackoff = [\"100ms\"]";
+    let gw = Gateway::start(&route_config(&queue, "fixture-trap", &exchange, "", extra)).await;
+    client.wait_for_consumer(&queue).await;
+    client
+        .publish(&exchange, "k", json_props("t-1"), b"{}")
+        .await;
+    let rows = dead_letters(&gw, &queue, 1).await;
+    assert!(
+        rows[0]
+            .reason
+            .contains("retries exhausted after 2 attempts: plugin trapped"),
+        "{}",
+        rows[0].reason
+    );
+    assert!(rows[0].reason.contains("panicked"), "{}", rows[0].reason);
+    gw.stop().await;
+}
