@@ -10,7 +10,7 @@ use crate::Verdict;
 pub enum KvError {
     /// The key is empty, too long, or contains a NUL character.
     InvalidKey(String),
-    /// The value is larger than the host accepts (the size in bytes).
+    /// The value is larger than the host accepts (carries the limit, in bytes).
     ValueTooLarge(u64),
     /// The store could not be reached; returning `retry` is usually right.
     Unavailable(String),
@@ -30,7 +30,9 @@ impl fmt::Display for KvError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::InvalidKey(why) => write!(f, "kv: invalid key: {why}"),
-            Self::ValueTooLarge(size) => write!(f, "kv: value too large ({size} bytes)"),
+            Self::ValueTooLarge(limit) => {
+                write!(f, "kv: value larger than the {limit}-byte limit")
+            }
             Self::Unavailable(why) => write!(f, "kv unavailable: {why}"),
             Self::Codec(why) => write!(f, "kv: {why}"),
         }
@@ -57,7 +59,7 @@ pub enum OutboxError {
     InvalidEvent(String),
     /// This message already emitted the maximum number of events (the limit).
     TooManyEvents(u32),
-    /// The payload is larger than the host accepts (the size in bytes).
+    /// The payload is larger than the host accepts (carries the limit, in bytes).
     PayloadTooLarge(u64),
     /// SDK-side only: the payload could not be serialized.
     Codec(String),
@@ -70,7 +72,9 @@ impl fmt::Display for OutboxError {
             Self::TooManyEvents(max) => {
                 write!(f, "outbox: too many events for one message (limit {max})")
             }
-            Self::PayloadTooLarge(size) => write!(f, "outbox: payload too large ({size} bytes)"),
+            Self::PayloadTooLarge(limit) => {
+                write!(f, "outbox: payload larger than the {limit}-byte limit")
+            }
             Self::Codec(why) => write!(f, "outbox: {why}"),
         }
     }

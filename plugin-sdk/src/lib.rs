@@ -112,7 +112,7 @@ macro_rules! export_handler {
             }
 
             #[cfg(target_arch = "wasm32")]
-            $crate::bindings::export!(CarteiroHandler with_types_in $crate::bindings);
+    $crate::bindings::export!(CarteiroHandler with_types_in $crate::bindings);
         };
     };
 }

@@ -54,8 +54,9 @@ pub struct LogRecord {
 
 /// Limits the mock host enforces, so tests see the same typed errors as in production.
 ///
-/// The defaults are generous; set them to what your operator configures with
-/// [`MockHost::set_limits`].
+/// The defaults are the gateway's: 1 KiB keys, 4 MiB values, 8 MiB payloads, and the
+/// per-plugin defaults `max_events = 100`, `max_host_calls = 10000`. Match what your
+/// operator configures with [`MockHost::set_limits`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// Longest accepted kv key, in bytes.
@@ -66,15 +67,19 @@ pub struct Limits {
     pub max_events: u32,
     /// Largest accepted event payload, in bytes.
     pub max_payload_len: usize,
+    /// Most host calls (kv, outbox, log, config) one message may make. Exceeding it traps
+    /// the component on the real host; [`run`] panics instead.
+    pub max_host_calls: u32,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_key_len: 512,
-            max_value_len: 1 << 20,
+            max_key_len: 1024,
+            max_value_len: 4 << 20,
             max_events: 100,
-            max_payload_len: 1 << 20,
+            max_payload_len: 8 << 20,
+            max_host_calls: 10_000,
         }
     }
 }
@@ -106,9 +111,14 @@ impl Outcome {
 }
 
 /// Runs `handler` on `message` like the gateway does: effects commit only on ack.
+///
+/// Panics if the handler panics (a trap on the real host) or exceeds
+/// [`Limits::max_host_calls`].
 pub fn run(handler: fn(Message) -> Verdict, message: Message) -> Outcome {
     let (kv_before, events_before, logs_before) = mock::with(|s| {
+        s.in_message = true;
         s.message_events = 0;
+        s.message_calls = 0;
         (s.kv.clone(), s.events.len(), s.logs.len())
     });
     let verdict = handler(message);
@@ -120,6 +130,7 @@ pub fn run(handler: fn(Message) -> Verdict, message: Message) -> Outcome {
             s.kv = kv_before;
             s.events.truncate(events_before);
         }
+        s.in_message = false;
         s.message_events = 0;
         Outcome {
             verdict,
@@ -169,8 +180,10 @@ impl MockHost {
         mock::with(|s| s.vars.remove(name));
     }
 
-    /// Makes every kv call fail with [`KvError::Unavailable`](crate::KvError::Unavailable)
-    /// carrying `reason` (`None` makes the store reachable again).
+    /// Makes kv reads (`get`) fail with
+    /// [`KvError::Unavailable`](crate::KvError::Unavailable) carrying `reason`, as the real
+    /// host does when its database is down (writes are buffered until commit, so they do
+    /// not fail). `None` makes the store reachable again.
     pub fn set_kv_unavailable(reason: Option<&str>) {
         mock::with(|s| s.kv_unavailable = reason.map(str::to_owned));
     }
@@ -294,7 +307,7 @@ mod tests {
             max_value_len: 3,
             ..Limits::default()
         });
-        assert_eq!(kv::set("k", "long"), Err(KvError::ValueTooLarge(4)));
+        assert_eq!(kv::set("k", "long"), Err(KvError::ValueTooLarge(3)));
         fn two_events(_: Message) -> Verdict {
             let first = outbox::emit(outbox::Event::new("ex", "a", "1"));
             assert!(first.is_ok());
@@ -311,6 +324,38 @@ mod tests {
             outbox::emit(outbox::Event::new("ex", "bad\0key", "")),
             Err(OutboxError::InvalidEvent(_))
         ));
+    }
+
+    #[test]
+    #[should_panic(expected = "exceeded 3 host calls")]
+    fn host_call_cap_panics_like_a_trap() {
+        MockHost::reset();
+        MockHost::set_limits(Limits {
+            max_host_calls: 3,
+            ..Limits::default()
+        });
+        fn flood(_: Message) -> Verdict {
+            loop {
+                let _ = kv::get("k");
+            }
+        }
+        run(flood, Message::default());
+    }
+
+    #[test]
+    fn host_calls_outside_run_are_not_counted() {
+        MockHost::reset();
+        MockHost::set_limits(Limits {
+            max_host_calls: 1,
+            ..Limits::default()
+        });
+        for i in 0..5 {
+            kv::set(&format!("seed/{i}"), "x").unwrap();
+        }
+        fn one_call(_: Message) -> Verdict {
+            Verdict::from(kv::get("seed/1").map(|_| Verdict::Ack))
+        }
+        assert!(run(one_call, Message::default()).verdict.is_ack());
     }
 
     #[test]

@@ -9,6 +9,9 @@ use crate::outbox::{Event, EventId};
 use crate::testing::{EmittedEvent, Limits, LogRecord};
 use crate::{KvError, OutboxError};
 
+/// AMQP short strings (exchange, routing key, header names) are at most 255 bytes.
+const MAX_SHORT_STRING: usize = 255;
+
 /// Everything the mock host holds for one thread.
 #[derive(Debug, Default)]
 pub(crate) struct State {
@@ -18,8 +21,10 @@ pub(crate) struct State {
     pub(crate) logs: Vec<LogRecord>,
     pub(crate) kv_unavailable: Option<String>,
     pub(crate) limits: Limits,
-    /// Events emitted by the message being handled (checked against the limit).
+    /// Inside `testing::run`: host calls and events are counted against the limits.
+    pub(crate) in_message: bool,
     pub(crate) message_events: u32,
+    pub(crate) message_calls: u32,
     next_event: u64,
 }
 
@@ -32,38 +37,56 @@ pub(crate) fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
     STATE.with(|s| f(&mut s.borrow_mut()))
 }
 
+/// Counts one host call of the message being handled. Like the real host, which traps the
+/// component, exceeding the cap panics: the test fails unless it expects the panic.
+fn host_call(state: &mut State) {
+    if !state.in_message {
+        return;
+    }
+    state.message_calls += 1;
+    if state.message_calls > state.limits.max_host_calls {
+        let max = state.limits.max_host_calls;
+        // Stop counting, so a test that catches the panic can keep using the mock.
+        state.in_message = false;
+        panic!("carteiro mock host: the handler exceeded {max} host calls (the real host traps)");
+    }
+}
+
 fn check_key(state: &State, key: &str) -> Result<(), KvError> {
-    if let Some(why) = &state.kv_unavailable {
-        return Err(KvError::Unavailable(why.clone()));
-    }
     if key.is_empty() {
-        return Err(KvError::InvalidKey("key is empty".into()));
-    }
-    if key.contains('\0') {
-        return Err(KvError::InvalidKey("key contains a NUL character".into()));
+        return Err(KvError::InvalidKey("kv keys must not be empty".into()));
     }
     if key.len() > state.limits.max_key_len {
         return Err(KvError::InvalidKey(format!(
-            "key is {} bytes, the limit is {}",
+            "kv key is {} bytes; at most {}",
             key.len(),
             state.limits.max_key_len
         )));
+    }
+    if key.contains('\0') {
+        return Err(KvError::InvalidKey("kv keys must not contain NUL".into()));
     }
     Ok(())
 }
 
 pub(crate) fn kv_get(key: &str) -> Result<Option<Vec<u8>>, KvError> {
     with(|s| {
+        host_call(s);
         check_key(s, key)?;
+        // Like the real host: only reads reach the store; writes are buffered until commit.
+        if let Some(why) = &s.kv_unavailable {
+            return Err(KvError::Unavailable(why.clone()));
+        }
         Ok(s.kv.get(key).cloned())
     })
 }
 
 pub(crate) fn kv_set(key: &str, value: &[u8]) -> Result<(), KvError> {
     with(|s| {
+        host_call(s);
         check_key(s, key)?;
         if value.len() > s.limits.max_value_len {
-            return Err(KvError::ValueTooLarge(value.len() as u64));
+            return Err(KvError::ValueTooLarge(s.limits.max_value_len as u64));
         }
         s.kv.insert(key.to_owned(), value.to_vec());
         Ok(())
@@ -72,45 +95,50 @@ pub(crate) fn kv_set(key: &str, value: &[u8]) -> Result<(), KvError> {
 
 pub(crate) fn kv_delete(key: &str) -> Result<(), KvError> {
     with(|s| {
+        host_call(s);
         check_key(s, key)?;
         s.kv.remove(key);
         Ok(())
     })
 }
 
-fn check_text(what: &str, text: &str) -> Result<(), OutboxError> {
-    if text.contains('\0') {
-        return Err(OutboxError::InvalidEvent(format!(
-            "{what} contains a NUL character"
-        )));
+fn check_event(event: &Event, max_payload_len: usize) -> Result<(), OutboxError> {
+    let invalid = |m: String| Err(OutboxError::InvalidEvent(m));
+    for (what, text) in [
+        ("exchange", &event.exchange),
+        ("routing key", &event.routing_key),
+    ] {
+        if text.len() > MAX_SHORT_STRING {
+            return invalid(format!("{what} is {} bytes; AMQP allows 255", text.len()));
+        }
+        if text.contains('\0') {
+            return invalid(format!("{what} must not contain NUL"));
+        }
     }
-    if text.len() > 255 {
-        return Err(OutboxError::InvalidEvent(format!(
-            "{what} is longer than 255 bytes"
-        )));
+    for header in &event.headers {
+        if header.name.is_empty() || header.name.len() > MAX_SHORT_STRING {
+            return invalid("header names must be 1-255 bytes".into());
+        }
+        if header.name.contains('\0') || header.value.contains('\0') {
+            return invalid(format!(
+                "header `{}` must not contain NUL",
+                header.name.replace('\0', "\\0")
+            ));
+        }
+    }
+    if event.payload.len() > max_payload_len {
+        return Err(OutboxError::PayloadTooLarge(max_payload_len as u64));
     }
     Ok(())
 }
 
 pub(crate) fn outbox_emit(event: Event) -> Result<EventId, OutboxError> {
-    check_text("exchange", &event.exchange)?;
-    check_text("routing key", &event.routing_key)?;
-    for h in &event.headers {
-        check_text("header name", &h.name)?;
-        if h.value.contains('\0') {
-            return Err(OutboxError::InvalidEvent(format!(
-                "header `{}` contains a NUL character",
-                h.name
-            )));
-        }
-    }
     with(|s| {
+        host_call(s);
         if s.message_events >= s.limits.max_events {
             return Err(OutboxError::TooManyEvents(s.limits.max_events));
         }
-        if event.payload.len() > s.limits.max_payload_len {
-            return Err(OutboxError::PayloadTooLarge(event.payload.len() as u64));
-        }
+        check_event(&event, s.limits.max_payload_len)?;
         s.message_events += 1;
         s.next_event += 1;
         // Shaped like a UUIDv7 so code that parses ids keeps working in tests.
@@ -125,6 +153,7 @@ pub(crate) fn outbox_emit(event: Event) -> Result<EventId, OutboxError> {
 
 pub(crate) fn log(level: Level, message: &str) {
     with(|s| {
+        host_call(s);
         s.logs.push(LogRecord {
             level,
             message: message.to_owned(),
@@ -133,7 +162,10 @@ pub(crate) fn log(level: Level, message: &str) {
 }
 
 pub(crate) fn config_get(name: &str) -> Option<String> {
-    with(|s| s.vars.get(name).cloned())
+    with(|s| {
+        host_call(s);
+        s.vars.get(name).cloned()
+    })
 }
 
 pub(crate) fn config_all() -> Vec<(String, String)> {
