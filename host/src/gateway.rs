@@ -79,9 +79,17 @@ pub struct GatewayHandle {
 
 /// Runs the gateway until `shutdown` resolves or a route fails for good.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    run_with_metrics(config, Arc::new(Metrics::default()), shutdown).await
+}
+
+/// [`run`], recording into the caller's metrics (tests read them).
+pub async fn run_with_metrics(
+    config: Config,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
     let (_runtime, plugins) = load_plugins(&config)?;
     let store = open_store(&config).await?;
-    let metrics = Arc::new(Metrics::default());
     let committer = GroupCommitter::spawn(store.clone(), config.store.commit_batch);
     let gate = StoreGate::new(store.clone());
     let stop = CancellationToken::new();

@@ -33,6 +33,7 @@ pub struct Metrics {
     delivery_seconds: Family<Route, Histogram>,
     handler_seconds: Family<Route, Histogram>,
     plugin_failures: Family<Failure, Counter>,
+    handler_runs: Family<Route, Counter>,
     conflicts: Family<Route, Counter>,
     dead_letters_archived: Family<Route, Counter>,
     connected: Family<Route, Gauge>,
@@ -57,6 +58,7 @@ impl Default for Metrics {
             seconds_histogram as fn() -> Histogram,
         );
         let plugin_failures = Family::<Failure, Counter>::default();
+        let handler_runs = Family::<Route, Counter>::default();
         let conflicts = Family::<Route, Counter>::default();
         let dead_letters_archived = Family::<Route, Counter>::default();
         let connected = Family::<Route, Gauge>::default();
@@ -113,6 +115,7 @@ impl Default for Metrics {
             delivery_seconds,
             handler_seconds,
             plugin_failures,
+            handler_runs,
             conflicts,
             dead_letters_archived,
             connected,
@@ -138,6 +141,7 @@ impl Metrics {
     }
 
     pub fn handler_duration(&self, route: &str, took: Duration) {
+        self.handler_runs.get_or_create(&Route { route: route.into() }).inc();
         self.handler_seconds
             .get_or_create(&Route {
                 route: route.into(),
@@ -186,6 +190,11 @@ impl Metrics {
                 outcome: outcome.into(),
             })
             .get()
+    }
+
+    /// How many times the plugin ran for `route` (re-runs after conflicts included).
+    pub fn handler_runs(&self, route: &str) -> u64 {
+        self.handler_runs.get_or_create(&Route { route: route.into() }).get()
     }
 
     /// The Prometheus text exposition.

@@ -1,6 +1,8 @@
 //! Shared helpers: real plugins, real services, unique names, bounded waits.
 
 use carteiro::config::{self, Config};
+use carteiro::metrics::Metrics;
+use std::sync::Arc;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -72,19 +74,20 @@ impl Gateway {
     /// Starts `carteiro run` on `toml` (written to a temp dir; `{dir}` is replaced by it).
     pub async fn start(toml: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
+        Self::start_in(dir, toml, Arc::new(Metrics::default())).await
+    }
+
+    /// Like [`Gateway::start`], in a given folder and recording into `metrics`.
+    pub async fn start_in(dir: tempfile::TempDir, toml: &str, metrics: Arc<Metrics>) -> Self {
         let toml = toml.replace("{dir}", &dir.path().display().to_string());
         let config = load_config(dir.path(), &toml);
         let store = carteiro::gateway::open_store(&config).await.expect("store");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(carteiro::gateway::run(config, async move {
+        let shutdown = async move {
             let _ = stopped.await;
-        }));
-        Self {
-            stop: Some(stop),
-            task,
-            store,
-            dir,
-        }
+        };
+        let task = tokio::spawn(carteiro::gateway::run_with_metrics(config, metrics, shutdown));
+        Self { stop: Some(stop), task, store, dir }
     }
 
     /// Graceful shutdown, bounded.
@@ -267,4 +270,25 @@ pub fn json_props(message_id: &str) -> lapin::BasicProperties {
         .with_message_id(message_id.into())
         .with_content_type("application/json".into())
         .with_delivery_mode(2)
+}
+
+/// A fresh PostgreSQL database for one test, on the server of `CARTEIRO_TEST_POSTGRES_URL`;
+/// returns its URL. Fails (never skips) when the variable is unset.
+pub async fn pg_database() -> String {
+    use sqlx::Executor;
+    let admin = std::env::var("CARTEIRO_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+        panic!("CARTEIRO_TEST_POSTGRES_URL is not set: run `scripts/postgres.sh start` and export the URL it prints (scripts/test.sh does both)")
+    });
+    let name = format!("e2e_{}", uuid::Uuid::now_v7().simple());
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin).await.expect("connect to PostgreSQL");
+    conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).await.expect("create database");
+    match admin.rfind('/') {
+        Some(slash) => format!("{}/{name}", &admin[..slash]),
+        None => panic!("unexpected PostgreSQL URL {admin}"),
+    }
+}
+
+/// Replaces the SQLite store of a [`route_config`] with `url`.
+pub fn with_store(toml: &str, url: &str) -> String {
+    toml.replace("url = \"sqlite://{dir}/carteiro.db\"", &format!("url = \"{url}\""))
 }

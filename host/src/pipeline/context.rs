@@ -46,6 +46,8 @@ pub struct RouteContext {
     pub publish_timeout: Duration,
     pub metrics: Arc<Metrics>,
     pub fault: Option<FaultPoint>,
+    /// Turn-taking for handler re-runs after kv conflicts (see `process`).
+    pub rerun_turn: tokio::sync::Mutex<()>,
 }
 
 impl RouteContext {
@@ -98,6 +100,7 @@ impl RouteContext {
             publish_timeout,
             metrics,
             fault: FaultPoint::from_env(),
+            rerun_turn: tokio::sync::Mutex::new(()),
         })
     }
 

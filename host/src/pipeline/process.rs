@@ -156,6 +156,9 @@ async fn decide(
         attempt,
         redelivered: delivery.redelivered,
     };
+    // Held from the first conflict on: re-runs of contended deliveries take turns, so a hot
+    // key makes progress one commit at a time instead of livelocking in optimistic retries.
+    let mut serialized = None;
     for _ in 0..MAX_CONFLICT_RERUNS {
         let started = Instant::now();
         let result = ctx.plugin.handle(&message, ctx.kv.clone()).await;
@@ -187,11 +190,14 @@ async fn decide(
             return Settle::Requeue(format!("store unavailable during the handler: {error}"));
         }
         match &invocation.verdict {
-            Verdict::Ack => match commit(ctx, &inbox_key, invocation).await {
+            Verdict::Ack => match commit(ctx, &inbox_key, trace_context(&message), invocation).await {
                 Ok(CommitOutcome::Committed) => return Settle::Ack("acked"),
                 Ok(CommitOutcome::Duplicate) => return Settle::Ack("duplicate"),
                 Ok(CommitOutcome::Conflict) => {
                     ctx.metrics.conflict(&ctx.queue);
+                    if serialized.is_none() {
+                        serialized = Some(ctx.rerun_turn.lock().await);
+                    }
                     continue;
                 }
                 Ok(CommitOutcome::Rejected(why)) => {
@@ -252,10 +258,20 @@ async fn retry_or_exhaust(
     }
 }
 
+/// The W3C trace context of the incoming message, carried onto the events it causes.
+fn trace_context(message: &Message) -> Option<(String, String)> {
+    message
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("traceparent"))
+        .map(|h| ("traceparent".to_owned(), h.value.clone()))
+}
+
 /// Commits inbox + kv + outbox through the group committer. `Err` is a store failure.
 async fn commit(
     ctx: &RouteContext,
     inbox_key: &str,
+    trace: Option<(String, String)>,
     invocation: Invocation,
 ) -> Result<CommitOutcome, String> {
     let effects = invocation.effects;
@@ -280,6 +296,14 @@ async fn commit(
         outbox: effects
             .events
             .into_iter()
+            .map(|mut e| {
+                if let Some(trace) = &trace
+                    && !e.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(&trace.0))
+                {
+                    e.headers.push(trace.clone());
+                }
+                e
+            })
             .map(|e| NewOutboxRow {
                 event_id: e.event_id,
                 route: ctx.queue.clone(),
