@@ -12,6 +12,7 @@ use crate::broker::{
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::headers::now_ms;
+use crate::pipeline::{FaultPoint, hang_if};
 use crate::store::{Backend, OUTBOX_NOTIFY_CHANNEL, OutboxRow, Store};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -39,6 +40,7 @@ pub struct Relay {
     poll_interval: Duration,
     reconnect_max: Duration,
     owner: String,
+    fault: Option<FaultPoint>,
 }
 
 /// Why a batch stopped early.
@@ -72,6 +74,7 @@ impl Relay {
             max_in_flight: config.relay.max_in_flight.max(1),
             poll_interval: config.relay.poll_interval,
             reconnect_max: config.broker.reconnect_max_backoff,
+            fault: FaultPoint::from_env(),
             owner: format!(
                 "relay-{}-{}",
                 std::process::id(),
@@ -190,6 +193,7 @@ impl Relay {
                 .await
             {
                 Ok(()) => {
+                    hang_if(self.fault, FaultPoint::RelayHangAfterConfirm).await;
                     self.metrics.outbox_published.inc();
                     self.store
                         .outbox_mark_published(row.id)

@@ -3,5 +3,6 @@
 
 mod exactly_once;
 mod gateway;
+mod relay;
 mod runtime;
 mod support;

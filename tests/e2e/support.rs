@@ -90,8 +90,8 @@ impl Gateway {
         Self { stop: Some(stop), task, store, dir }
     }
 
-    /// Graceful shutdown, bounded.
-    pub async fn stop(mut self) {
+    /// Graceful shutdown, bounded; hands back the folder (config and SQLite file).
+    pub async fn stop(mut self) -> tempfile::TempDir {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -101,6 +101,7 @@ impl Gateway {
         result
             .expect("gateway task")
             .expect("gateway ran without error");
+        self.dir
     }
 }
 

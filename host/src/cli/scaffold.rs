@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 const CARGO_TOML: &str = include_str!("../../../plugin-sdk/template/Cargo.toml.tmpl");
 const LIB_RS: &str = include_str!("../../../plugin-sdk/template/src/lib.rs.tmpl");
 const README: &str = include_str!("../../../plugin-sdk/template/README.md.tmpl");
+const MESSAGE: &str = include_str!("../../../plugin-sdk/template/message.json.tmpl");
 
 /// Arguments of `carteiro plugin new`.
 #[derive(Debug, clap::Args)]
@@ -64,6 +65,7 @@ pub fn run(args: NewArgs) -> anyhow::Result<i32> {
     std::fs::write(root.join("Cargo.toml"), fill(CARGO_TOML))?;
     std::fs::write(root.join("src/lib.rs"), fill(LIB_RS))?;
     std::fs::write(root.join("README.md"), fill(README))?;
+    std::fs::write(root.join("message.json"), fill(MESSAGE))?;
     println!("created {}", root.display());
     println!(
         "next:   cd {} && cargo test && cargo build --release --target wasm32-wasip2",

@@ -15,6 +15,8 @@ use std::time::Duration;
 pub enum FaultPoint {
     HangBeforeCommit,
     HangAfterCommit,
+    /// The relay stops after a row's confirm, before marking it published.
+    RelayHangAfterConfirm,
 }
 
 impl FaultPoint {
@@ -22,6 +24,7 @@ impl FaultPoint {
         match std::env::var("CARTEIRO_FAULT").ok()?.as_str() {
             "hang-before-commit" => Some(Self::HangBeforeCommit),
             "hang-after-commit" => Some(Self::HangAfterCommit),
+            "relay-hang-after-confirm" => Some(Self::RelayHangAfterConfirm),
             _ => None,
         }
     }

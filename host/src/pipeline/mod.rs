@@ -20,4 +20,5 @@ mod worker;
 pub use archiver::{PROP_CONTENT_TYPE, PROP_CORRELATION_ID, PROP_MESSAGE_ID};
 pub use context::{FaultPoint, RouteContext};
 pub use gate::StoreGate;
+pub(crate) use process::hang_if;
 pub use worker::{BrokerSettings, RouteError, run_route};

@@ -328,7 +328,7 @@ async fn commit(
 }
 
 /// Test-only: stop here forever so the test can SIGKILL the process at this exact point.
-async fn hang_if(fault: Option<FaultPoint>, point: FaultPoint) {
+pub(crate) async fn hang_if(fault: Option<FaultPoint>, point: FaultPoint) {
     if fault == Some(point) {
         tracing::warn!(?point, "fault injection: hanging until killed");
         std::future::pending::<()>().await;

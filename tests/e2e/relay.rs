@@ -1,0 +1,258 @@
+//! G3 end to end: the relay publishes every committed row with its event id as message_id,
+//! marks rows only after their confirm, survives SIGKILL and broker outages, reports
+//! unroutable rows, and two relays on PostgreSQL share one table without duplicates.
+
+use crate::support::{Client, Gateway, amqp_url, json_props, load_config, pg_database, plugin, unique, wait_for};
+use carteiro::metrics::Metrics;
+use carteiro::relay::Relay;
+use carteiro::store::{CommitOutcome, CommitRequest, NewOutboxRow, Store};
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// Commits `rows` outbox rows straight into the store: `keys` ordering keys round-robin, the
+/// payload is `key/sequence`.
+async fn seed_outbox(store: &Store, exchange: &str, keys: usize, rows: usize) {
+    let mut batch = Vec::new();
+    for i in 0..rows {
+        let key = format!("key-{}", i % keys);
+        batch.push(CommitRequest {
+            route: "seed".into(),
+            inbox_key: unique("seed"),
+            namespace: "seed".into(),
+            reads: Vec::new(),
+            writes: Vec::new(),
+            outbox: vec![NewOutboxRow {
+                event_id: uuid::Uuid::now_v7(),
+                route: "seed".into(),
+                plugin: "seed".into(),
+                exchange: exchange.into(),
+                routing_key: "seeded".into(),
+                headers: vec![("x-seq".into(), (i / keys).to_string())],
+                content_type: Some("text/plain".into()),
+                payload: format!("{key}/{}", i / keys).into_bytes(),
+                ordering_key: key,
+            }],
+        });
+        if batch.len() == 500 || i + 1 == rows {
+            let outcomes = store.commit_batch(&batch).await.expect("seed commit");
+            assert!(outcomes.iter().all(|o| matches!(o, CommitOutcome::Committed)));
+            batch.clear();
+        }
+    }
+}
+
+fn relay_config(dir: &std::path::Path, store_url: &str, amqp: &str) -> carteiro::config::Config {
+    load_config(
+        dir,
+        &format!(
+            "version = 1\n[broker]\nurl = \"{amqp}\"\n[store]\nurl = \"{store_url}\"\n[relay]\npoll_interval = \"100ms\"\nmax_in_flight = 128\n"
+        ),
+    )
+}
+
+fn spawn_relay(config: &carteiro::config::Config, store: Store) -> (CancellationToken, tokio::task::JoinHandle<anyhow::Result<()>>) {
+    let stop = CancellationToken::new();
+    let relay = Relay::new(config, store, Arc::new(Metrics::default()), None);
+    let task = tokio::spawn(relay.run(stop.clone()));
+    (stop, task)
+}
+
+async fn stop_relay(relay: (CancellationToken, tokio::task::JoinHandle<anyhow::Result<()>>)) {
+    relay.0.cancel();
+    tokio::time::timeout(Duration::from_secs(30), relay.1).await.expect("relay stops").expect("join").expect("relay ok");
+}
+
+/// Drains `sink` until `n` messages arrived (bounded), then briefly for stragglers.
+async fn receive(client: &Client, sink: &str, n: usize) -> Vec<lapin::message::BasicGetMessage> {
+    let got = std::sync::Mutex::new(Vec::new());
+    wait_for(&format!("{n} messages on {sink}"), WAIT, || async {
+        let batch = client.drain(sink).await;
+        let mut all = got.lock().expect("lock");
+        all.extend(batch);
+        (all.len() >= n).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut all = got.into_inner().expect("lock");
+    all.extend(client.drain(sink).await);
+    all
+}
+
+fn message_id(m: &lapin::message::BasicGetMessage) -> String {
+    m.delivery.properties.message_id().as_ref().map(|s| s.to_string()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn two_relays_on_postgres_publish_each_row_once_in_key_order() {
+    let client = Client::connect().await;
+    let exchange = unique("out");
+    let sink = client.sink(&exchange).await;
+    let url = pg_database().await;
+    let store = Store::connect(&url, 8).await.expect("store");
+    store.migrate().await.expect("migrate");
+    seed_outbox(&store, &exchange, 50, 10_000).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = relay_config(dir.path(), &url, &amqp_url());
+    let a = spawn_relay(&config, store.clone());
+    let b = spawn_relay(&config, Store::connect(&url, 8).await.expect("store"));
+    let all = receive(&client, &sink, 10_000).await;
+    stop_relay(a).await;
+    stop_relay(b).await;
+
+    let ids: HashSet<String> = all.iter().map(message_id).collect();
+    assert_eq!(all.len(), 10_000, "no row published twice");
+    assert_eq!(ids.len(), 10_000, "every row published, each with its own event id");
+    let mut last: BTreeMap<String, i64> = BTreeMap::new();
+    for m in &all {
+        let text = String::from_utf8(m.delivery.data.clone()).expect("utf8");
+        let (key, seq) = text.split_once('/').expect("key/seq");
+        let seq: i64 = seq.parse().expect("seq");
+        let previous = last.insert(key.to_owned(), seq).unwrap_or(-1);
+        assert!(seq > previous, "{key}: {seq} arrived after {previous}");
+    }
+    assert_eq!(store.outbox_status().await.expect("status").pending, 0);
+}
+
+#[tokio::test]
+async fn rows_wait_for_an_unroutable_destination_with_a_clear_error() {
+    let client = Client::connect().await;
+    let exchange = unique("nobody-bound");
+    client
+        .channel
+        .exchange_declare(exchange.as_str().into(), lapin::ExchangeKind::Topic, lapin::options::ExchangeDeclareOptions::default(), Default::default())
+        .await
+        .expect("declare");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}/relay.db", dir.path().display());
+    let store = Store::connect(&url, 4).await.expect("store");
+    store.migrate().await.expect("migrate");
+    seed_outbox(&store, &exchange, 1, 1).await;
+    let relay = spawn_relay(&relay_config(dir.path(), &url, &amqp_url()), store.clone());
+    let status = wait_for("the row marked failed", WAIT, || async {
+        let status = store.outbox_status().await.ok()?;
+        (status.with_errors == 1).then_some(status)
+    })
+    .await;
+    stop_relay(relay).await;
+    assert_eq!(status.pending, 1, "an unroutable row stays pending");
+    let pool = sqlx::SqlitePool::connect(&url).await.expect("sqlite");
+    let (error, attempts): (String, i64) = sqlx::query_as("SELECT last_error, attempts FROM outbox")
+        .fetch_one(&pool)
+        .await
+        .expect("row");
+    assert!(error.contains("unroutable"), "{error}");
+    assert!(attempts >= 1);
+}
+
+#[tokio::test]
+async fn chained_gateways_deliver_every_event_and_absorb_a_relay_crash() {
+    let client = Client::connect().await;
+    let input = unique("in");
+    let events = unique("events");
+    let upstream_q = unique("upstream");
+    let downstream_q = unique("downstream");
+    client.sink(&input).await;
+    let tap = client.sink(&events).await;
+    let counter = plugin("counter");
+    let toml = |relay_enabled: bool| {
+        format!(
+            r##"
+version = 1
+[broker]
+url = "{amqp}"
+[store]
+url = "sqlite://{{dir}}/carteiro.db"
+[admin]
+listen = ""
+[relay]
+enabled = {relay_enabled}
+poll_interval = "100ms"
+[plugins.upstream]
+path = "{counter}"
+[plugins.upstream.variables]
+out_exchange = "{events}"
+[plugins.downstream]
+path = "{counter}"
+[plugins.downstream.variables]
+out_exchange = "{input}-unused"
+[[routes]]
+queue = "{upstream_q}"
+plugin = "upstream"
+[[routes.bindings]]
+exchange = "{input}"
+[[routes]]
+queue = "{downstream_q}"
+plugin = "downstream"
+[[routes.bindings]]
+exchange = "{events}"
+"##,
+            amqp = amqp_url(),
+            counter = counter.display(),
+        )
+    };
+    client.sink(&format!("{input}-unused")).await;
+
+    // 1. Upstream commits five events; no relay runs yet.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = Gateway::start_in(dir, &toml(false), Arc::new(Metrics::default())).await;
+    client.wait_for_consumer(&upstream_q).await;
+    for i in 0..5 {
+        client.publish(&input, "k", json_props(&format!("up-{i}")), b"{}").await;
+    }
+    wait_for("five outbox rows", WAIT, || async {
+        (first.store.outbox_status().await.ok()?.pending == 5).then_some(())
+    })
+    .await;
+    let dir = first.stop().await;
+
+    // 2. A standalone relay publishes a row, gets its confirm, and is SIGKILLed before marking it.
+    let config_path = dir.path().join("carteiro.toml");
+    std::fs::write(&config_path, toml(true).replace("{dir}", &dir.path().display().to_string())).expect("config");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_carteiro"))
+        .args(["relay", "-c"])
+        .arg(&config_path)
+        .env("CARTEIRO_FAULT", "relay-hang-after-confirm")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn relay");
+    let stderr = child.stderr.take().expect("stderr");
+    let (hung_tx, hung_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("fault injection: hanging") {
+                let _ = hung_tx.send(());
+            }
+        }
+    });
+    hung_rx.recv_timeout(Duration::from_secs(60)).expect("relay reached the fault point");
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+
+    // 3. The full gateway: its relay republishes (same message_id), the downstream inbox absorbs it.
+    let second = Gateway::start_in(dir, &toml(true), Arc::new(Metrics::default())).await;
+    let runs = wait_for("downstream processed five events", WAIT, || async {
+        let entry = second.store.kv_get("downstream", "runs").await.ok()??;
+        let runs: i64 = String::from_utf8(entry.value).ok()?.parse().ok()?;
+        (runs >= 5).then_some(runs)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let tapped = client.drain(&tap).await;
+    let ids: Vec<String> = tapped.iter().map(message_id).collect();
+    let unique_ids: HashSet<&String> = ids.iter().collect();
+    assert_eq!(unique_ids.len(), 5, "every event arrived: {ids:?}");
+    assert!(ids.len() > 5, "the crashed relay's confirmed row was republished: {ids:?}");
+    assert_eq!(runs, 5, "the downstream inbox absorbed the duplicate");
+    for id in unique_ids {
+        let seen = second.store.kv_get("downstream", &format!("seen/{id}")).await.expect("kv").expect("seen");
+        assert_eq!(seen.value, b"1", "event {id} applied once");
+    }
+    assert_eq!(second.store.outbox_status().await.expect("status").pending, 0);
+    second.stop().await;
+}
