@@ -1,0 +1,334 @@
+//! `commit_batch`: the effects of many deliveries in ONE database transaction (group commit),
+//! each delivery inside its own savepoint so one bad or conflicting request does not sink
+//! its neighbours. This is where G2 (effects once) is enforced: the inbox row, the kv writes
+//! and the outbox rows of a request commit together or not at all.
+
+use sqlx::{AnyConnection, AssertSqlSafe};
+
+use super::error::{Class, classify};
+use super::{Backend, Store, StoreError, headers_to_json, now_ms, validate};
+
+/// One kv key the handler read, and the version it saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvRead {
+    /// The key inside the request's namespace.
+    pub key: String,
+    /// The version seen; `None` means the key was absent.
+    pub observed_version: Option<i64>,
+}
+
+/// One kv change the handler made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvWrite {
+    /// The key inside the request's namespace.
+    pub key: String,
+    /// The new value; `None` deletes the key.
+    pub value: Option<Vec<u8>>,
+}
+
+/// An event to publish after commit (the relay sends it with `event_id` as `message_id`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewOutboxRow {
+    /// UUIDv7 made once by the host when the handler emitted; never recomputed.
+    pub event_id: uuid::Uuid,
+    /// The route whose delivery emitted the event.
+    pub route: String,
+    /// The plugin that emitted it.
+    pub plugin: String,
+    /// Target exchange ("" is the default exchange).
+    pub exchange: String,
+    /// Routing key, stored verbatim.
+    pub routing_key: String,
+    /// AMQP headers, in order.
+    pub headers: Vec<(String, String)>,
+    /// AMQP content type.
+    pub content_type: Option<String>,
+    /// The message body, verbatim.
+    pub payload: Vec<u8>,
+    /// Events with the same ordering key are published in id order.
+    pub ordering_key: String,
+}
+
+/// Everything one acked delivery wants to make durable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitRequest {
+    /// The route the delivery came from.
+    pub route: String,
+    /// Its idempotency key; recorded in `inbox` with the effects.
+    pub inbox_key: String,
+    /// The plugin's kv namespace.
+    pub namespace: String,
+    /// Keys read, checked at commit (optimistic concurrency).
+    pub reads: Vec<KvRead>,
+    /// Keys written or deleted.
+    pub writes: Vec<KvWrite>,
+    /// Events to publish.
+    pub outbox: Vec<NewOutboxRow>,
+}
+
+/// What happened to one request of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommitOutcome {
+    /// Effects committed.
+    Committed,
+    /// `inbox` already had (route, key): nothing applied; ack the delivery.
+    Duplicate,
+    /// A kv key read has changed since: nothing applied; re-run the handler.
+    Conflict,
+    /// This request's data cannot be stored (the message says which field); nothing applied.
+    Rejected(String),
+}
+
+impl Store {
+    /// Commits a batch in one transaction, one savepoint per request, outcomes in request
+    /// order. `Err` (connection lost, database down, ...) means nothing at all was committed
+    /// and no delivery of the batch may be acked.
+    pub async fn commit_batch(
+        &self,
+        batch: &[CommitRequest],
+    ) -> Result<Vec<CommitOutcome>, StoreError> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = now_ms();
+        let mut tx = self.begin_write().await?;
+        let mut outcomes = Vec::with_capacity(batch.len());
+        let mut published_rows = false;
+        for req in batch {
+            if let Err(e) = check(req) {
+                outcomes.push(CommitOutcome::Rejected(e.to_string()));
+                continue;
+            }
+            sqlx::query("SAVEPOINT carteiro_request")
+                .execute(&mut *tx)
+                .await?;
+            let outcome = match apply(&mut tx, self.backend, req, now).await {
+                Ok(None) => CommitOutcome::Committed,
+                Ok(Some(stop)) => stop,
+                Err(e) => match classify(&e) {
+                    Class::Unavailable => return Err(e.into()),
+                    Class::Conflict => CommitOutcome::Conflict,
+                    Class::Data => CommitOutcome::Rejected(StoreError::from(e).to_string()),
+                },
+            };
+            if outcome != CommitOutcome::Committed {
+                // Undo this request only; RELEASE too so savepoints do not pile up.
+                sqlx::query("ROLLBACK TO SAVEPOINT carteiro_request")
+                    .execute(&mut *tx)
+                    .await?;
+            } else {
+                published_rows |= !req.outbox.is_empty();
+            }
+            sqlx::query("RELEASE SAVEPOINT carteiro_request")
+                .execute(&mut *tx)
+                .await?;
+            outcomes.push(outcome);
+        }
+        if published_rows && self.backend == Backend::Postgres {
+            // Delivered at COMMIT to relays of other instances listening on the channel.
+            sqlx::query("NOTIFY carteiro_outbox")
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(outcomes)
+    }
+}
+
+/// Text checks before touching the database (same rules on both backends).
+fn check(req: &CommitRequest) -> Result<(), StoreError> {
+    validate::text("route", &req.route)?;
+    validate::text("inbox_key", &req.inbox_key)?;
+    validate::text("namespace", &req.namespace)?;
+    for (i, r) in req.reads.iter().enumerate() {
+        validate::text(&format!("reads[{i}].key"), &r.key)?;
+    }
+    for (i, w) in req.writes.iter().enumerate() {
+        validate::text(&format!("writes[{i}].key"), &w.key)?;
+    }
+    for (i, o) in req.outbox.iter().enumerate() {
+        validate::text(&format!("outbox[{i}].route"), &o.route)?;
+        validate::text(&format!("outbox[{i}].plugin"), &o.plugin)?;
+        validate::text(&format!("outbox[{i}].exchange"), &o.exchange)?;
+        validate::text(&format!("outbox[{i}].routing_key"), &o.routing_key)?;
+        validate::text(&format!("outbox[{i}].ordering_key"), &o.ordering_key)?;
+        if let Some(ct) = &o.content_type {
+            validate::text(&format!("outbox[{i}].content_type"), ct)?;
+        }
+    }
+    Ok(())
+}
+
+/// Applies one request inside its savepoint. `Ok(Some(_))` stops it (Duplicate/Conflict).
+async fn apply(
+    conn: &mut AnyConnection,
+    backend: Backend,
+    req: &CommitRequest,
+    now: i64,
+) -> Result<Option<CommitOutcome>, sqlx::Error> {
+    let ns = req.namespace.as_str();
+    let inserted = sqlx::query(
+        "INSERT INTO inbox (route, key, processed_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+    )
+    .bind(req.route.as_str())
+    .bind(req.inbox_key.as_str())
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    if inserted.rows_affected() == 0 {
+        return Ok(Some(CommitOutcome::Duplicate));
+    }
+
+    if backend == Backend::Postgres {
+        lock_keys(conn, req).await?;
+    }
+    // SQLite needs no row locks: BEGIN IMMEDIATE already made this the only writer.
+    let select_version = match backend {
+        Backend::Postgres => "SELECT version FROM kv WHERE namespace = $1 AND key = $2 FOR UPDATE",
+        Backend::Sqlite => "SELECT version FROM kv WHERE namespace = $1 AND key = $2",
+    };
+    for read in &req.reads {
+        let current: Option<i64> = sqlx::query_scalar(select_version)
+            .bind(ns)
+            .bind(read.key.as_str())
+            .fetch_optional(&mut *conn)
+            .await?;
+        if current != read.observed_version {
+            return Ok(Some(CommitOutcome::Conflict));
+        }
+    }
+
+    for write in last_write_per_key(&req.writes) {
+        let observed = req
+            .reads
+            .iter()
+            .find(|r| r.key == write.key)
+            .map(|r| r.observed_version);
+        let key = write.key.as_str();
+        let changed = match (&write.value, observed) {
+            // Read as absent: a concurrent creator must make us lose, not overwrite it.
+            (Some(value), Some(None)) => sqlx::query(
+                "INSERT INTO kv (namespace, key, value, version, updated_at) \
+                 VALUES ($1, $2, $3, 1, $4) ON CONFLICT DO NOTHING",
+            )
+            .bind(ns)
+            .bind(key)
+            .bind(value.as_slice())
+            .bind(now)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected(),
+            (Some(value), Some(Some(version))) => sqlx::query(
+                "UPDATE kv SET value = $3, version = version + 1, updated_at = $4 \
+                 WHERE namespace = $1 AND key = $2 AND version = $5",
+            )
+            .bind(ns)
+            .bind(key)
+            .bind(value.as_slice())
+            .bind(now)
+            .bind(version)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected(),
+            // Blind write: upsert.
+            (Some(value), None) => sqlx::query(
+                "INSERT INTO kv (namespace, key, value, version, updated_at) \
+                 VALUES ($1, $2, $3, 1, $4) ON CONFLICT (namespace, key) DO UPDATE \
+                 SET value = excluded.value, version = kv.version + 1, \
+                 updated_at = excluded.updated_at",
+            )
+            .bind(ns)
+            .bind(key)
+            .bind(value.as_slice())
+            .bind(now)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected()
+            .max(1),
+            (None, Some(Some(version))) => {
+                sqlx::query("DELETE FROM kv WHERE namespace = $1 AND key = $2 AND version = $3")
+                    .bind(ns)
+                    .bind(key)
+                    .bind(version)
+                    .execute(&mut *conn)
+                    .await?
+                    .rows_affected()
+            }
+            // Deleting a key read as absent, or a blind delete: nothing to check.
+            (None, _) => {
+                sqlx::query("DELETE FROM kv WHERE namespace = $1 AND key = $2")
+                    .bind(ns)
+                    .bind(key)
+                    .execute(&mut *conn)
+                    .await?;
+                1
+            }
+        };
+        if changed == 0 {
+            return Ok(Some(CommitOutcome::Conflict));
+        }
+    }
+
+    for row in &req.outbox {
+        sqlx::query(
+            "INSERT INTO outbox (event_id, route, plugin, exchange, routing_key, headers, \
+             content_type, payload, ordering_key, created_at, attempts, next_attempt_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 0, $10)",
+        )
+        .bind(row.event_id.to_string())
+        .bind(row.route.as_str())
+        .bind(row.plugin.as_str())
+        .bind(row.exchange.as_str())
+        .bind(row.routing_key.as_str())
+        .bind(headers_to_json(&row.headers))
+        .bind(row.content_type.as_deref())
+        .bind(row.payload.as_slice())
+        .bind(row.ordering_key.as_str())
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(None)
+}
+
+/// PostgreSQL: an exclusive transaction-scoped advisory lock per key read or written, in
+/// sorted order. Row locks alone cannot cover a key read as *absent* (there is no row to
+/// lock), which would allow write skew; these locks make every kv access of a committing
+/// request two-phase, hence serializable per key. A deadlock between instances surfaces as
+/// SQLSTATE 40P01, which the caller maps to Conflict.
+async fn lock_keys(conn: &mut AnyConnection, req: &CommitRequest) -> Result<(), sqlx::Error> {
+    let mut keys: Vec<&str> = req
+        .reads
+        .iter()
+        .map(|r| r.key.as_str())
+        .chain(req.writes.iter().map(|w| w.key.as_str()))
+        .collect();
+    if keys.is_empty() {
+        return Ok(());
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    let values: Vec<String> = (1..=keys.len()).map(|i| format!("(${i})")).collect();
+    let sql = format!(
+        "SELECT COUNT(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM (VALUES {}) AS t(k)",
+        values.join(", ")
+    );
+    let mut query = sqlx::query(AssertSqlSafe(sql));
+    for key in keys {
+        // U+001F between namespace and key; a collision only costs extra waiting.
+        query = query.bind(format!("kv\u{1f}{}\u{1f}{key}", req.namespace));
+    }
+    query.execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// Several writes to one key in a request: only the last counts (keeps the version checks
+/// of the read-modify-write paths meaningful).
+fn last_write_per_key(writes: &[KvWrite]) -> Vec<&KvWrite> {
+    writes
+        .iter()
+        .enumerate()
+        .filter(|(i, w)| !writes[i + 1..].iter().any(|later| later.key == w.key))
+        .map(|(_, w)| w)
+        .collect()
+}

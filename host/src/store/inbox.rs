@@ -1,0 +1,31 @@
+//! Idempotency records. Rows are written by `commit_batch` only, together with the effects.
+
+use super::{Store, StoreError, validate};
+
+impl Store {
+    /// Has a delivery with this (route, idempotency key) already committed its effects?
+    /// A fast pre-check for the pipeline; `commit_batch` re-checks inside its transaction.
+    pub async fn inbox_contains(&self, route: &str, key: &str) -> Result<bool, StoreError> {
+        validate::text("route", route)?;
+        validate::text("inbox key", key)?;
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM inbox WHERE route = $1 AND key = $2")
+                .bind(route)
+                .bind(key)
+                .fetch_optional(self.pool())
+                .await?;
+        Ok(found.is_some())
+    }
+
+    /// Retention: forgets records processed before `cutoff_ms`. A redelivery older than the
+    /// retention would run again, so keep it longer than any redelivery can take.
+    pub async fn inbox_purge_before(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query("DELETE FROM inbox WHERE processed_at < $1")
+            .bind(cutoff_ms)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
+    }
+}

@@ -1,0 +1,42 @@
+//! The schema, embedded at compile time (no `macros` feature, no files at run time).
+//! Both folders hold the same logical schema; add a migration to both, with the same number.
+
+use std::borrow::Cow;
+
+use sqlx::SqlSafeStr;
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+
+use super::Backend;
+
+const SQLITE: &[(i64, &str, &str)] = &[(
+    1,
+    "initial",
+    include_str!("../../migrations/sqlite/0001_initial.sql"),
+)];
+
+const POSTGRES: &[(i64, &str, &str)] = &[(
+    1,
+    "initial",
+    include_str!("../../migrations/postgres/0001_initial.sql"),
+)];
+
+pub(crate) fn migrator(backend: Backend) -> Migrator {
+    let files = match backend {
+        Backend::Sqlite => SQLITE,
+        Backend::Postgres => POSTGRES,
+    };
+    Migrator::with_migrations(
+        files
+            .iter()
+            .map(|&(version, description, sql)| {
+                Migration::new(
+                    version,
+                    Cow::Borrowed(description),
+                    MigrationType::Simple,
+                    sql.into_sql_str(),
+                    false,
+                )
+            })
+            .collect(),
+    )
+}

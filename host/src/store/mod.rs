@@ -1,0 +1,226 @@
+//! The durable store: idempotency inbox, plugin kv state, transactional outbox and dead
+//! letters, on SQLite (embedded default) or PostgreSQL (production), through one sqlx `Any`
+//! code path with `$1`-style bound parameters.
+//!
+//! # Layout
+//! - `error`: [`StoreError`] and the transient/permanent classification.
+//! - `migrations`: the embedded schema (`host/migrations/{sqlite,postgres}`).
+//! - `commit`: [`Store::commit_batch`], one transaction for many deliveries (G2).
+//! - `committer`: [`GroupCommitter`], the task that batches concurrent commits.
+//! - `inbox`, `kv`, `outbox`, `dead_letters`: reads and maintenance per table.
+//! - `validate`: text checks shared by every write (no NUL bytes on either backend).
+
+mod commit;
+mod committer;
+mod dead_letters;
+mod error;
+mod inbox;
+mod kv;
+mod migrations;
+mod outbox;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+pub use commit::{CommitOutcome, CommitRequest, KvRead, KvWrite, NewOutboxRow};
+pub use committer::{CommitterConfig, CommitterHandle, GroupCommitter};
+pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterStat, NewDeadLetter};
+pub use error::StoreError;
+pub use kv::KvEntry;
+pub use outbox::{OUTBOX_NOTIFY_CHANNEL, OutboxRow, OutboxStatus};
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{AnyPool, ConnectOptions, Connection};
+
+/// Which database a [`Store`] talks to; decides the few SQL spellings that differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// `sqlite://PATH` — one file, WAL mode, writers serialised by `BEGIN IMMEDIATE`.
+    Sqlite,
+    /// `postgres://...` — shared by several gateway instances.
+    Postgres,
+}
+
+/// A pool of connections to the store. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+    redacted: Arc<str>,
+}
+
+/// How long a caller waits for a pooled connection before the store counts as unavailable.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Store {
+    /// Connects (creating the SQLite file and its folder if missing). Does not migrate.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Store, StoreError> {
+        sqlx::any::install_default_drivers();
+        let redacted: Arc<str> = redact_url(url).into();
+        let (backend, url) = if url.starts_with("sqlite:") {
+            (Backend::Sqlite, prepare_sqlite_url(url)?)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            (Backend::Postgres, url.to_string())
+        } else {
+            return Err(StoreError::Invalid(format!(
+                "unsupported store URL {redacted}: expected sqlite://PATH or postgres://..."
+            )));
+        };
+        let options: AnyConnectOptions = url
+            .parse()
+            .map_err(|e| StoreError::Invalid(format!("bad store URL {redacted}: {e}")))?;
+        if backend == Backend::Sqlite {
+            // WAL lets readers run beside the single writer. It is persistent and needs an
+            // exclusive lock to switch, so set it once here rather than on every connection.
+            let mut conn = options
+                .connect()
+                .await
+                .map_err(|e| unavailable(&redacted, e))?;
+            sqlx::query("PRAGMA journal_mode = WAL")
+                .execute(&mut conn)
+                .await
+                .map_err(|e| unavailable(&redacted, e))?;
+            conn.close().await.map_err(|e| unavailable(&redacted, e))?;
+        }
+        let pool = AnyPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options)
+            .await
+            .map_err(|e| unavailable(&redacted, e))?;
+        Ok(Store {
+            pool,
+            backend,
+            redacted,
+        })
+    }
+
+    /// Applies the embedded migrations of this backend (safe to run from several instances
+    /// at once on PostgreSQL: sqlx takes an advisory lock).
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        migrations::migrator(self.backend).run(&self.pool).await?;
+        Ok(())
+    }
+
+    /// The backend behind this store.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The URL with any password replaced by `***`, for logs and errors.
+    pub fn redacted_url(&self) -> String {
+        self.redacted.to_string()
+    }
+
+    /// One round trip to the database: is it answering?
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Begins a write transaction. On SQLite `BEGIN IMMEDIATE` takes the write lock up front
+    /// (waiting up to busy_timeout), so a later write in it cannot fail with
+    /// SQLITE_BUSY_SNAPSHOT when another process committed in between.
+    pub(crate) async fn begin_write(
+        &self,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
+        Ok(match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => self.pool.begin().await?,
+        })
+    }
+
+    pub(crate) fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+}
+
+fn unavailable(redacted: &str, e: sqlx::Error) -> StoreError {
+    match StoreError::from(e) {
+        StoreError::Unavailable(m) | StoreError::Database(m) => {
+            StoreError::Unavailable(format!("cannot connect to {redacted}: {m}"))
+        }
+        other => other,
+    }
+}
+
+/// Adds `mode=rwc` (create if missing) unless the URL chose a mode, and creates the folder.
+fn prepare_sqlite_url(url: &str) -> Result<String, StoreError> {
+    let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if path != ":memory:" && !path.is_empty() {
+        if let Some(dir) = std::path::Path::new(path).parent() {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    StoreError::Unavailable(format!("cannot create folder {}: {e}", dir.display()))
+                })?;
+            }
+        }
+    }
+    if query.split('&').any(|kv| kv.starts_with("mode=")) {
+        Ok(url.to_string())
+    } else if query.is_empty() {
+        Ok(format!("{url}?mode=rwc"))
+    } else {
+        Ok(format!("{url}&mode=rwc"))
+    }
+}
+
+/// Hides the password of `scheme://user:password@host/...` and any `password=` parameter.
+pub(crate) fn redact_url(url: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let mut out = match base.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest
+                .split_once('/')
+                .map_or((rest, None), |(a, p)| (a, Some(p)));
+            let authority = match authority.rsplit_once('@') {
+                Some((userinfo, host)) => match userinfo.split_once(':') {
+                    Some((user, _)) => format!("{user}:***@{host}"),
+                    None => format!("{userinfo}@{host}"),
+                },
+                None => authority.to_string(),
+            };
+            match path {
+                Some(p) => format!("{scheme}://{authority}/{p}"),
+                None => format!("{scheme}://{authority}"),
+            }
+        }
+        None => base.to_string(),
+    };
+    if let Some(q) = query {
+        let params: Vec<String> = q
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                _ => kv.to_string(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&params.join("&"));
+    }
+    out
+}
+
+/// Wall-clock unix milliseconds, the unit of every timestamp column.
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Headers as JSON text: `[["name","value"], ...]` keeps order and duplicates.
+pub(crate) fn headers_to_json(headers: &[(String, String)]) -> String {
+    serde_json::to_string(headers).unwrap_or_else(|_| "[]".to_string())
+}
+
+pub(crate) fn headers_from_json(text: &str) -> Result<Vec<(String, String)>, StoreError> {
+    serde_json::from_str(text)
+        .map_err(|e| StoreError::Database(format!("stored headers are not valid JSON: {e}")))
+}

@@ -1,0 +1,205 @@
+//! Outbox reads and bookkeeping for the relay. Rows are inserted by `commit_batch` only.
+//!
+//! Several relays (one per gateway instance) may drain one database: `outbox_pending`
+//! *leases* the rows it returns (`lease_owner`, `lease_until`), claiming them atomically
+//! (`FOR UPDATE SKIP LOCKED` on PostgreSQL; the single-writer lock on SQLite), so no two
+//! relays take the same row while a lease runs. A relay that dies simply lets its leases
+//! expire; another relay then republishes (G3: duplicates only for rows in flight).
+
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use super::{Backend, Store, StoreError, headers_from_json, now_ms, validate};
+
+/// PostgreSQL `NOTIFY` channel signalled by every commit that inserted outbox rows.
+pub const OUTBOX_NOTIFY_CHANNEL: &str = "carteiro_outbox";
+
+/// A committed event waiting to be published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxRow {
+    /// Position in the outbox; rows are handed out in id order.
+    pub id: i64,
+    /// The AMQP `message_id` to publish with.
+    pub event_id: uuid::Uuid,
+    /// Route whose delivery emitted it.
+    pub route: String,
+    /// Plugin that emitted it.
+    pub plugin: String,
+    /// Target exchange.
+    pub exchange: String,
+    /// Routing key, verbatim.
+    pub routing_key: String,
+    /// AMQP headers, in order.
+    pub headers: Vec<(String, String)>,
+    /// AMQP content type.
+    pub content_type: Option<String>,
+    /// Body, verbatim.
+    pub payload: Vec<u8>,
+    /// Rows sharing a non-empty ordering key are handed out strictly in id order.
+    pub ordering_key: String,
+    /// Unix ms of the commit.
+    pub created_at: i64,
+    /// Failed publish attempts so far.
+    pub attempts: i64,
+    /// Why the last attempt failed.
+    pub last_error: Option<String>,
+}
+
+/// Outbox health for metrics and `/health`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxStatus {
+    /// Unpublished rows.
+    pub pending: i64,
+    /// Age of the oldest unpublished row, in ms.
+    pub oldest_pending_age_ms: Option<i64>,
+    /// Unpublished rows whose last publish attempt failed.
+    pub with_errors: i64,
+    /// Unpublished rows currently leased by a relay (in flight).
+    pub leased: i64,
+}
+
+const COLUMNS: &str = "id, event_id, route, plugin, exchange, routing_key, headers, content_type, \
+                       payload, ordering_key, created_at, attempts, last_error";
+
+impl Store {
+    /// Leases up to `limit` publishable rows to `owner` for `lease_ms` and returns them in id
+    /// order. Publishable: unpublished, not in backoff, not leased, and no earlier
+    /// unpublished row with the same ordering key is in backoff or leased (keeps per-key
+    /// order across retries and relays).
+    pub async fn outbox_pending(
+        &self,
+        limit: i64,
+        owner: &str,
+        lease_ms: i64,
+    ) -> Result<Vec<OutboxRow>, StoreError> {
+        validate::text("lease owner", owner)?;
+        let now = now_ms();
+        let lock = match self.backend {
+            Backend::Postgres => "FOR UPDATE SKIP LOCKED",
+            Backend::Sqlite => "",
+        };
+        let sql = format!(
+            "UPDATE outbox SET lease_owner = $1, lease_until = $2 WHERE id IN ( \
+               SELECT o.id FROM outbox o \
+               WHERE o.published_at IS NULL AND o.next_attempt_at <= $3 \
+                 AND (o.lease_until IS NULL OR o.lease_until <= $3) \
+                 AND (o.ordering_key = '' OR NOT EXISTS ( \
+                   SELECT 1 FROM outbox p \
+                   WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL \
+                     AND p.id < o.id \
+                     AND (p.next_attempt_at > $3 OR p.lease_until > $3))) \
+               ORDER BY o.id LIMIT $4 {lock}) \
+             RETURNING {COLUMNS}"
+        );
+        let mut tx = self.begin_write().await?;
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(owner)
+            .bind(now.saturating_add(lease_ms))
+            .bind(now)
+            .bind(limit)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let mut out = rows.iter().map(outbox_row).collect::<Result<Vec<_>, _>>()?;
+        out.sort_by_key(|r| r.id); // RETURNING order is unspecified
+        Ok(out)
+    }
+
+    /// The broker confirmed row `id`: never hand it out again. Idempotent.
+    pub async fn outbox_mark_published(&self, id: i64) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE outbox SET published_at = $2, lease_owner = NULL, lease_until = NULL \
+             WHERE id = $1 AND published_at IS NULL",
+        )
+        .bind(id)
+        .bind(now_ms())
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Publishing row `id` failed (nack, returned, channel lost): count the attempt, keep the
+    /// error, release the lease and hold the row back until `retry_at_ms`.
+    pub async fn outbox_mark_failed(
+        &self,
+        id: i64,
+        error: &str,
+        retry_at_ms: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE outbox SET attempts = attempts + 1, last_error = $2, next_attempt_at = $3, \
+             lease_owner = NULL, lease_until = NULL WHERE id = $1 AND published_at IS NULL",
+        )
+        .bind(id)
+        .bind(validate::lossy(error))
+        .bind(retry_at_ms)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Gives back the unpublished rows leased by `owner` (a relay shutting down cleanly), so
+    /// another relay need not wait for the leases to expire.
+    pub async fn outbox_release(&self, owner: &str) -> Result<u64, StoreError> {
+        validate::text("lease owner", owner)?;
+        let done = sqlx::query(
+            "UPDATE outbox SET lease_owner = NULL, lease_until = NULL \
+             WHERE lease_owner = $1 AND published_at IS NULL",
+        )
+        .bind(owner)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Pending count, oldest pending age, failing and in-flight rows.
+    pub async fn outbox_status(&self) -> Result<OutboxStatus, StoreError> {
+        let now = now_ms();
+        let (pending, oldest, with_errors, leased): (i64, Option<i64>, i64, i64) = sqlx::query_as(
+            "SELECT COUNT(*), MIN(created_at), COUNT(last_error), \
+                 COUNT(CASE WHEN lease_until > $1 THEN 1 END) \
+                 FROM outbox WHERE published_at IS NULL",
+        )
+        .bind(now)
+        .fetch_one(self.pool())
+        .await?;
+        Ok(OutboxStatus {
+            pending,
+            oldest_pending_age_ms: oldest.map(|t| now.saturating_sub(t).max(0)),
+            with_errors,
+            leased,
+        })
+    }
+
+    /// Retention: deletes rows published before `cutoff_ms`.
+    pub async fn outbox_purge_published_before(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
+        let done =
+            sqlx::query("DELETE FROM outbox WHERE published_at IS NOT NULL AND published_at < $1")
+                .bind(cutoff_ms)
+                .execute(self.pool())
+                .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+fn outbox_row(row: &AnyRow) -> Result<OutboxRow, StoreError> {
+    let event_id: String = row.try_get("event_id")?;
+    let headers: String = row.try_get("headers")?;
+    Ok(OutboxRow {
+        id: row.try_get("id")?,
+        event_id: uuid::Uuid::parse_str(&event_id).map_err(|e| {
+            StoreError::Database(format!("outbox event_id {event_id:?} is not a UUID: {e}"))
+        })?,
+        route: row.try_get("route")?,
+        plugin: row.try_get("plugin")?,
+        exchange: row.try_get("exchange")?,
+        routing_key: row.try_get("routing_key")?,
+        headers: headers_from_json(&headers)?,
+        content_type: row.try_get("content_type")?,
+        payload: row.try_get("payload")?,
+        ordering_key: row.try_get("ordering_key")?,
+        created_at: row.try_get("created_at")?,
+        attempts: row.try_get("attempts")?,
+        last_error: row.try_get("last_error")?,
+    })
+}
