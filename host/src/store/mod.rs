@@ -152,14 +152,13 @@ fn unavailable(redacted: &str, e: sqlx::Error) -> StoreError {
 fn prepare_sqlite_url(url: &str) -> Result<String, StoreError> {
     let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
     let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-    if path != ":memory:" && !path.is_empty() {
-        if let Some(dir) = std::path::Path::new(path).parent() {
-            if !dir.as_os_str().is_empty() {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    StoreError::Unavailable(format!("cannot create folder {}: {e}", dir.display()))
-                })?;
-            }
-        }
+    let dir = std::path::Path::new(path)
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty());
+    if let Some(dir) = dir.filter(|_| path != ":memory:") {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            StoreError::Unavailable(format!("cannot create folder {}: {e}", dir.display()))
+        })?;
     }
     if query.split('&').any(|kv| kv.starts_with("mode=")) {
         Ok(url.to_string())

@@ -274,7 +274,8 @@ async fn deletes(db: &TestDb) {
 
 async fn nul_bytes_are_rejected_with_the_field_name(db: &TestDb) {
     let s = &db.store;
-    let cases: Vec<(&str, Box<dyn Fn(&mut crate::store::CommitRequest)>)> = vec![
+    type Edit = Box<dyn Fn(&mut crate::store::CommitRequest)>;
+    let cases: Vec<(&str, Edit)> = vec![
         (
             "writes[0].key",
             Box::new(|r| r.writes = vec![write("a\0b", Some(b"v"))]),

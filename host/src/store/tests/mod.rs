@@ -3,9 +3,11 @@
 //! Every scenario runs on both backends through `both_backends!`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod bench;
 mod commit;
 mod concurrency;
 mod dead_letters;
+mod outage;
 mod outbox;
 
 use super::*;
