@@ -241,7 +241,8 @@ async fn deletes(db: &TestDb) {
     assert!(s.kv_get("ns", "a").await.unwrap().is_none());
     assert!(s.kv_get("ns", "b").await.unwrap().is_none());
 
-    // Recreated after delete: version starts again at 1.
+    // Recreated after delete: the version goes on (2 = tombstone, 3 = new value), so a read
+    // made before the delete (version 1) cannot pass its check (no ABA).
     let mut again = request("r", "again");
     again.reads = vec![read("a", None)];
     again.writes = vec![write("a", Some(b"new"))];
@@ -249,7 +250,24 @@ async fn deletes(db: &TestDb) {
         s.commit_batch(&[again]).await.unwrap(),
         vec![CommitOutcome::Committed]
     );
-    assert_eq!(s.kv_get("ns", "a").await.unwrap().unwrap().version, 1);
+    assert_eq!(s.kv_get("ns", "a").await.unwrap().unwrap().version, 3);
+    let mut aba = request("r", "aba");
+    aba.reads = vec![read("a", Some(1))];
+    aba.writes = vec![write("a", Some(b"stale"))];
+    assert_eq!(
+        s.commit_batch(&[aba]).await.unwrap(),
+        vec![CommitOutcome::Conflict]
+    );
+    // Blind write over a tombstone, then tombstone retention.
+    let mut blind = request("r", "blind");
+    blind.writes = vec![write("b", Some(b"back"))];
+    s.commit_batch(&[blind]).await.unwrap();
+    assert_eq!(s.kv_get("ns", "b").await.unwrap().unwrap().version, 3);
+    let mut del_b = request("r", "del-b");
+    del_b.writes = vec![write("b", None), write("never-there", None)];
+    s.commit_batch(&[del_b]).await.unwrap();
+    let now = crate::store::now_ms() + 1;
+    assert_eq!(s.kv_purge_tombstones_before(now).await.unwrap(), 1);
 
     // A delete based on a stale read conflicts.
     let mut stale = request("r", "stale");

@@ -33,7 +33,16 @@ async fn postgres_down_then_back() {
     });
     // A fixed name reuses the data folder (no initdb per run, nothing piles up).
     let (name, port) = ("store-outage", "55499");
-    let url = script(&["start", name, port]);
+    let admin = script(&["start", name, port]);
+    // A fresh database each run: the folder outlives runs (and schema changes).
+    let db = format!("outage_{}", uuid::Uuid::now_v7().simple());
+    let admin_store = Store::connect(&admin, 1).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {db}")))
+        .execute(admin_store.pool())
+        .await
+        .unwrap();
+    admin_store.pool().close().await;
+    let url = super::with_database(&admin, &db);
     let store = Store::connect(&url, 2).await.unwrap();
     store.migrate().await.unwrap();
     let mut req = request("r", "during-outage");
@@ -57,5 +66,13 @@ async fn postgres_down_then_back() {
         vec![CommitOutcome::Committed]
     );
     store.pool().close().await;
+    let admin_store = Store::connect(&admin, 1).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE {db} WITH (FORCE)"
+    )))
+    .execute(admin_store.pool())
+    .await
+    .unwrap();
+    admin_store.pool().close().await;
     script(&["stop", name]);
 }
