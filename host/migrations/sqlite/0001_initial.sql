@@ -12,10 +12,12 @@ CREATE TABLE inbox (
 CREATE INDEX inbox_processed_at ON inbox (processed_at);
 
 -- Plugin state; version starts at 1 and grows by one per write (optimistic concurrency).
+-- A delete leaves a tombstone (value NULL, version+1) so a recreated key never gets back an
+-- old version: a read made before the delete can never pass the check (no ABA).
 CREATE TABLE kv (
     namespace  TEXT   NOT NULL,
     key        TEXT   NOT NULL,
-    value      BLOB   NOT NULL,
+    value      BLOB,
     version    BIGINT NOT NULL,
     updated_at BIGINT NOT NULL,
     PRIMARY KEY (namespace, key)

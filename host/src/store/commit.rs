@@ -99,7 +99,9 @@ impl Store {
                 outcomes.push(CommitOutcome::Rejected(e.to_string()));
                 continue;
             }
-            sqlx::query("SAVEPOINT carteiro_request").execute(&mut *tx).await?;
+            sqlx::query("SAVEPOINT carteiro_request")
+                .execute(&mut *tx)
+                .await?;
             let outcome = match apply(&mut tx, self.backend, req, now).await {
                 Ok(None) => CommitOutcome::Committed,
                 Ok(Some(stop)) => stop,
@@ -111,16 +113,22 @@ impl Store {
             };
             if outcome != CommitOutcome::Committed {
                 // Undo this request only; RELEASE too so savepoints do not pile up.
-                sqlx::query("ROLLBACK TO SAVEPOINT carteiro_request").execute(&mut *tx).await?;
+                sqlx::query("ROLLBACK TO SAVEPOINT carteiro_request")
+                    .execute(&mut *tx)
+                    .await?;
             } else {
                 published_rows |= !req.outbox.is_empty();
             }
-            sqlx::query("RELEASE SAVEPOINT carteiro_request").execute(&mut *tx).await?;
+            sqlx::query("RELEASE SAVEPOINT carteiro_request")
+                .execute(&mut *tx)
+                .await?;
             outcomes.push(outcome);
         }
         if published_rows && self.backend == Backend::Postgres {
             // Delivered at COMMIT to relays of other instances listening on the channel.
-            sqlx::query("NOTIFY carteiro_outbox").execute(&mut *tx).await?;
+            sqlx::query("NOTIFY carteiro_outbox")
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(outcomes)
@@ -176,8 +184,13 @@ async fn apply(
     }
     // SQLite needs no row locks: BEGIN IMMEDIATE already made this the only writer.
     let select_version = match backend {
-        Backend::Postgres => "SELECT version FROM kv WHERE namespace = $1 AND key = $2 FOR UPDATE",
-        Backend::Sqlite => "SELECT version FROM kv WHERE namespace = $1 AND key = $2",
+        Backend::Postgres => {
+            "SELECT version FROM kv WHERE namespace = $1 AND key = $2 AND value IS NOT NULL \
+             FOR UPDATE"
+        }
+        Backend::Sqlite => {
+            "SELECT version FROM kv WHERE namespace = $1 AND key = $2 AND value IS NOT NULL"
+        }
     };
     for read in &req.reads {
         let current: Option<i64> = sqlx::query_scalar(select_version)
@@ -198,10 +211,13 @@ async fn apply(
             .map(|r| r.observed_version);
         let key = write.key.as_str();
         let changed = match (&write.value, observed) {
-            // Read as absent: a concurrent creator must make us lose, not overwrite it.
+            // Read as absent: create, or revive a tombstone; a live row (a concurrent
+            // creator) makes us lose instead of overwriting it.
             (Some(value), Some(None)) => sqlx::query(
                 "INSERT INTO kv (namespace, key, value, version, updated_at) \
-                 VALUES ($1, $2, $3, 1, $4) ON CONFLICT DO NOTHING",
+                 VALUES ($1, $2, $3, 1, $4) ON CONFLICT (namespace, key) DO UPDATE \
+                 SET value = excluded.value, version = kv.version + 1, \
+                 updated_at = excluded.updated_at WHERE kv.value IS NULL",
             )
             .bind(ns)
             .bind(key)
@@ -212,7 +228,7 @@ async fn apply(
             .rows_affected(),
             (Some(value), Some(Some(version))) => sqlx::query(
                 "UPDATE kv SET value = $3, version = version + 1, updated_at = $4 \
-                 WHERE namespace = $1 AND key = $2 AND version = $5",
+                 WHERE namespace = $1 AND key = $2 AND version = $5 AND value IS NOT NULL",
             )
             .bind(ns)
             .bind(key)
@@ -237,22 +253,29 @@ async fn apply(
             .await?
             .rows_affected()
             .max(1),
+            // Deletes leave a tombstone with the next version (see the migration).
             (None, Some(Some(version))) => sqlx::query(
-                "DELETE FROM kv WHERE namespace = $1 AND key = $2 AND version = $3",
+                "UPDATE kv SET value = NULL, version = version + 1, updated_at = $3 \
+                 WHERE namespace = $1 AND key = $2 AND version = $4 AND value IS NOT NULL",
             )
             .bind(ns)
             .bind(key)
+            .bind(now)
             .bind(version)
             .execute(&mut *conn)
             .await?
             .rows_affected(),
             // Deleting a key read as absent, or a blind delete: nothing to check.
             (None, _) => {
-                sqlx::query("DELETE FROM kv WHERE namespace = $1 AND key = $2")
-                    .bind(ns)
-                    .bind(key)
-                    .execute(&mut *conn)
-                    .await?;
+                sqlx::query(
+                    "UPDATE kv SET value = NULL, version = version + 1, updated_at = $3 \
+                     WHERE namespace = $1 AND key = $2 AND value IS NOT NULL",
+                )
+                .bind(ns)
+                .bind(key)
+                .bind(now)
+                .execute(&mut *conn)
+                .await?;
                 1
             }
         };

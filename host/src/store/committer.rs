@@ -21,7 +21,10 @@ pub struct CommitterConfig {
     pub queue: usize,
 }
 
-type Job = (CommitRequest, oneshot::Sender<Result<CommitOutcome, StoreError>>);
+type Job = (
+    CommitRequest,
+    oneshot::Sender<Result<CommitOutcome, StoreError>>,
+);
 
 /// Spawns the group-commit task.
 pub struct GroupCommitter;
@@ -40,7 +43,11 @@ impl GroupCommitter {
         let max_batch = max_batch.max(1);
         Self::spawn_with(
             store,
-            CommitterConfig { max_batch, linger: Duration::ZERO, queue: max_batch * 4 },
+            CommitterConfig {
+                max_batch,
+                linger: Duration::ZERO,
+                queue: max_batch * 4,
+            },
         )
     }
 
@@ -49,7 +56,10 @@ impl GroupCommitter {
         let (tx, rx) = mpsc::channel(config.queue.max(1));
         let outbox_committed = Arc::new(Notify::new());
         tokio::spawn(run(store, config, rx, outbox_committed.clone()));
-        CommitterHandle { tx, outbox_committed }
+        CommitterHandle {
+            tx,
+            outbox_committed,
+        }
     }
 }
 

@@ -44,7 +44,9 @@ fn transient_code(code: &str) -> bool {
     if code.len() == 5 {
         // 08 connection exception, 53 insufficient resources, 57P0x shutdown / cannot
         // connect now, 58 system error (I/O).
-        return ["08", "53", "57P", "58"].iter().any(|p| code.starts_with(p));
+        return ["08", "53", "57P", "58"]
+            .iter()
+            .any(|p| code.starts_with(p));
     }
     // SQLite primary code is the low byte: 5 BUSY, 6 LOCKED, 10 IOERR, 13 FULL.
     code.parse::<i64>()

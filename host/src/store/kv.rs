@@ -18,12 +18,24 @@ impl Store {
     pub async fn kv_get(&self, namespace: &str, key: &str) -> Result<Option<KvEntry>, StoreError> {
         validate::text("namespace", namespace)?;
         validate::text("kv key", key)?;
-        let row: Option<(Vec<u8>, i64)> =
-            sqlx::query_as("SELECT value, version FROM kv WHERE namespace = $1 AND key = $2")
-                .bind(namespace)
-                .bind(key)
-                .fetch_optional(self.pool())
-                .await?;
+        let row: Option<(Vec<u8>, i64)> = sqlx::query_as(
+            "SELECT value, version FROM kv \
+                 WHERE namespace = $1 AND key = $2 AND value IS NOT NULL",
+        )
+        .bind(namespace)
+        .bind(key)
+        .fetch_optional(self.pool())
+        .await?;
         Ok(row.map(|(value, version)| KvEntry { value, version }))
+    }
+
+    /// Retention for delete tombstones older than `cutoff_ms`. Keep them longer than any
+    /// handler run: a read older than a purged tombstone could pass its version check.
+    pub async fn kv_purge_tombstones_before(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
+        let done = sqlx::query("DELETE FROM kv WHERE value IS NULL AND updated_at < $1")
+            .bind(cutoff_ms)
+            .execute(self.pool())
+            .await?;
+        Ok(done.rows_affected())
     }
 }

@@ -76,7 +76,10 @@ impl Store {
         if backend == Backend::Sqlite {
             // WAL lets readers run beside the single writer. It is persistent and needs an
             // exclusive lock to switch, so set it once here rather than on every connection.
-            let mut conn = options.connect().await.map_err(|e| unavailable(&redacted, e))?;
+            let mut conn = options
+                .connect()
+                .await
+                .map_err(|e| unavailable(&redacted, e))?;
             sqlx::query("PRAGMA journal_mode = WAL")
                 .execute(&mut conn)
                 .await
@@ -89,7 +92,11 @@ impl Store {
             .connect_with(options)
             .await
             .map_err(|e| unavailable(&redacted, e))?;
-        Ok(Store { pool, backend, redacted })
+        Ok(Store {
+            pool,
+            backend,
+            redacted,
+        })
     }
 
     /// Applies the embedded migrations of this backend (safe to run from several instances
@@ -145,14 +152,13 @@ fn unavailable(redacted: &str, e: sqlx::Error) -> StoreError {
 fn prepare_sqlite_url(url: &str) -> Result<String, StoreError> {
     let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
     let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-    if path != ":memory:" && !path.is_empty() {
-        if let Some(dir) = std::path::Path::new(path).parent() {
-            if !dir.as_os_str().is_empty() {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    StoreError::Unavailable(format!("cannot create folder {}: {e}", dir.display()))
-                })?;
-            }
-        }
+    let dir = std::path::Path::new(path)
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty());
+    if let Some(dir) = dir.filter(|_| path != ":memory:") {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            StoreError::Unavailable(format!("cannot create folder {}: {e}", dir.display()))
+        })?;
     }
     if query.split('&').any(|kv| kv.starts_with("mode=")) {
         Ok(url.to_string())
@@ -165,10 +171,14 @@ fn prepare_sqlite_url(url: &str) -> Result<String, StoreError> {
 
 /// Hides the password of `scheme://user:password@host/...` and any `password=` parameter.
 pub(crate) fn redact_url(url: &str) -> String {
-    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
     let mut out = match base.split_once("://") {
         Some((scheme, rest)) => {
-            let (authority, path) = rest.split_once('/').map_or((rest, None), |(a, p)| (a, Some(p)));
+            let (authority, path) = rest
+                .split_once('/')
+                .map_or((rest, None), |(a, p)| (a, Some(p)));
             let authority = match authority.rsplit_once('@') {
                 Some((userinfo, host)) => match userinfo.split_once(':') {
                     Some((user, _)) => format!("{user}:***@{host}"),

@@ -155,15 +155,14 @@ impl Store {
     /// Pending count, oldest pending age, failing and in-flight rows.
     pub async fn outbox_status(&self) -> Result<OutboxStatus, StoreError> {
         let now = now_ms();
-        let (pending, oldest, with_errors, leased): (i64, Option<i64>, i64, i64) =
-            sqlx::query_as(
-                "SELECT COUNT(*), MIN(created_at), COUNT(last_error), \
+        let (pending, oldest, with_errors, leased): (i64, Option<i64>, i64, i64) = sqlx::query_as(
+            "SELECT COUNT(*), MIN(created_at), COUNT(last_error), \
                  COUNT(CASE WHEN lease_until > $1 THEN 1 END) \
                  FROM outbox WHERE published_at IS NULL",
-            )
-            .bind(now)
-            .fetch_one(self.pool())
-            .await?;
+        )
+        .bind(now)
+        .fetch_one(self.pool())
+        .await?;
         Ok(OutboxStatus {
             pending,
             oldest_pending_age_ms: oldest.map(|t| now.saturating_sub(t).max(0)),
@@ -174,12 +173,11 @@ impl Store {
 
     /// Retention: deletes rows published before `cutoff_ms`.
     pub async fn outbox_purge_published_before(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
-        let done = sqlx::query(
-            "DELETE FROM outbox WHERE published_at IS NOT NULL AND published_at < $1",
-        )
-        .bind(cutoff_ms)
-        .execute(self.pool())
-        .await?;
+        let done =
+            sqlx::query("DELETE FROM outbox WHERE published_at IS NOT NULL AND published_at < $1")
+                .bind(cutoff_ms)
+                .execute(self.pool())
+                .await?;
         Ok(done.rows_affected())
     }
 }

@@ -22,7 +22,10 @@ async fn committed(db: &TestDb) {
     req.reads = vec![read("a", None)];
     req.writes = vec![write("a", Some(b"1")), write("b", Some(b"x"))];
     req.outbox = vec![event("order.created", b"{}")];
-    assert_eq!(s.commit_batch(&[req]).await.unwrap(), vec![CommitOutcome::Committed]);
+    assert_eq!(
+        s.commit_batch(&[req]).await.unwrap(),
+        vec![CommitOutcome::Committed]
+    );
 
     let a = s.kv_get("ns", "a").await.unwrap().unwrap();
     assert_eq!((a.value.as_slice(), a.version), (&b"1"[..], 1));
@@ -39,7 +42,10 @@ async fn committed(db: &TestDb) {
     let mut req = request("orders", "m-3");
     req.reads = vec![read("a", Some(2))];
     req.writes = vec![write("a", Some(b"3"))];
-    assert_eq!(s.commit_batch(&[req]).await.unwrap(), vec![CommitOutcome::Committed]);
+    assert_eq!(
+        s.commit_batch(&[req]).await.unwrap(),
+        vec![CommitOutcome::Committed]
+    );
     assert_eq!(s.kv_get("ns", "a").await.unwrap().unwrap().version, 3);
     assert_eq!(s.commit_batch(&[]).await.unwrap(), vec![]);
 }
@@ -49,11 +55,17 @@ async fn duplicate(db: &TestDb) {
     let mut req = request("orders", "m-1");
     req.writes = vec![write("count", Some(b"1"))];
     req.outbox = vec![event("k", b"p")];
-    assert_eq!(s.commit_batch(&[req.clone()]).await.unwrap(), vec![CommitOutcome::Committed]);
+    assert_eq!(
+        s.commit_batch(&[req.clone()]).await.unwrap(),
+        vec![CommitOutcome::Committed]
+    );
 
     // Redelivery: nothing applied again (new event id, as a re-run handler would make).
     req.outbox = vec![event("k", b"p")];
-    assert_eq!(s.commit_batch(&[req.clone()]).await.unwrap(), vec![CommitOutcome::Duplicate]);
+    assert_eq!(
+        s.commit_batch(&[req.clone()]).await.unwrap(),
+        vec![CommitOutcome::Duplicate]
+    );
     assert_eq!(s.kv_get("ns", "count").await.unwrap().unwrap().version, 1);
     assert_eq!(s.outbox_status().await.unwrap().pending, 1);
 
@@ -63,7 +75,10 @@ async fn duplicate(db: &TestDb) {
     let mut b = a.clone();
     b.writes = vec![write("count", Some(b"3"))];
     let outcomes = s.commit_batch(&[a, b]).await.unwrap();
-    assert_eq!(outcomes, vec![CommitOutcome::Committed, CommitOutcome::Duplicate]);
+    assert_eq!(
+        outcomes,
+        vec![CommitOutcome::Committed, CommitOutcome::Duplicate]
+    );
     let v = s.kv_get("ns", "count").await.unwrap().unwrap();
     assert_eq!((v.value.as_slice(), v.version), (&b"2"[..], 2));
 }
@@ -84,14 +99,22 @@ async fn conflict_when_read_version_changed(db: &TestDb) {
     b.writes = vec![write("c", Some(b"12")), write("other", Some(b"x"))];
     b.outbox = vec![event("from-b", b"b")];
     let outcomes = s.commit_batch(&[a, b.clone()]).await.unwrap();
-    assert_eq!(outcomes, vec![CommitOutcome::Committed, CommitOutcome::Conflict]);
+    assert_eq!(
+        outcomes,
+        vec![CommitOutcome::Committed, CommitOutcome::Conflict]
+    );
 
     // Nothing of the loser stuck: no inbox row (it will be re-run), no write, no event.
     assert!(!s.inbox_contains("r", "b").await.unwrap());
     assert!(s.kv_get("ns", "other").await.unwrap().is_none());
     assert_eq!(s.kv_get("ns", "c").await.unwrap().unwrap().value, b"11");
     let rows = s.outbox_pending(10, "t", 60_000).await.unwrap();
-    assert_eq!(rows.iter().map(|r| r.routing_key.as_str()).collect::<Vec<_>>(), ["from-a"]);
+    assert_eq!(
+        rows.iter()
+            .map(|r| r.routing_key.as_str())
+            .collect::<Vec<_>>(),
+        ["from-a"]
+    );
 
     // A read of a key that was deleted since is a conflict too, even without a write.
     let mut del = request("r", "del");
@@ -100,13 +123,19 @@ async fn conflict_when_read_version_changed(db: &TestDb) {
     b.inbox_key = "b2".into();
     b.reads = vec![read("c", Some(2))];
     b.writes = vec![];
-    assert_eq!(s.commit_batch(&[b]).await.unwrap(), vec![CommitOutcome::Conflict]);
+    assert_eq!(
+        s.commit_batch(&[b]).await.unwrap(),
+        vec![CommitOutcome::Conflict]
+    );
 
     // Re-run with the current state succeeds.
     let mut b3 = request("r", "b");
     b3.reads = vec![read("c", None)];
     b3.writes = vec![write("c", Some(b"1"))];
-    assert_eq!(s.commit_batch(&[b3]).await.unwrap(), vec![CommitOutcome::Committed]);
+    assert_eq!(
+        s.commit_batch(&[b3]).await.unwrap(),
+        vec![CommitOutcome::Committed]
+    );
 }
 
 async fn conflict_when_read_absent_then_inserted(db: &TestDb) {
@@ -119,7 +148,10 @@ async fn conflict_when_read_absent_then_inserted(db: &TestDb) {
     b.reads = vec![read("new", None)];
     b.writes = vec![write("new", Some(b"b"))];
     let outcomes = s.commit_batch(&[a, b.clone()]).await.unwrap();
-    assert_eq!(outcomes, vec![CommitOutcome::Committed, CommitOutcome::Conflict]);
+    assert_eq!(
+        outcomes,
+        vec![CommitOutcome::Committed, CommitOutcome::Conflict]
+    );
     assert_eq!(s.kv_get("ns", "new").await.unwrap().unwrap().value, b"a");
 
     // ...and across batches too (another key, created by a blind write in between).
@@ -129,8 +161,14 @@ async fn conflict_when_read_absent_then_inserted(db: &TestDb) {
     let mut blind = request("r", "blind");
     blind.writes = vec![write("late", Some(b"blind"))];
     s.commit_batch(&[blind]).await.unwrap();
-    assert_eq!(s.commit_batch(&[c]).await.unwrap(), vec![CommitOutcome::Conflict]);
-    assert_eq!(s.kv_get("ns", "late").await.unwrap().unwrap().value, b"blind");
+    assert_eq!(
+        s.commit_batch(&[c]).await.unwrap(),
+        vec![CommitOutcome::Conflict]
+    );
+    assert_eq!(
+        s.kv_get("ns", "late").await.unwrap().unwrap().value,
+        b"blind"
+    );
     assert!(!s.inbox_contains("r", "c").await.unwrap());
 }
 
@@ -173,7 +211,10 @@ async fn database_refusal_is_rejected_per_request(db: &TestDb) {
     after.writes = vec![write("after", Some(b"y"))];
     let outcomes = s.commit_batch(&[first, again, after]).await.unwrap();
     assert_eq!(outcomes[0], CommitOutcome::Committed);
-    assert!(matches!(&outcomes[1], CommitOutcome::Rejected(_)), "{outcomes:?}");
+    assert!(
+        matches!(&outcomes[1], CommitOutcome::Rejected(_)),
+        "{outcomes:?}"
+    );
     assert_eq!(outcomes[2], CommitOutcome::Committed);
     assert!(s.kv_get("ns", "must-not-exist").await.unwrap().is_none());
     assert!(s.kv_get("ns", "after").await.unwrap().is_some());
@@ -188,44 +229,91 @@ async fn deletes(db: &TestDb) {
 
     let mut del = request("r", "del");
     del.reads = vec![read("a", Some(1))];
-    del.writes = vec![write("a", None), write("b", None), write("never-there", None)];
-    assert_eq!(s.commit_batch(&[del]).await.unwrap(), vec![CommitOutcome::Committed]);
+    del.writes = vec![
+        write("a", None),
+        write("b", None),
+        write("never-there", None),
+    ];
+    assert_eq!(
+        s.commit_batch(&[del]).await.unwrap(),
+        vec![CommitOutcome::Committed]
+    );
     assert!(s.kv_get("ns", "a").await.unwrap().is_none());
     assert!(s.kv_get("ns", "b").await.unwrap().is_none());
 
-    // Recreated after delete: version starts again at 1.
+    // Recreated after delete: the version goes on (2 = tombstone, 3 = new value), so a read
+    // made before the delete (version 1) cannot pass its check (no ABA).
     let mut again = request("r", "again");
     again.reads = vec![read("a", None)];
     again.writes = vec![write("a", Some(b"new"))];
-    assert_eq!(s.commit_batch(&[again]).await.unwrap(), vec![CommitOutcome::Committed]);
-    assert_eq!(s.kv_get("ns", "a").await.unwrap().unwrap().version, 1);
+    assert_eq!(
+        s.commit_batch(&[again]).await.unwrap(),
+        vec![CommitOutcome::Committed]
+    );
+    assert_eq!(s.kv_get("ns", "a").await.unwrap().unwrap().version, 3);
+    let mut aba = request("r", "aba");
+    aba.reads = vec![read("a", Some(1))];
+    aba.writes = vec![write("a", Some(b"stale"))];
+    assert_eq!(
+        s.commit_batch(&[aba]).await.unwrap(),
+        vec![CommitOutcome::Conflict]
+    );
+    // Blind write over a tombstone, then tombstone retention.
+    let mut blind = request("r", "blind");
+    blind.writes = vec![write("b", Some(b"back"))];
+    s.commit_batch(&[blind]).await.unwrap();
+    assert_eq!(s.kv_get("ns", "b").await.unwrap().unwrap().version, 3);
+    let mut del_b = request("r", "del-b");
+    del_b.writes = vec![write("b", None), write("never-there", None)];
+    s.commit_batch(&[del_b]).await.unwrap();
+    let now = crate::store::now_ms() + 1;
+    assert_eq!(s.kv_purge_tombstones_before(now).await.unwrap(), 1);
 
     // A delete based on a stale read conflicts.
     let mut stale = request("r", "stale");
     stale.reads = vec![read("a", Some(7))];
     stale.writes = vec![write("a", None)];
-    assert_eq!(s.commit_batch(&[stale]).await.unwrap(), vec![CommitOutcome::Conflict]);
+    assert_eq!(
+        s.commit_batch(&[stale]).await.unwrap(),
+        vec![CommitOutcome::Conflict]
+    );
     assert!(s.kv_get("ns", "a").await.unwrap().is_some());
 
     // The last of several writes to one key wins.
     let mut twice = request("r", "twice");
-    twice.writes = vec![write("t", Some(b"1")), write("t", None), write("t", Some(b"3"))];
+    twice.writes = vec![
+        write("t", Some(b"1")),
+        write("t", None),
+        write("t", Some(b"3")),
+    ];
     s.commit_batch(&[twice]).await.unwrap();
     assert_eq!(s.kv_get("ns", "t").await.unwrap().unwrap().value, b"3");
 }
 
 async fn nul_bytes_are_rejected_with_the_field_name(db: &TestDb) {
     let s = &db.store;
-    let cases: Vec<(&str, Box<dyn Fn(&mut crate::store::CommitRequest)>)> = vec![
-        ("writes[0].key", Box::new(|r| r.writes = vec![write("a\0b", Some(b"v"))])),
-        ("reads[0].key", Box::new(|r| r.reads = vec![read("\0", None)])),
+    type Edit = Box<dyn Fn(&mut crate::store::CommitRequest)>;
+    let cases: Vec<(&str, Edit)> = vec![
+        (
+            "writes[0].key",
+            Box::new(|r| r.writes = vec![write("a\0b", Some(b"v"))]),
+        ),
+        (
+            "reads[0].key",
+            Box::new(|r| r.reads = vec![read("\0", None)]),
+        ),
         ("inbox_key", Box::new(|r| r.inbox_key = "k\0".into())),
         ("namespace", Box::new(|r| r.namespace = "n\0".into())),
-        ("outbox[0].exchange", Box::new(|r| r.outbox = vec![{
-            let mut e = event("rk", b"");
-            e.exchange = "ex\0".into();
-            e
-        }])),
+        (
+            "outbox[0].exchange",
+            Box::new(|r| {
+                r.outbox = vec![{
+                    let mut e = event("rk", b"");
+                    e.exchange = "ex\0".into();
+                    e
+                }]
+            }),
+        ),
     ];
     for (i, (field, edit)) in cases.iter().enumerate() {
         let mut req = request("r", &format!("nul-{i}"));
@@ -243,12 +331,21 @@ async fn nul_bytes_are_rejected_with_the_field_name(db: &TestDb) {
     let mut e = event("rk", b"\0binary\0");
     e.headers = vec![("h".into(), "a\0b".into())];
     req.outbox = vec![e.clone()];
-    assert_eq!(s.commit_batch(&[req]).await.unwrap(), vec![CommitOutcome::Committed]);
+    assert_eq!(
+        s.commit_batch(&[req]).await.unwrap(),
+        vec![CommitOutcome::Committed]
+    );
     let rows = s.outbox_pending(10, "t", 1000).await.unwrap();
-    assert_eq!((rows[0].headers.clone(), rows[0].payload.clone()), (e.headers, e.payload));
+    assert_eq!(
+        (rows[0].headers.clone(), rows[0].payload.clone()),
+        (e.headers, e.payload)
+    );
     // Reads with NUL are refused clearly too.
     let err = s.kv_get("ns", "a\0").await.unwrap_err();
-    assert!(matches!(err, StoreError::Invalid(ref m) if m.contains("kv key")), "{err}");
+    assert!(
+        matches!(err, StoreError::Invalid(ref m) if m.contains("kv key")),
+        "{err}"
+    );
 }
 
 async fn unavailable_when_pool_closed(db: &TestDb) {
@@ -264,7 +361,10 @@ async fn migrate_twice_and_purge_inbox(db: &TestDb) {
     let s = &db.store;
     s.migrate().await.unwrap();
     s.commit_batch(&[request("r", "old")]).await.unwrap();
-    let removed = s.inbox_purge_before(crate::store::now_ms() + 1).await.unwrap();
+    let removed = s
+        .inbox_purge_before(crate::store::now_ms() + 1)
+        .await
+        .unwrap();
     assert_eq!(removed, 1);
     assert!(!s.inbox_contains("r", "old").await.unwrap());
 }

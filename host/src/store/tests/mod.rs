@@ -6,6 +6,7 @@
 mod commit;
 mod concurrency;
 mod dead_letters;
+mod outage;
 mod outbox;
 
 use super::*;
@@ -26,7 +27,12 @@ impl TestDb {
         let url = format!("sqlite://{}", dir.path().join("store.db").display());
         let store = Store::connect(&url, 4).await.unwrap();
         store.migrate().await.unwrap();
-        TestDb { store, url, _dir: Some(dir), pg: None }
+        TestDb {
+            store,
+            url,
+            _dir: Some(dir),
+            pg: None,
+        }
     }
 
     pub async fn postgres() -> TestDb {
@@ -48,7 +54,12 @@ impl TestDb {
         let url = with_database(&admin, &name);
         let store = Store::connect(&url, 8).await.unwrap();
         store.migrate().await.unwrap();
-        TestDb { store, url, _dir: None, pg: Some((admin, name)) }
+        TestDb {
+            store,
+            url,
+            _dir: None,
+            pg: Some((admin, name)),
+        }
     }
 
     /// Another independent pool on the same database (like a second gateway instance).
@@ -61,10 +72,12 @@ impl TestDb {
         self.store.pool().close().await;
         if let Some((admin, name)) = self.pg {
             let admin_store = Store::connect(&admin, 1).await.unwrap();
-            sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {name} WITH (FORCE)")))
-                .execute(admin_store.pool())
-                .await
-                .unwrap();
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE {name} WITH (FORCE)"
+            )))
+            .execute(admin_store.pool())
+            .await
+            .unwrap();
             admin_store.pool().close().await;
         }
     }
@@ -72,7 +85,9 @@ impl TestDb {
 
 /// `postgres://u@h:p/db?x` with `db` replaced.
 fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
     let scheme_end = base.find("://").map_or(0, |i| i + 3);
     let base = match base[scheme_end..].find('/') {
         Some(slash) => &base[..scheme_end + slash],
@@ -119,11 +134,17 @@ pub(super) fn request(route: &str, key: &str) -> CommitRequest {
 }
 
 pub(super) fn read(key: &str, observed_version: Option<i64>) -> KvRead {
-    KvRead { key: key.into(), observed_version }
+    KvRead {
+        key: key.into(),
+        observed_version,
+    }
 }
 
 pub(super) fn write(key: &str, value: Option<&[u8]>) -> KvWrite {
-    KvWrite { key: key.into(), value: value.map(<[u8]>::to_vec) }
+    KvWrite {
+        key: key.into(),
+        value: value.map(<[u8]>::to_vec),
+    }
 }
 
 pub(super) fn event(routing_key: &str, payload: &[u8]) -> NewOutboxRow {
@@ -147,7 +168,10 @@ fn redacts_passwords() {
         "postgres://app:***@db:5432/carteiro?sslmode=require&password=***"
     );
     assert_eq!(redact_url("postgres://app@db/c"), "postgres://app@db/c");
-    assert_eq!(redact_url("sqlite://data/carteiro.db"), "sqlite://data/carteiro.db");
+    assert_eq!(
+        redact_url("sqlite://data/carteiro.db"),
+        "sqlite://data/carteiro.db"
+    );
     assert_eq!(
         with_database("postgres://u@h:1/carteiro?x=1", "t"),
         "postgres://u@h:1/t?x=1"

@@ -3,17 +3,27 @@
 use super::{TestDb, both_backends, event, request};
 use crate::store::{CommitOutcome, NewOutboxRow, now_ms};
 
-both_backends!(stored_verbatim, leases_and_backoff, ordering_key_holds_back_later_rows);
+both_backends!(
+    stored_verbatim,
+    leases_and_backoff,
+    ordering_key_holds_back_later_rows
+);
 
 async fn commit_events(db: &TestDb, key: &str, events: Vec<NewOutboxRow>) {
     let mut req = request("orders", key);
     req.outbox = events;
-    assert_eq!(db.store.commit_batch(&[req]).await.unwrap(), vec![CommitOutcome::Committed]);
+    assert_eq!(
+        db.store.commit_batch(&[req]).await.unwrap(),
+        vec![CommitOutcome::Committed]
+    );
 }
 
 async fn stored_verbatim(db: &TestDb) {
     let big: Vec<u8> = (0..1_048_576u32).map(|i| (i % 251) as u8).collect();
-    let mut tricky = event("'); DROP TABLE outbox;--", b"it's \"quoted\" \\ '); DROP TABLE kv;--");
+    let mut tricky = event(
+        "'); DROP TABLE outbox;--",
+        b"it's \"quoted\" \\ '); DROP TABLE kv;--",
+    );
     tricky.exchange = "ex'\"`".into();
     tricky.headers = vec![
         ("x-sql".into(), "'; DELETE FROM inbox; --".into()),
@@ -29,7 +39,11 @@ async fn stored_verbatim(db: &TestDb) {
     let expected = vec![tricky, large, empty];
     commit_events(db, "m-1", expected.clone()).await;
 
-    let rows = db.store.outbox_pending(10, "relay-a", 60_000).await.unwrap();
+    let rows = db
+        .store
+        .outbox_pending(10, "relay-a", 60_000)
+        .await
+        .unwrap();
     assert_eq!(rows.len(), 3);
     for (row, want) in rows.iter().zip(&expected) {
         assert_eq!(row.event_id, want.event_id);
@@ -51,7 +65,12 @@ async fn stored_verbatim(db: &TestDb) {
 
 async fn leases_and_backoff(db: &TestDb) {
     let s = &db.store;
-    commit_events(db, "m-1", (0..5).map(|i| event(&format!("rk{i}"), b"p")).collect()).await;
+    commit_events(
+        db,
+        "m-1",
+        (0..5).map(|i| event(&format!("rk{i}"), b"p")).collect(),
+    )
+    .await;
 
     // Relay A takes three; relay B gets the other two, never the same rows.
     let a = s.outbox_pending(3, "relay-a", 60_000).await.unwrap();
@@ -59,20 +78,38 @@ async fn leases_and_backoff(db: &TestDb) {
     assert_eq!((a.len(), b.len()), (3, 2));
     assert!(a.iter().all(|r| b.iter().all(|o| o.id != r.id)));
     assert!(a.last().unwrap().id < b[0].id, "handed out in id order");
-    assert!(s.outbox_pending(10, "relay-a", 60_000).await.unwrap().is_empty());
+    assert!(
+        s.outbox_pending(10, "relay-a", 60_000)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let status = s.outbox_status().await.unwrap();
-    assert_eq!((status.pending, status.leased, status.with_errors), (5, 5, 0));
+    assert_eq!(
+        (status.pending, status.leased, status.with_errors),
+        (5, 5, 0)
+    );
     assert!(status.oldest_pending_age_ms.unwrap() >= 0);
 
     // Published rows are never handed out again; marking twice is harmless.
     s.outbox_mark_published(a[0].id).await.unwrap();
     s.outbox_mark_published(a[0].id).await.unwrap();
     // A failure releases the lease and backs off until retry_at.
-    s.outbox_mark_failed(a[1].id, "nack from broker\0", now_ms() + 60_000).await.unwrap();
-    s.outbox_mark_failed(a[2].id, "channel closed", 0).await.unwrap();
+    s.outbox_mark_failed(a[1].id, "nack from broker\0", now_ms() + 60_000)
+        .await
+        .unwrap();
+    s.outbox_mark_failed(a[2].id, "channel closed", 0)
+        .await
+        .unwrap();
     let again = s.outbox_pending(10, "relay-c", 60_000).await.unwrap();
-    assert_eq!(again.iter().map(|r| r.id).collect::<Vec<_>>(), vec![a[2].id]);
-    assert_eq!((again[0].attempts, again[0].last_error.as_deref()), (1, Some("channel closed")));
+    assert_eq!(
+        again.iter().map(|r| r.id).collect::<Vec<_>>(),
+        vec![a[2].id]
+    );
+    assert_eq!(
+        (again[0].attempts, again[0].last_error.as_deref()),
+        (1, Some("channel closed"))
+    );
     let status = s.outbox_status().await.unwrap();
     assert_eq!((status.pending, status.with_errors), (4, 2));
 
@@ -85,7 +122,10 @@ async fn leases_and_backoff(db: &TestDb) {
 
     // Retention removes only published rows older than the cutoff.
     assert_eq!(s.outbox_purge_published_before(0).await.unwrap(), 0);
-    assert_eq!(s.outbox_purge_published_before(now_ms() + 1).await.unwrap(), 1);
+    assert_eq!(
+        s.outbox_purge_published_before(now_ms() + 1).await.unwrap(),
+        1
+    );
     assert_eq!(s.outbox_status().await.unwrap().pending, 4);
 }
 
@@ -96,19 +136,36 @@ async fn ordering_key_holds_back_later_rows(db: &TestDb) {
         e.ordering_key = ord.into();
         e
     };
-    commit_events(db, "m-1", vec![keyed("a1", "A"), keyed("b1", "B"), keyed("a2", "A")]).await;
+    commit_events(
+        db,
+        "m-1",
+        vec![keyed("a1", "A"), keyed("b1", "B"), keyed("a2", "A")],
+    )
+    .await;
 
     // All three at once is fine: the relay publishes them in id order.
     let first = s.outbox_pending(10, "r1", 60_000).await.unwrap();
     assert_eq!(first.len(), 3);
     // a1 fails and backs off: a2 (same key) must wait behind it, b1 is not affected.
-    s.outbox_mark_failed(first[0].id, "nack", now_ms() + 60_000).await.unwrap();
+    s.outbox_mark_failed(first[0].id, "nack", now_ms() + 60_000)
+        .await
+        .unwrap();
     s.outbox_mark_failed(first[1].id, "nack", 0).await.unwrap();
     s.outbox_mark_failed(first[2].id, "nack", 0).await.unwrap();
     let next = s.outbox_pending(10, "r1", 60_000).await.unwrap();
-    assert_eq!(next.iter().map(|r| r.routing_key.as_str()).collect::<Vec<_>>(), ["b1"]);
+    assert_eq!(
+        next.iter()
+            .map(|r| r.routing_key.as_str())
+            .collect::<Vec<_>>(),
+        ["b1"]
+    );
     // Once a1 is published, a2 flows.
     s.outbox_mark_published(first[0].id).await.unwrap();
     let last = s.outbox_pending(10, "r1", 60_000).await.unwrap();
-    assert_eq!(last.iter().map(|r| r.routing_key.as_str()).collect::<Vec<_>>(), ["a2"]);
+    assert_eq!(
+        last.iter()
+            .map(|r| r.routing_key.as_str())
+            .collect::<Vec<_>>(),
+        ["a2"]
+    );
 }
