@@ -2,5 +2,6 @@
 //! Run through `scripts/test.sh`, which builds the plugins and starts the services.
 
 mod gateway;
+mod resilience;
 mod runtime;
 mod support;
