@@ -254,6 +254,15 @@ pub async fn queue_depth(client: &Client, queue: &str) -> u32 {
     state.message_count()
 }
 
+/// Deletes a queue a test left messages in, so the shared broker does not keep them.
+pub async fn delete_queue(client: &Client, queue: &str) {
+    client
+        .channel
+        .queue_delete(queue.into(), Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete {queue}: {e}"));
+}
+
 /// Declares a durable topic exchange and a durable queue bound to it with `#` (survives a
 /// broker restart, unlike [`Client::sink`]); returns the queue.
 pub async fn durable_sink(client: &Client, exchange: &str) -> String {

@@ -1,7 +1,9 @@
 //! The real `carteiro` binary: SIGTERM with deliveries in flight, bad config files, and
 //! broker credentials that must never be printed.
 
-use super::{Running, carteiro, counter_value, queue_depth, run_to_end, topology_of};
+use super::{
+    Running, carteiro, counter_value, delete_queue, queue_depth, run_to_end, topology_of,
+};
 use crate::support::{Client, amqp_url, json_props, load_config, route_config, unique, wait_for};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use std::path::{Path, PathBuf};
@@ -95,6 +97,7 @@ async fn sigterm_finishes_in_flight_deliveries_and_loses_nothing() {
         remaining > 0,
         "SIGTERM came after the backlog was drained; nothing was in flight"
     );
+    delete_queue(&client, &queue).await;
 }
 
 /// One broken config: how to break the working one, and what the error must say.
@@ -216,6 +219,7 @@ async fn a_queue_declared_with_other_arguments_is_refused_and_kept() {
         1,
         "never deleted or drained"
     );
+    delete_queue(&client, &queue).await;
 }
 
 /// The shared broker's URL with a user that does not exist and a distinctive password.
@@ -253,6 +257,12 @@ async fn broker_credentials_never_reach_the_logs() {
     assert!(!matches!(check.code, Some(0) | None), "{}", check.stderr);
     assert!(check.stderr.contains(redacted), "{}", check.stderr);
     assert!(check.stderr.contains("ACCESS_REFUSED"), "{}", check.stderr);
+    assert_eq!(
+        check.stderr.matches("cannot connect to the broker at").count(),
+        1,
+        "said once: {}",
+        check.stderr
+    );
 
     for (what, out) in [("run", &run), ("check", &check)] {
         for text in [&out.stdout, &out.stderr] {
