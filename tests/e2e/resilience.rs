@@ -136,7 +136,10 @@ pub struct Running {
     readers: Vec<std::thread::JoinHandle<()>>,
 }
 
-fn collect(mut from: impl Read + Send + 'static, into: Arc<Mutex<String>>) -> std::thread::JoinHandle<()> {
+fn collect(
+    mut from: impl Read + Send + 'static,
+    into: Arc<Mutex<String>>,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut buf = [0u8; 4096];
         while let Ok(n) = from.read(&mut buf) {

@@ -66,7 +66,10 @@ async fn broker_restart_mid_flow_loses_nothing_and_applies_each_effect_once() {
             1,
             "{id}"
         );
-        assert!(gw.store.inbox_contains(&queue, id).await.expect("inbox"), "{id}");
+        assert!(
+            gw.store.inbox_contains(&queue, id).await.expect("inbox"),
+            "{id}"
+        );
     }
     assert_eq!(runs, total, "handler effects committed more than once");
     assert_eq!(queue_depth(&client, &queue).await, 0, "work queue drained");
@@ -134,19 +137,19 @@ async fn messages_the_broker_dead_letters_are_archived_with_its_reason() {
         route: Some(queue.clone()),
         ..Default::default()
     };
-    let rows = wait_for("two archived dead letters", Duration::from_secs(30), || async {
-        let rows = gw.store.dead_letters_list(&filter).await.ok()?;
-        (rows.len() >= 2).then_some(rows)
-    })
+    let rows = wait_for(
+        "two archived dead letters",
+        Duration::from_secs(30),
+        || async {
+            let rows = gw.store.dead_letters_list(&filter).await.ok()?;
+            (rows.len() >= 2).then_some(rows)
+        },
+    )
     .await;
     assert_eq!(rows.len(), 2, "{rows:?}");
     let reason_of = |id: &str| {
         rows.iter()
-            .find(|r| {
-                r.headers
-                    .iter()
-                    .any(|(k, v)| k == ":message-id" && v == id)
-            })
+            .find(|r| r.headers.iter().any(|(k, v)| k == ":message-id" && v == id))
             .map(|r| r.reason.clone())
             .unwrap_or_else(|| panic!("no dead letter for {id}: {rows:?}"))
     };

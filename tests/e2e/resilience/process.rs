@@ -1,9 +1,7 @@
 //! The real `carteiro` binary: SIGTERM with deliveries in flight, bad config files, and
 //! broker credentials that must never be printed.
 
-use super::{
-    Running, carteiro, counter_value, delete_queue, queue_depth, run_to_end, topology_of,
-};
+use super::{Running, carteiro, counter_value, delete_queue, queue_depth, run_to_end, topology_of};
 use crate::support::{Client, amqp_url, json_props, load_config, route_config, unique, wait_for};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use std::path::{Path, PathBuf};
@@ -79,7 +77,11 @@ async fn sigterm_finishes_in_flight_deliveries_and_loses_nothing() {
         let seen = counter_value(&store, &format!("seen/{id}")).await;
         let in_inbox = store.inbox_contains(&queue, id).await.expect("inbox");
         assert!(seen <= 1, "{id} committed {seen} times");
-        assert_eq!(seen == 1, in_inbox, "{id}: effects and inbox record together");
+        assert_eq!(
+            seen == 1,
+            in_inbox,
+            "{id}: effects and inbox record together"
+        );
         committed += usize::from(in_inbox);
     }
     assert_eq!(counter_value(&store, "runs").await, committed as u64);
@@ -140,7 +142,11 @@ async fn bad_config_files_fail_with_the_file_line_and_key() {
             what: "route to an unknown plugin",
             from: "plugin = \"noop\"",
             to: "plugin = \"ghost\"",
-            says: vec!["carteiro.toml:{line}", "`routes[0].plugin`", "unknown plugin `ghost`"],
+            says: vec![
+                "carteiro.toml:{line}",
+                "`routes[0].plugin`",
+                "unknown plugin `ghost`",
+            ],
         },
     ];
     let path = write_config(dir.path(), &good);
@@ -152,7 +158,12 @@ async fn bad_config_files_fail_with_the_file_line_and_key() {
     assert_eq!(ok.code, Some(0), "the base config is valid: {}", ok.stderr);
 
     for case in &cases {
-        assert!(good.contains(case.from), "{}: {:?} not in config", case.what, case.from);
+        assert!(
+            good.contains(case.from),
+            "{}: {:?} not in config",
+            case.what,
+            case.from
+        );
         let broken = good.replacen(case.from, case.to, 1);
         let last_line = case.to.lines().last().unwrap_or_default();
         let line = broken
@@ -166,7 +177,10 @@ async fn bad_config_files_fail_with_the_file_line_and_key() {
             assert!(!matches!(out.code, Some(0) | None), "{context}");
             for needle in &case.says {
                 let needle = needle.replace("{line}", &line.to_string());
-                assert!(out.stderr.contains(&needle), "{needle:?} missing: {context}");
+                assert!(
+                    out.stderr.contains(&needle),
+                    "{needle:?} missing: {context}"
+                );
             }
         }
     }
@@ -201,7 +215,9 @@ async fn a_queue_declared_with_other_arguments_is_refused_and_kept() {
         .queue_declare(queue.as_str().into(), durable, args)
         .await
         .expect("declare the clashing queue");
-    client.publish("", &queue, json_props("keep-me"), b"{}").await;
+    client
+        .publish("", &queue, json_props("keep-me"), b"{}")
+        .await;
 
     for args in [&["check"][..], &["run"][..]] {
         let out = run_to_end(command(args, &path), Duration::from_secs(60)).await;
@@ -211,7 +227,10 @@ async fn a_queue_declared_with_other_arguments_is_refused_and_kept() {
             format!("queue '{queue}' already exists with a different 'x-message-ttl'"),
             "delete the queue".to_owned(),
         ] {
-            assert!(out.stderr.contains(&needle), "{needle:?} missing: {context}");
+            assert!(
+                out.stderr.contains(&needle),
+                "{needle:?} missing: {context}"
+            );
         }
     }
     assert_eq!(
@@ -235,8 +254,10 @@ async fn broker_credentials_never_reach_the_logs() {
     const PASSWORD: &str = "s3cr3t-pw-42";
     let redacted = "amqp://carteiro-nobody:***@";
     let dir = tempfile::tempdir().expect("tempdir");
-    let toml = route_config(&unique("creds"), "noop", &unique("in"), "", "")
-        .replace(&amqp_url(), &url_with_password("${CARTEIRO_TEST_BROKER_PW}"));
+    let toml = route_config(&unique("creds"), "noop", &unique("in"), "", "").replace(
+        &amqp_url(),
+        &url_with_password("${CARTEIRO_TEST_BROKER_PW}"),
+    );
     let path = write_config(dir.path(), &toml);
 
     // `run` keeps retrying a broker that refuses the login; verbose logs included.
@@ -258,7 +279,10 @@ async fn broker_credentials_never_reach_the_logs() {
     assert!(check.stderr.contains(redacted), "{}", check.stderr);
     assert!(check.stderr.contains("ACCESS_REFUSED"), "{}", check.stderr);
     assert_eq!(
-        check.stderr.matches("cannot connect to the broker at").count(),
+        check
+            .stderr
+            .matches("cannot connect to the broker at")
+            .count(),
         1,
         "said once: {}",
         check.stderr
