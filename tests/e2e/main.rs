@@ -4,5 +4,6 @@
 mod exactly_once;
 mod gateway;
 mod relay;
+mod resilience;
 mod runtime;
 mod support;

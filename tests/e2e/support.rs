@@ -153,7 +153,12 @@ pub struct Client {
 
 impl Client {
     pub async fn connect() -> Self {
-        let conn = lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default())
+        Self::connect_to(&amqp_url()).await
+    }
+
+    /// A client of another broker (e.g. a dedicated instance a test restarts).
+    pub async fn connect_to(url: &str) -> Self {
+        let conn = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
             .await
             .expect("test client connects");
         let channel = conn.create_channel().await.expect("channel");

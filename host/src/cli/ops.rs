@@ -1,6 +1,6 @@
 //! Operator commands: `run`, `check`, `migrate`, `relay`, `outbox status`.
 
-use crate::broker::{connect, redact_url};
+use crate::broker::connect;
 use crate::config::{self, Config};
 use crate::gateway::{self, broker_settings};
 use crate::metrics::Metrics;
@@ -48,14 +48,8 @@ pub async fn check(path: &Path, no_environment: bool) -> anyhow::Result<i32> {
         store.redacted_url()
     );
     let settings = broker_settings(&config, "carteiro check");
-    let conn = connect(&settings.url, &settings.connect)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot connect to the broker at {}",
-                redact_url(&settings.url)
-            )
-        })?;
+    // BrokerError already names the (redacted) URL; adding it again printed it twice.
+    let conn = connect(&settings.url, &settings.connect).await?;
     for route in &config.routes {
         let plugin = plugins
             .get(route.plugin_name())
