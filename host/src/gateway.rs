@@ -14,10 +14,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+/// Plugins by config name.
+pub type Plugins = BTreeMap<String, Arc<Plugin>>;
+
 /// Loads every plugin of the config (digests checked) into one runtime.
-pub fn load_plugins(
-    config: &Config,
-) -> anyhow::Result<(Arc<Runtime>, BTreeMap<String, Arc<Plugin>>)> {
+pub fn load_plugins(config: &Config) -> anyhow::Result<(Arc<Runtime>, Plugins)> {
     let runtime = Runtime::new(config.runtime.max_instances)
         .map_err(|e| anyhow::anyhow!("cannot start the wasm runtime: {e:#}"))?;
     let mut plugins = BTreeMap::new();

@@ -141,7 +141,11 @@ impl Metrics {
     }
 
     pub fn handler_duration(&self, route: &str, took: Duration) {
-        self.handler_runs.get_or_create(&Route { route: route.into() }).inc();
+        self.handler_runs
+            .get_or_create(&Route {
+                route: route.into(),
+            })
+            .inc();
         self.handler_seconds
             .get_or_create(&Route {
                 route: route.into(),
@@ -194,7 +198,11 @@ impl Metrics {
 
     /// How many times the plugin ran for `route` (re-runs after conflicts included).
     pub fn handler_runs(&self, route: &str) -> u64 {
-        self.handler_runs.get_or_create(&Route { route: route.into() }).get()
+        self.handler_runs
+            .get_or_create(&Route {
+                route: route.into(),
+            })
+            .get()
     }
 
     /// The Prometheus text exposition.

@@ -2,7 +2,9 @@
 //! consumers, crashes (SIGKILL of the real binary) and a database outage; hostile keys are
 //! stored verbatim or refused.
 
-use crate::support::{Client, Gateway, json_props, pg_database, route_config, unique, wait_for, with_store};
+use crate::support::{
+    Client, Gateway, json_props, pg_database, route_config, unique, wait_for, with_store,
+};
 use carteiro::metrics::Metrics;
 use carteiro::store::Store;
 use std::io::{BufRead, BufReader};
@@ -23,12 +25,22 @@ async fn wait_runs(store: &Store, expected: i64) {
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(kv_number(store, "runs").await, Some(expected), "no extra effects");
+    assert_eq!(
+        kv_number(store, "runs").await,
+        Some(expected),
+        "no extra effects"
+    );
 }
 
 fn counter_config(queue: &str, exchange: &str, events: &str) -> String {
-    route_config(queue, "counter", exchange, &format!("out_exchange = \"{events}\""), "prefetch = 64")
-        .replace("prefetch = 16\nprefetch = 64", "prefetch = 64")
+    route_config(
+        queue,
+        "counter",
+        exchange,
+        &format!("out_exchange = \"{events}\""),
+        "prefetch = 64",
+    )
+    .replace("prefetch = 16\nprefetch = 64", "prefetch = 64")
 }
 
 async fn counter_route(client: &Client) -> (String, String, String, String) {
@@ -50,7 +62,9 @@ async fn many_increments(url: Option<String>) {
     let gw = Gateway::start(&toml).await;
     client.wait_for_consumer(&queue).await;
     for i in 0..1000 {
-        client.publish(&exchange, "k", json_props(&format!("m-{i}")), b"{}").await;
+        client
+            .publish(&exchange, "k", json_props(&format!("m-{i}")), b"{}")
+            .await;
     }
     wait_runs(&gw.store, 1000).await;
     for i in [0, 499, 999] {
@@ -83,7 +97,10 @@ async fn a_thousand_concurrent_increments_count_exactly_a_thousand_on_postgres()
 async fn competing_consumers_and_duplicates_commit_once_on_postgres() {
     let client = Client::connect().await;
     let (queue, exchange, events, _sink) = counter_route(&client).await;
-    let toml = with_store(&counter_config(&queue, &exchange, &events), &pg_database().await);
+    let toml = with_store(
+        &counter_config(&queue, &exchange, &events),
+        &pg_database().await,
+    );
     let a = Gateway::start(&toml).await;
     let b = Gateway::start(&toml).await;
     client.wait_for_consumer(&queue).await;
@@ -95,7 +112,11 @@ async fn competing_consumers_and_duplicates_commit_once_on_postgres() {
     }
     wait_runs(&a.store, 200).await;
     for i in 0..200 {
-        assert_eq!(kv_number(&a.store, &format!("seen/dup-{i}")).await, Some(1), "dup-{i}");
+        assert_eq!(
+            kv_number(&a.store, &format!("seen/dup-{i}")).await,
+            Some(1),
+            "dup-{i}"
+        );
     }
     a.stop().await;
     b.stop().await;
@@ -107,7 +128,8 @@ async fn crash_at(fault: &str) -> (i64, u64, usize) {
     let client = Client::connect().await;
     let (queue, exchange, events, sink) = counter_route(&client).await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let toml = counter_config(&queue, &exchange, &events).replace("{dir}", &dir.path().display().to_string());
+    let toml = counter_config(&queue, &exchange, &events)
+        .replace("{dir}", &dir.path().display().to_string());
     let config = dir.path().join("carteiro.toml");
     std::fs::write(&config, &toml).expect("config");
 
@@ -128,15 +150,20 @@ async fn crash_at(fault: &str) -> (i64, u64, usize) {
         }
     });
     client.wait_for_consumer(&queue).await;
-    client.publish(&exchange, "k", json_props("crash-1"), b"{}").await;
-    hung_rx.recv_timeout(Duration::from_secs(60)).expect("the gateway reached the fault point");
+    client
+        .publish(&exchange, "k", json_props("crash-1"), b"{}")
+        .await;
+    hung_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the gateway reached the fault point");
     child.kill().expect("SIGKILL");
     let _ = child.wait();
 
     let metrics = Arc::new(Metrics::default());
     let gw = Gateway::start_in(dir, &toml, metrics.clone()).await;
     wait_for("the redelivered message settled", WAIT, || async {
-        (metrics.delivered(&queue, "acked") + metrics.delivered(&queue, "duplicate") > 0).then_some(())
+        (metrics.delivered(&queue, "acked") + metrics.delivered(&queue, "duplicate") > 0)
+            .then_some(())
     })
     .await;
     let runs = kv_number(&gw.store, "runs").await.unwrap_or(0);
@@ -155,7 +182,10 @@ async fn crash_at(fault: &str) -> (i64, u64, usize) {
 async fn sigkill_before_commit_redelivers_and_commits_once() {
     let (runs, handler_runs, events) = crash_at("hang-before-commit").await;
     assert_eq!(runs, 1, "effects exactly once");
-    assert_eq!(handler_runs, 1, "the redelivery ran the handler (nothing was committed)");
+    assert_eq!(
+        handler_runs, 1,
+        "the redelivery ran the handler (nothing was committed)"
+    );
     assert_eq!(events, 1, "exactly one outbox event");
 }
 
@@ -163,7 +193,10 @@ async fn sigkill_before_commit_redelivers_and_commits_once() {
 async fn sigkill_after_commit_does_not_run_the_handler_again() {
     let (runs, handler_runs, events) = crash_at("hang-after-commit").await;
     assert_eq!(runs, 1, "effects exactly once");
-    assert_eq!(handler_runs, 0, "the redelivery found the inbox record and skipped the handler");
+    assert_eq!(
+        handler_runs, 0,
+        "the redelivery found the inbox record and skipped the handler"
+    );
     assert_eq!(events, 1, "exactly one outbox event");
 }
 
@@ -173,30 +206,65 @@ async fn hostile_keys_are_stored_verbatim_or_refused_and_the_schema_survives() {
     let (queue, exchange, events, _sink) = counter_route(&client).await;
     let gw = Gateway::start(&counter_config(&queue, &exchange, &events)).await;
     client.wait_for_consumer(&queue).await;
-    let verbatim = ["'); DROP TABLE outbox;--", "\"quoted\" and 'single'", "ünïcödé ✉"];
+    let verbatim = [
+        "'); DROP TABLE outbox;--",
+        "\"quoted\" and 'single'",
+        "ünïcödé ✉",
+    ];
     for (i, key) in verbatim.iter().enumerate() {
         let mut headers = lapin::types::FieldTable::default();
-        headers.insert("x-counter-key".into(), lapin::types::AMQPValue::LongString((*key).into()));
+        headers.insert(
+            "x-counter-key".into(),
+            lapin::types::AMQPValue::LongString((*key).into()),
+        );
         let props = json_props(&format!("{key}-{i}")).with_headers(headers);
         client.publish(&exchange, "k", props, b"{}").await;
     }
     for refused in ["nul\0inside".to_owned(), "k".repeat(2048)] {
         let mut headers = lapin::types::FieldTable::default();
-        headers.insert("x-counter-key".into(), lapin::types::AMQPValue::LongString(refused.as_str().into()));
-        client.publish(&exchange, "k", json_props(&unique("refused")).with_headers(headers), b"{}").await;
+        headers.insert(
+            "x-counter-key".into(),
+            lapin::types::AMQPValue::LongString(refused.as_str().into()),
+        );
+        client
+            .publish(
+                &exchange,
+                "k",
+                json_props(&unique("refused")).with_headers(headers),
+                b"{}",
+            )
+            .await;
     }
     wait_runs(&gw.store, 3).await;
     for key in verbatim {
-        assert_eq!(kv_number(&gw.store, &format!("counter/{key}")).await, Some(1), "{key}");
+        assert_eq!(
+            kv_number(&gw.store, &format!("counter/{key}")).await,
+            Some(1),
+            "{key}"
+        );
     }
-    let filter = carteiro::store::DeadLetterFilter { route: Some(queue.clone()), ..Default::default() };
+    let filter = carteiro::store::DeadLetterFilter {
+        route: Some(queue.clone()),
+        ..Default::default()
+    };
     let dead = wait_for("two refused keys dead-lettered", WAIT, || async {
         let rows = gw.store.dead_letters_list(&filter).await.ok()?;
         (rows.len() >= 2).then_some(rows)
     })
     .await;
-    assert!(dead.iter().any(|d| d.reason.contains("NUL")), "{:?}", dead.iter().map(|d| &d.reason).collect::<Vec<_>>());
-    assert!(dead.iter().any(|d| d.reason.contains("1024")), "{:?}", dead.iter().map(|d| &d.reason).collect::<Vec<_>>());
-    gw.store.outbox_status().await.expect("the outbox table is intact");
+    assert!(
+        dead.iter().any(|d| d.reason.contains("NUL")),
+        "{:?}",
+        dead.iter().map(|d| &d.reason).collect::<Vec<_>>()
+    );
+    assert!(
+        dead.iter().any(|d| d.reason.contains("1024")),
+        "{:?}",
+        dead.iter().map(|d| &d.reason).collect::<Vec<_>>()
+    );
+    gw.store
+        .outbox_status()
+        .await
+        .expect("the outbox table is intact");
     gw.stop().await;
 }

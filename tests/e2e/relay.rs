@@ -2,7 +2,9 @@
 //! marks rows only after their confirm, survives SIGKILL and broker outages, reports
 //! unroutable rows, and two relays on PostgreSQL share one table without duplicates.
 
-use crate::support::{Client, Gateway, amqp_url, json_props, load_config, pg_database, plugin, unique, wait_for};
+use crate::support::{
+    Client, Gateway, amqp_url, json_props, load_config, pg_database, plugin, unique, wait_for,
+};
 use carteiro::metrics::Metrics;
 use carteiro::relay::Relay;
 use carteiro::store::{CommitOutcome, CommitRequest, NewOutboxRow, Store};
@@ -41,7 +43,11 @@ async fn seed_outbox(store: &Store, exchange: &str, keys: usize, rows: usize) {
         });
         if batch.len() == 500 || i + 1 == rows {
             let outcomes = store.commit_batch(&batch).await.expect("seed commit");
-            assert!(outcomes.iter().all(|o| matches!(o, CommitOutcome::Committed)));
+            assert!(
+                outcomes
+                    .iter()
+                    .all(|o| matches!(o, CommitOutcome::Committed))
+            );
             batch.clear();
         }
     }
@@ -56,16 +62,31 @@ fn relay_config(dir: &std::path::Path, store_url: &str, amqp: &str) -> carteiro:
     )
 }
 
-fn spawn_relay(config: &carteiro::config::Config, store: Store) -> (CancellationToken, tokio::task::JoinHandle<anyhow::Result<()>>) {
+fn spawn_relay(
+    config: &carteiro::config::Config,
+    store: Store,
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
     let stop = CancellationToken::new();
     let relay = Relay::new(config, store, Arc::new(Metrics::default()), None);
     let task = tokio::spawn(relay.run(stop.clone()));
     (stop, task)
 }
 
-async fn stop_relay(relay: (CancellationToken, tokio::task::JoinHandle<anyhow::Result<()>>)) {
+async fn stop_relay(
+    relay: (
+        CancellationToken,
+        tokio::task::JoinHandle<anyhow::Result<()>>,
+    ),
+) {
     relay.0.cancel();
-    tokio::time::timeout(Duration::from_secs(30), relay.1).await.expect("relay stops").expect("join").expect("relay ok");
+    tokio::time::timeout(Duration::from_secs(30), relay.1)
+        .await
+        .expect("relay stops")
+        .expect("join")
+        .expect("relay ok");
 }
 
 /// Drains `sink` until `n` messages arrived (bounded), then briefly for stragglers.
@@ -85,7 +106,12 @@ async fn receive(client: &Client, sink: &str, n: usize) -> Vec<lapin::message::B
 }
 
 fn message_id(m: &lapin::message::BasicGetMessage) -> String {
-    m.delivery.properties.message_id().as_ref().map(|s| s.to_string()).unwrap_or_default()
+    m.delivery
+        .properties
+        .message_id()
+        .as_ref()
+        .map(|s| s.to_string())
+        .unwrap_or_default()
 }
 
 #[tokio::test]
@@ -107,7 +133,11 @@ async fn two_relays_on_postgres_publish_each_row_once_in_key_order() {
 
     let ids: HashSet<String> = all.iter().map(message_id).collect();
     assert_eq!(all.len(), 10_000, "no row published twice");
-    assert_eq!(ids.len(), 10_000, "every row published, each with its own event id");
+    assert_eq!(
+        ids.len(),
+        10_000,
+        "every row published, each with its own event id"
+    );
     let mut last: BTreeMap<String, i64> = BTreeMap::new();
     for m in &all {
         let text = String::from_utf8(m.delivery.data.clone()).expect("utf8");
@@ -125,7 +155,12 @@ async fn rows_wait_for_an_unroutable_destination_with_a_clear_error() {
     let exchange = unique("nobody-bound");
     client
         .channel
-        .exchange_declare(exchange.as_str().into(), lapin::ExchangeKind::Topic, lapin::options::ExchangeDeclareOptions::default(), Default::default())
+        .exchange_declare(
+            exchange.as_str().into(),
+            lapin::ExchangeKind::Topic,
+            lapin::options::ExchangeDeclareOptions::default(),
+            Default::default(),
+        )
         .await
         .expect("declare");
     let dir = tempfile::tempdir().expect("tempdir");
@@ -142,10 +177,11 @@ async fn rows_wait_for_an_unroutable_destination_with_a_clear_error() {
     stop_relay(relay).await;
     assert_eq!(status.pending, 1, "an unroutable row stays pending");
     let pool = sqlx::SqlitePool::connect(&url).await.expect("sqlite");
-    let (error, attempts): (String, i64) = sqlx::query_as("SELECT last_error, attempts FROM outbox")
-        .fetch_one(&pool)
-        .await
-        .expect("row");
+    let (error, attempts): (String, i64) =
+        sqlx::query_as("SELECT last_error, attempts FROM outbox")
+            .fetch_one(&pool)
+            .await
+            .expect("row");
     assert!(error.contains("unroutable"), "{error}");
     assert!(attempts >= 1);
 }
@@ -203,7 +239,9 @@ exchange = "{events}"
     let first = Gateway::start_in(dir, &toml(false), Arc::new(Metrics::default())).await;
     client.wait_for_consumer(&upstream_q).await;
     for i in 0..5 {
-        client.publish(&input, "k", json_props(&format!("up-{i}")), b"{}").await;
+        client
+            .publish(&input, "k", json_props(&format!("up-{i}")), b"{}")
+            .await;
     }
     wait_for("five outbox rows", WAIT, || async {
         (first.store.outbox_status().await.ok()?.pending == 5).then_some(())
@@ -213,7 +251,11 @@ exchange = "{events}"
 
     // 2. A standalone relay publishes a row, gets its confirm, and is SIGKILLed before marking it.
     let config_path = dir.path().join("carteiro.toml");
-    std::fs::write(&config_path, toml(true).replace("{dir}", &dir.path().display().to_string())).expect("config");
+    std::fs::write(
+        &config_path,
+        toml(true).replace("{dir}", &dir.path().display().to_string()),
+    )
+    .expect("config");
     let mut child = Command::new(env!("CARGO_BIN_EXE_carteiro"))
         .args(["relay", "-c"])
         .arg(&config_path)
@@ -230,7 +272,9 @@ exchange = "{events}"
             }
         }
     });
-    hung_rx.recv_timeout(Duration::from_secs(60)).expect("relay reached the fault point");
+    hung_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("relay reached the fault point");
     child.kill().expect("SIGKILL");
     let _ = child.wait();
 
@@ -247,12 +291,23 @@ exchange = "{events}"
     let ids: Vec<String> = tapped.iter().map(message_id).collect();
     let unique_ids: HashSet<&String> = ids.iter().collect();
     assert_eq!(unique_ids.len(), 5, "every event arrived: {ids:?}");
-    assert!(ids.len() > 5, "the crashed relay's confirmed row was republished: {ids:?}");
+    assert!(
+        ids.len() > 5,
+        "the crashed relay's confirmed row was republished: {ids:?}"
+    );
     assert_eq!(runs, 5, "the downstream inbox absorbed the duplicate");
     for id in unique_ids {
-        let seen = second.store.kv_get("downstream", &format!("seen/{id}")).await.expect("kv").expect("seen");
+        let seen = second
+            .store
+            .kv_get("downstream", &format!("seen/{id}"))
+            .await
+            .expect("kv")
+            .expect("seen");
         assert_eq!(seen.value, b"1", "event {id} applied once");
     }
-    assert_eq!(second.store.outbox_status().await.expect("status").pending, 0);
+    assert_eq!(
+        second.store.outbox_status().await.expect("status").pending,
+        0
+    );
     second.stop().await;
 }

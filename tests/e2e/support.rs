@@ -2,9 +2,9 @@
 
 use carteiro::config::{self, Config};
 use carteiro::metrics::Metrics;
-use std::sync::Arc;
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Where `scripts/build-plugins.sh` puts the components.
@@ -86,8 +86,15 @@ impl Gateway {
         let shutdown = async move {
             let _ = stopped.await;
         };
-        let task = tokio::spawn(carteiro::gateway::run_with_metrics(config, metrics, shutdown));
-        Self { stop: Some(stop), task, store, dir }
+        let task = tokio::spawn(carteiro::gateway::run_with_metrics(
+            config, metrics, shutdown,
+        ));
+        Self {
+            stop: Some(stop),
+            task,
+            store,
+            dir,
+        }
     }
 
     /// Graceful shutdown, bounded; hands back the folder (config and SQLite file).
@@ -286,8 +293,12 @@ pub async fn pg_database() -> String {
         panic!("CARTEIRO_TEST_POSTGRES_URL is not set: run `scripts/postgres.sh start` and export the URL it prints (scripts/test.sh does both)")
     });
     let name = format!("e2e_{}", uuid::Uuid::now_v7().simple());
-    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin).await.expect("connect to PostgreSQL");
-    conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).await.expect("create database");
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
+        .await
+        .expect("connect to PostgreSQL");
+    conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .await
+        .expect("create database");
     match admin.rfind('/') {
         Some(slash) => format!("{}/{name}", &admin[..slash]),
         None => panic!("unexpected PostgreSQL URL {admin}"),
@@ -296,5 +307,8 @@ pub async fn pg_database() -> String {
 
 /// Replaces the SQLite store of a [`route_config`] with `url`.
 pub fn with_store(toml: &str, url: &str) -> String {
-    toml.replace("url = \"sqlite://{dir}/carteiro.db\"", &format!("url = \"{url}\""))
+    toml.replace(
+        "url = \"sqlite://{dir}/carteiro.db\"",
+        &format!("url = \"{url}\""),
+    )
 }

@@ -190,28 +190,30 @@ async fn decide(
             return Settle::Requeue(format!("store unavailable during the handler: {error}"));
         }
         match &invocation.verdict {
-            Verdict::Ack => match commit(ctx, &inbox_key, trace_context(&message), invocation).await {
-                Ok(CommitOutcome::Committed) => return Settle::Ack("acked"),
-                Ok(CommitOutcome::Duplicate) => return Settle::Ack("duplicate"),
-                Ok(CommitOutcome::Conflict) => {
-                    ctx.metrics.conflict(&ctx.queue);
-                    if serialized.is_none() {
-                        serialized = Some(ctx.rerun_turn.lock().await);
+            Verdict::Ack => {
+                match commit(ctx, &inbox_key, trace_context(&message), invocation).await {
+                    Ok(CommitOutcome::Committed) => return Settle::Ack("acked"),
+                    Ok(CommitOutcome::Duplicate) => return Settle::Ack("duplicate"),
+                    Ok(CommitOutcome::Conflict) => {
+                        ctx.metrics.conflict(&ctx.queue);
+                        if serialized.is_none() {
+                            serialized = Some(ctx.rerun_turn.lock().await);
+                        }
+                        continue;
                     }
-                    continue;
+                    Ok(CommitOutcome::Rejected(why)) => {
+                        return dead_letter(
+                            format!("the store refused the handler's effects: {why}"),
+                            "rejected",
+                        )
+                        .await;
+                    }
+                    Err(e) => {
+                        ctx.gate.report_failure(&e);
+                        return Settle::Requeue(format!("commit failed: {e}"));
+                    }
                 }
-                Ok(CommitOutcome::Rejected(why)) => {
-                    return dead_letter(
-                        format!("the store refused the handler's effects: {why}"),
-                        "rejected",
-                    )
-                    .await;
-                }
-                Err(e) => {
-                    ctx.gate.report_failure(&e);
-                    return Settle::Requeue(format!("commit failed: {e}"));
-                }
-            },
+            }
             Verdict::Retry(request) => {
                 let delay = request.delay_ms.map(Duration::from_millis);
                 return retry_or_exhaust(
@@ -298,7 +300,10 @@ async fn commit(
             .into_iter()
             .map(|mut e| {
                 if let Some(trace) = &trace
-                    && !e.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(&trace.0))
+                    && !e
+                        .headers
+                        .iter()
+                        .any(|(k, _)| k.eq_ignore_ascii_case(&trace.0))
                 {
                     e.headers.push(trace.clone());
                 }
