@@ -254,3 +254,85 @@ async fn a_trapping_plugin_is_dead_lettered_after_its_attempt_limit() {
     assert!(rows[0].reason.contains("panicked"), "{}", rows[0].reason);
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_retried_message_succeeds_on_a_later_attempt_after_its_backoff() {
+    let queue = unique("later");
+    let exchange = unique("in");
+    let client = Client::connect().await;
+    client.sink(&exchange).await;
+    let extra = "[routes.retry]\nmax_attempts = 5\nbackoff = [\"200ms\", \"1s\"]";
+    let gw = Gateway::start(&route_config(&queue, "fixture-mixed", &exchange, "", extra)).await;
+    client.wait_for_consumer(&queue).await;
+    let started = Instant::now();
+    client
+        .publish(&exchange, "k", json_props("later-1"), b"retry-until-3")
+        .await;
+    let done = wait_for("success on attempt 3", WAIT, || async {
+        gw.store
+            .kv_get("fixture-mixed", "done/later-1")
+            .await
+            .ok()
+            .flatten()
+    })
+    .await;
+    let took = started.elapsed();
+    assert_eq!(done.value, b"3", "acked on the third attempt");
+    // The handler asked for 200 ms each time: the 200 ms tier, twice.
+    assert!(
+        took >= Duration::from_millis(400),
+        "backoff not honoured: {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "backoff far too long: {took:?}"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn trapping_and_looping_messages_are_dead_lettered_while_others_flow() {
+    let queue = unique("mixed");
+    let exchange = unique("in");
+    let client = Client::connect().await;
+    client.sink(&exchange).await;
+    let extra = "[routes.retry]\nmax_attempts = 2\nbackoff = [\"100ms\"]";
+    let toml = route_config(&queue, "fixture-mixed", &exchange, "", extra)
+        .replace("timeout = \"2s\"", "timeout = \"300ms\"");
+    let gw = Gateway::start(&toml).await;
+    client.wait_for_consumer(&queue).await;
+    client
+        .publish(&exchange, "k", json_props("bad-trap"), b"trap")
+        .await;
+    client
+        .publish(&exchange, "k", json_props("bad-spin"), b"spin")
+        .await;
+    for i in 0..20 {
+        client
+            .publish(&exchange, "k", json_props(&format!("good-{i}")), b"ok")
+            .await;
+    }
+    for i in 0..20 {
+        let key = format!("done/good-{i}");
+        wait_for(&key, WAIT, || async {
+            gw.store.kv_get("fixture-mixed", &key).await.ok().flatten()
+        })
+        .await;
+    }
+    let rows = dead_letters(&gw, &queue, 2).await;
+    let reasons: Vec<&str> = rows.iter().map(|r| r.reason.as_str()).collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("after 2 attempts: plugin trapped")
+                && r.contains("fixture asked to trap")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("after 2 attempts: plugin exceeded its timeout")),
+        "{reasons:?}"
+    );
+    gw.stop().await;
+}

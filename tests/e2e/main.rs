@@ -3,6 +3,7 @@
 
 mod exactly_once;
 mod gateway;
+mod outages;
 mod relay;
 mod resilience;
 mod runtime;

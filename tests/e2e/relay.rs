@@ -280,6 +280,11 @@ exchange = "{events}"
 
     // 3. The full gateway: its relay republishes (same message_id), the downstream inbox absorbs it.
     let second = Gateway::start_in(dir, &toml(true), Arc::new(Metrics::default())).await;
+    // The killed relay's leases expire (30 s) before its rows are taken again.
+    wait_for("every row marked published", WAIT, || async {
+        (second.store.outbox_status().await.ok()?.pending == 0).then_some(())
+    })
+    .await;
     let runs = wait_for("downstream processed five events", WAIT, || async {
         let entry = second.store.kv_get("downstream", "runs").await.ok()??;
         let runs: i64 = String::from_utf8(entry.value).ok()?.parse().ok()?;

@@ -276,8 +276,18 @@ fn classify(error: wasmtime::Error, timeout: Duration, stderr: &str) -> PluginFa
     };
     // A Rust guest prints its panic message to stderr before trapping: that is the reason
     // an operator needs.
-    if let Some(panic) = stderr.lines().rev().find(|l| l.contains("panicked")) {
-        message = format!("{message} ({})", panic.trim());
+    // It reads `thread '..' panicked at FILE:LINE:COL:` and then the panic message.
+    let lines: Vec<&str> = stderr.lines().collect();
+    if let Some(at) = lines.iter().rposition(|l| l.contains("panicked")) {
+        let location = lines[at].trim();
+        match lines
+            .get(at + 1)
+            .map(|l| l.trim())
+            .filter(|l| !l.is_empty())
+        {
+            Some(what) => message = format!("{message} ({location} {what})"),
+            None => message = format!("{message} ({location})"),
+        }
     }
     PluginFailure::Trap(message)
 }

@@ -92,6 +92,16 @@ impl Store {
              RETURNING {COLUMNS}"
         );
         let mut tx = self.begin_write().await?;
+        if self.backend == Backend::Postgres {
+            // Claims from several relays take turns: a concurrent claim cannot see another's
+            // uncommitted leases, and would take later rows of a key whose earlier rows are
+            // being leased right now, breaking per-key order. Publishing stays concurrent.
+            sqlx::query(
+                "SELECT pg_advisory_xact_lock(hashtextextended('carteiro.outbox.claim', 0))",
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(owner)
             .bind(now.saturating_add(lease_ms))

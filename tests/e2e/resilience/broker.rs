@@ -29,7 +29,8 @@ async fn broker_restart_mid_flow_loses_nothing_and_applies_each_effect_once() {
     let gw = Gateway::start(&config).await;
     client.wait_for_consumer(&queue).await;
 
-    let before: Vec<String> = (0..300).map(|i| format!("before-{i}")).collect();
+    // Enough that the broker's (graceful, seconds-long) stop lands mid-flow.
+    let before: Vec<String> = (0..1000).map(|i| format!("before-{i}")).collect();
     publish_all(&client, &exchange, &before).await;
     wait_for("the first commits", Duration::from_secs(30), || async {
         (counter_value(&gw.store, "runs").await >= 10).then_some(())
@@ -39,8 +40,8 @@ async fn broker_restart_mid_flow_loses_nothing_and_applies_each_effect_once() {
     rabbit.stop().await;
     let at_stop = counter_value(&gw.store, "runs").await;
     assert!(
-        at_stop < 300,
-        "the broker must go down mid-flow, but all 300 messages were already processed"
+        at_stop < 1000,
+        "the broker must go down mid-flow, but all 1000 messages were already processed"
     );
     rabbit.start_again().await;
 
@@ -57,7 +58,7 @@ async fn broker_restart_mid_flow_loses_nothing_and_applies_each_effect_once() {
         },
     )
     .await;
-    eprintln!("processed {at_stop} of 300 before the broker stopped; {runs} in all");
+    eprintln!("processed {at_stop} of 1000 before the broker stopped; {runs} in all");
 
     // Exactly once: one handler commit per message, each message's own counter at 1.
     for id in before.iter().chain(&after) {

@@ -1,0 +1,248 @@
+//! Outages of the database and of the broker while work is pending: nothing is acked
+//! without its commit, nothing is marked published without its confirm, and everything
+//! completes once the service is back.
+
+use crate::resilience::{Rabbit, durable_sink};
+use crate::support::{
+    Client, Gateway, json_props, load_config, route_config, unique, wait_for, with_store,
+};
+use carteiro::metrics::Metrics;
+use carteiro::relay::Relay;
+use carteiro::store::{CommitRequest, NewOutboxRow, Store};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(180);
+
+/// A PostgreSQL instance of this test alone (scripts/postgres.sh), stopped on drop.
+struct Postgres {
+    name: String,
+    port: u16,
+}
+
+fn postgres_sh(args: &[String]) -> String {
+    let script: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/postgres.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run scripts/postgres.sh");
+    assert!(
+        out.status.success(),
+        "scripts/postgres.sh {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+impl Postgres {
+    async fn start() -> (Self, String) {
+        let port = (0..200)
+            .map(|_| 56_000 + rand::random_range(0..900u16))
+            .find(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())
+            .expect("a free port");
+        let pg = Self {
+            name: unique("pg-outage"),
+            port,
+        };
+        let args = vec!["start".to_owned(), pg.name.clone(), port.to_string()];
+        let url = tokio::task::spawn_blocking(move || postgres_sh(&args))
+            .await
+            .expect("start");
+        (pg, url)
+    }
+
+    async fn stop(&self) {
+        let args = vec!["stop".to_owned(), self.name.clone()];
+        tokio::task::spawn_blocking(move || postgres_sh(&args))
+            .await
+            .expect("stop");
+    }
+
+    async fn start_again(&self) {
+        let args = vec!["start".to_owned(), self.name.clone(), self.port.to_string()];
+        tokio::task::spawn_blocking(move || postgres_sh(&args))
+            .await
+            .expect("start");
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/postgres.sh");
+        let _ = Command::new("bash")
+            .arg(script)
+            .args(["stop", &self.name])
+            .stdin(Stdio::null())
+            .output();
+        let _ = std::fs::remove_dir_all(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../.local/postgres")
+                .join(&self.name),
+        );
+    }
+}
+
+async fn runs(store: &Store) -> i64 {
+    match store.kv_get("counter", "runs").await {
+        Ok(Some(entry)) => String::from_utf8(entry.value)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+#[tokio::test]
+async fn database_down_mid_run_pauses_and_resumes_without_loss() {
+    let (pg, url) = Postgres::start().await;
+    let client = Client::connect().await;
+    let queue = unique("dbdown");
+    let exchange = unique("in");
+    let events = unique("events");
+    client.sink(&exchange).await;
+    client.sink(&events).await;
+    let toml = route_config(
+        &queue,
+        "counter",
+        &exchange,
+        &format!("out_exchange = \"{events}\""),
+        "",
+    );
+    let gw = Gateway::start(&with_store(&toml, &url)).await;
+    client.wait_for_consumer(&queue).await;
+    for i in 0..100 {
+        client
+            .publish(&exchange, "k", json_props(&format!("a-{i}")), b"{}")
+            .await;
+    }
+    wait_for("some progress before the outage", WAIT, || async {
+        (runs(&gw.store).await >= 10).then_some(())
+    })
+    .await;
+    pg.stop().await;
+    for i in 0..100 {
+        client
+            .publish(&exchange, "k", json_props(&format!("b-{i}")), b"{}")
+            .await;
+    }
+    // Keep the database down for a while: deliveries must wait or be requeued, not acked.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    pg.start_again().await;
+    wait_for("all 200 processed", WAIT, || async {
+        (runs(&gw.store).await >= 200).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        runs(&gw.store).await,
+        200,
+        "each message's effects exactly once"
+    );
+    for id in ["a-0", "a-99", "b-0", "b-99"] {
+        let seen = gw
+            .store
+            .kv_get("counter", &format!("seen/{id}"))
+            .await
+            .expect("kv")
+            .expect("seen");
+        assert_eq!(seen.value, b"1", "{id}");
+    }
+    let filter = carteiro::store::DeadLetterFilter {
+        route: Some(queue.clone()),
+        ..Default::default()
+    };
+    assert!(
+        gw.store
+            .dead_letters_list(&filter)
+            .await
+            .expect("dlq")
+            .is_empty(),
+        "nothing dead-lettered"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn outbox_rows_wait_for_a_stopped_broker_and_are_published_when_it_returns() {
+    let rabbit = Rabbit::start().await;
+    let client = Client::connect_to(&rabbit.url()).await;
+    let exchange = unique("out");
+    let sink = durable_sink(&client, &exchange).await;
+    drop(client);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}/relay.db", dir.path().display());
+    let store = Store::connect(&url, 4).await.expect("store");
+    store.migrate().await.expect("migrate");
+    let rows: Vec<CommitRequest> = (0..20)
+        .map(|i| CommitRequest {
+            route: "seed".into(),
+            inbox_key: format!("seed-{i}"),
+            namespace: "seed".into(),
+            reads: Vec::new(),
+            writes: Vec::new(),
+            outbox: vec![NewOutboxRow {
+                event_id: uuid::Uuid::now_v7(),
+                route: "seed".into(),
+                plugin: "seed".into(),
+                exchange: exchange.clone(),
+                routing_key: "k".into(),
+                headers: Vec::new(),
+                content_type: None,
+                payload: format!("row-{i}").into_bytes(),
+                ordering_key: String::new(),
+            }],
+        })
+        .collect();
+    store.commit_batch(&rows).await.expect("seed");
+
+    rabbit.stop().await;
+    let config = load_config(
+        dir.path(),
+        &format!(
+            "version = 1\n[broker]\nurl = \"{}\"\nreconnect_max_backoff = \"1s\"\n[store]\nurl = \"{url}\"\n[relay]\npoll_interval = \"100ms\"\n",
+            rabbit.url()
+        ),
+    );
+    let stop = CancellationToken::new();
+    let relay = tokio::spawn(
+        Relay::new(&config, store.clone(), Arc::new(Metrics::default()), None).run(stop.clone()),
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let status = store.outbox_status().await.expect("status");
+    assert_eq!(
+        status.pending, 20,
+        "nothing marked published while the broker is down"
+    );
+
+    rabbit.start_again().await;
+    wait_for("all rows published", WAIT, || async {
+        (store.outbox_status().await.ok()?.pending == 0).then_some(())
+    })
+    .await;
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), relay)
+        .await
+        .expect("relay stops")
+        .expect("join")
+        .expect("relay ok");
+    let client = Client::connect_to(&rabbit.url()).await;
+    let got = wait_for("20 messages in the sink", WAIT, || async {
+        let n = crate::resilience::queue_depth(&client, &sink).await;
+        (n >= 20).then_some(n)
+    })
+    .await;
+    assert_eq!(got, 20);
+}
