@@ -216,7 +216,10 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
 fn resolve_sqlite_path(url: &str, base_dir: &Path) -> String {
     match url.strip_prefix("sqlite://") {
         Some(rest) if !rest.starts_with('/') && !rest.starts_with(':') => {
-            format!("sqlite://{}", base_dir.join(rest).display())
+            let path = base_dir.join(rest);
+            // Absolute, so the URL means the same file whatever the working directory.
+            let path = std::path::absolute(&path).unwrap_or(path);
+            format!("sqlite://{}", path.display())
         }
         _ => url.to_owned(),
     }

@@ -72,7 +72,14 @@ fn broker_reason(delivery: &Delivery) -> String {
 async fn archive(ctx: &RouteContext, delivery: Delivery) {
     let props = &delivery.properties;
     let headers = props.headers().as_ref();
-    let reason = header_text(headers, h::REASON).unwrap_or_else(|| broker_reason(&delivery));
+    let ours = header_text(headers, h::REASON);
+    // Our own dead letters failed on the route's queue; the broker's name the queue they
+    // died in (retry tiers add `x-death` records too, so only trust them for the broker's).
+    let queue = match ours {
+        Some(_) => ctx.queue.clone(),
+        None => header_text(headers, "x-first-death-queue").unwrap_or_else(|| ctx.queue.clone()),
+    };
+    let reason = ours.unwrap_or_else(|| broker_reason(&delivery));
     let mut pairs = headers.map(to_text_pairs).unwrap_or_default();
     let properties = [
         (
@@ -98,7 +105,7 @@ async fn archive(ctx: &RouteContext, delivery: Delivery) {
     }
     let record = NewDeadLetter {
         route: ctx.queue.clone(),
-        queue: header_text(headers, "x-first-death-queue").unwrap_or_else(|| ctx.queue.clone()),
+        queue,
         reason,
         plugin: header_text(headers, h::PLUGIN),
         attempts: header_int(headers, h::ATTEMPTS).unwrap_or(0),
