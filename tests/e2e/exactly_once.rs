@@ -3,12 +3,11 @@
 //! stored verbatim or refused.
 
 use crate::support::{
-    Client, Gateway, json_props, pg_database, route_config, unique, wait_for, with_store,
+    Client, Gateway, crash_at_fault, json_props, pg_database, route_config, unique, wait_for,
+    with_store,
 };
 use carteiro::metrics::Metrics;
 use carteiro::store::Store;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -133,31 +132,20 @@ async fn crash_at(fault: &str) -> (i64, u64, usize) {
     let config = dir.path().join("carteiro.toml");
     std::fs::write(&config, &toml).expect("config");
 
-    let mut child = Command::new(env!("CARGO_BIN_EXE_carteiro"))
-        .args(["run", "-c"])
-        .arg(&config)
-        .env("CARTEIRO_FAULT", fault)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn carteiro");
-    let stderr = child.stderr.take().expect("stderr");
-    let (hung_tx, hung_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.contains("fault injection: hanging") {
-                let _ = hung_tx.send(());
-            }
-        }
+    // Publish once the doomed gateway consumes; it hangs at the fault point, then dies.
+    let publisher = async {
+        client.wait_for_consumer(&queue).await;
+        client
+            .publish(&exchange, "k", json_props("crash-1"), b"{}")
+            .await;
+    };
+    let crash = tokio::task::spawn_blocking({
+        let config = config.clone();
+        let fault = fault.to_owned();
+        move || crash_at_fault("run", &config, &fault)
     });
-    client.wait_for_consumer(&queue).await;
-    client
-        .publish(&exchange, "k", json_props("crash-1"), b"{}")
-        .await;
-    hung_rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the gateway reached the fault point");
-    child.kill().expect("SIGKILL");
-    let _ = child.wait();
+    publisher.await;
+    crash.await.expect("crash task");
 
     let metrics = Arc::new(Metrics::default());
     let gw = Gateway::start_in(dir, &toml, metrics.clone()).await;

@@ -3,14 +3,13 @@
 //! unroutable rows, and two relays on PostgreSQL share one table without duplicates.
 
 use crate::support::{
-    Client, Gateway, amqp_url, json_props, load_config, pg_database, plugin, unique, wait_for,
+    Client, Gateway, amqp_url, crash_at_fault, json_props, load_config, pg_database, plugin,
+    unique, wait_for,
 };
 use carteiro::metrics::Metrics;
 use carteiro::relay::Relay;
 use carteiro::store::{CommitOutcome, CommitRequest, NewOutboxRow, Store};
 use std::collections::{BTreeMap, HashSet};
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -256,27 +255,7 @@ exchange = "{events}"
         toml(true).replace("{dir}", &dir.path().display().to_string()),
     )
     .expect("config");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_carteiro"))
-        .args(["relay", "-c"])
-        .arg(&config_path)
-        .env("CARTEIRO_FAULT", "relay-hang-after-confirm")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn relay");
-    let stderr = child.stderr.take().expect("stderr");
-    let (hung_tx, hung_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.contains("fault injection: hanging") {
-                let _ = hung_tx.send(());
-            }
-        }
-    });
-    hung_rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("relay reached the fault point");
-    child.kill().expect("SIGKILL");
-    let _ = child.wait();
+    crash_at_fault("relay", &config_path, "relay-hang-after-confirm");
 
     // 3. The full gateway: its relay republishes (same message_id), the downstream inbox absorbs it.
     let second = Gateway::start_in(dir, &toml(true), Arc::new(Metrics::default())).await;

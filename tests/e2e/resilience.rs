@@ -11,8 +11,8 @@ mod broker;
 mod process;
 
 use crate::support::{Client, unique};
-use carteiro::config::{QueueKind, RouteConfig};
-use carteiro::topology::{Binding, QueueType, RouteTopology};
+use carteiro::config::RouteConfig;
+use carteiro::topology::RouteTopology;
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -317,26 +317,7 @@ pub async fn counter_value(store: &carteiro::store::Store, key: &str) -> u64 {
     }
 }
 
-/// The route's topology exactly as the gateway declares it (see `pipeline/context.rs`).
+/// The route's topology exactly as the gateway declares it.
 pub fn topology_of(route: &RouteConfig) -> RouteTopology {
-    RouteTopology {
-        queue: route.queue.clone(),
-        queue_type: match route.queue_type {
-            QueueKind::Classic => QueueType::Classic,
-            QueueKind::Quorum => QueueType::Quorum,
-        },
-        bindings: route
-            .bindings
-            .iter()
-            .map(|b| Binding {
-                exchange: b.exchange.clone(),
-                exchange_type: b.exchange_type.clone(),
-                routing_key: b.routing_key.clone(),
-            })
-            .collect(),
-        retry_delays: route.retry.backoff.clone(),
-        max_attempts: route.retry.max_attempts,
-        message_ttl: route.message_ttl,
-        max_length: route.max_length,
-    }
+    RouteTopology::for_route(route)
 }

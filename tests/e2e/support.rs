@@ -312,3 +312,29 @@ pub fn with_store(toml: &str, url: &str) -> String {
         &format!("url = \"{url}\""),
     )
 }
+
+/// Runs `carteiro COMMAND -c CONFIG` with the test-only fault point `fault`, waits until it
+/// hangs there, and SIGKILLs it: a crash at exactly that point.
+pub fn crash_at_fault(command: &str, config: &Path, fault: &str) {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_carteiro"))
+        .args([command, "-c"])
+        .arg(config)
+        .env("CARTEIRO_FAULT", fault)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn carteiro");
+    let stderr = child.stderr.take().expect("stderr");
+    let (hung_tx, hung_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("fault injection: hanging") {
+                let _ = hung_tx.send(());
+            }
+        }
+    });
+    let reached = hung_rx.recv_timeout(Duration::from_secs(60));
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    reached.unwrap_or_else(|_| panic!("carteiro {command} never reached fault point {fault}"));
+}

@@ -27,7 +27,13 @@ pub struct Cli {
 #[derive(Debug, clap::Args)]
 pub struct ConfigArg {
     /// Path to carteiro.toml.
-    #[arg(short, long, global = true, default_value = "carteiro.toml", env = "CARTEIRO_CONFIG")]
+    #[arg(
+        short,
+        long,
+        global = true,
+        default_value = "carteiro.toml",
+        env = "CARTEIRO_CONFIG"
+    )]
     pub config: PathBuf,
 }
 

@@ -5,7 +5,7 @@ use crate::config::{self, Config};
 use crate::gateway::{self, broker_settings};
 use crate::metrics::Metrics;
 use crate::relay::Relay;
-use crate::topology::declare_route;
+use crate::topology::{RouteTopology, declare_route};
 use anyhow::Context;
 use std::future::Future;
 use std::path::Path;
@@ -51,22 +51,7 @@ pub async fn check(path: &Path, no_environment: bool) -> anyhow::Result<i32> {
     // BrokerError already names the (redacted) URL; adding it again printed it twice.
     let conn = connect(&settings.url, &settings.connect).await?;
     for route in &config.routes {
-        let plugin = plugins
-            .get(route.plugin_name())
-            .cloned()
-            .context("unknown plugin")?;
-        let committer = crate::store::GroupCommitter::spawn(store.clone(), 1);
-        let ctx = crate::pipeline::RouteContext::new(
-            route,
-            plugin,
-            store.clone(),
-            committer,
-            crate::pipeline::StoreGate::new(store.clone()),
-            config.broker.publish_timeout,
-            Arc::new(Metrics::default()),
-        )
-        .map_err(anyhow::Error::msg)?;
-        declare_route(&conn, &ctx.topology)
+        declare_route(&conn, &RouteTopology::for_route(route))
             .await
             .with_context(|| format!("route `{}`", route.queue))?;
         println!("route    {}: topology declared and verified", route.queue);

@@ -5,7 +5,7 @@ use crate::config::{FailurePolicy, KeySource, MissingKeyPolicy, RetryConfig, Rou
 use crate::metrics::Metrics;
 use crate::runtime::{KvFuture, KvSource, KvValue, Plugin};
 use crate::store::{CommitterHandle, Store};
-use crate::topology::{self, Binding, QueueType, RouteTopology};
+use crate::topology::{self, RouteTopology};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,26 +65,7 @@ impl RouteContext {
         metrics: Arc<Metrics>,
     ) -> Result<Self, String> {
         let key_source = KeySource::parse(&route.idempotency_key)?;
-        let topology = RouteTopology {
-            queue: route.queue.clone(),
-            queue_type: match route.queue_type {
-                crate::config::QueueKind::Classic => QueueType::Classic,
-                crate::config::QueueKind::Quorum => QueueType::Quorum,
-            },
-            bindings: route
-                .bindings
-                .iter()
-                .map(|b| Binding {
-                    exchange: b.exchange.clone(),
-                    exchange_type: b.exchange_type.clone(),
-                    routing_key: b.routing_key.clone(),
-                })
-                .collect(),
-            retry_delays: route.retry.backoff.clone(),
-            max_attempts: route.retry.max_attempts,
-            message_ttl: route.message_ttl,
-            max_length: route.max_length,
-        };
+        let topology = RouteTopology::for_route(route);
         Ok(Self {
             queue: route.queue.clone(),
             kv: Arc::new(StoreKv(store.clone())),
