@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# One command for every benchmark, on a fresh machine or this one: installs/starts a local
+# RabbitMQ and PostgreSQL (scripts/rabbitmq.sh, scripts/postgres.sh), builds the plugins,
+# then runs the dispatch, pipeline and relay benchmarks in release (the bench profile) and
+# prints their results (also saved under target/bench-results/).
+#
+#   bench/run.sh                 all three benchmarks
+#   bench/run.sh pipeline relay  only those (names of host/benches/*.rs)
+#
+# Knobs are environment variables read by the benchmarks (see bench/README.md), e.g.
+#   BENCH_MESSAGES=5000 BENCH_ROUNDS=1 bench/run.sh pipeline
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+
+benches=("$@")
+[ ${#benches[@]} -eq 0 ] && benches=(dispatch pipeline relay)
+
+echo "== toolchain"
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "bench/run.sh: cargo not found; install Rust (https://rustup.rs) first" >&2
+    exit 1
+fi
+rustup target add wasm32-wasip2 >/dev/null 2>&1 || true
+
+echo "== services"
+CARTEIRO_TEST_AMQP_URL="$(scripts/rabbitmq.sh start | tail -n 1)"
+CARTEIRO_TEST_POSTGRES_URL="$(scripts/postgres.sh start | tail -n 1)"
+export CARTEIRO_TEST_AMQP_URL CARTEIRO_TEST_POSTGRES_URL
+echo "rabbitmq:   $CARTEIRO_TEST_AMQP_URL"
+echo "postgresql: $CARTEIRO_TEST_POSTGRES_URL"
+
+echo "== plugins (wasm32-wasip2 components)"
+scripts/build-plugins.sh
+
+args=()
+for b in "${benches[@]}"; do args+=(--bench "$b"); done
+
+echo "== build (release; the first build of wasmtime takes several minutes)"
+cargo bench -p carteiro "${args[@]}" --no-run
+
+out_dir="${CARGO_TARGET_DIR:-$repo/target}/bench-results"
+mkdir -p "$out_dir"
+stamp="$(date -u +%Y%m%dT%H%M%SZ)"
+out="$out_dir/$stamp.txt"
+{
+    echo "# carteiro benchmarks, $(date -u '+%Y-%m-%d %H:%M UTC'), $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+    echo "# $(nproc) cores, $(uname -sr); rabbitmq and postgresql on this machine"
+} >"$out"
+
+echo "== run"
+# One benchmark at a time, in the order given: they share the cores with the broker and the
+# database, so running them concurrently would measure contention, not the systems.
+for b in "${benches[@]}"; do
+    echo "--- $b" | tee -a "$out"
+    cargo bench -p carteiro --bench "$b" 2>&1 | grep -v -E '^\s*(Compiling|Finished|Running) ' | tee -a "$out"
+done
+echo "== results saved to $out"

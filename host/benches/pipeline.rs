@@ -1,0 +1,524 @@
+//! Full-pipeline throughput — consume, `enrollment` handler, inbox + kv + outbox group
+//! commit, ack — on SQLite and on PostgreSQL, side by side with a plain lapin consumer that
+//! only acks (the broker's ceiling on this machine). Rounds alternate SQLite, PostgreSQL,
+//! baseline; every run gets fresh random queues and a fresh database.
+//!
+//! Workload per run: `BENCH_MESSAGES` (default 20,000) persistent messages with distinct
+//! message ids and an enrollment body are published (with confirms) into the route's queue
+//! before the consumer starts; the clock runs from the first handler run (baseline: first
+//! delivery) until every message is acked. Relay disabled: this measures the pipeline only.
+//!
+//! Run: `bench/run.sh`, or with the services up and the URLs exported:
+//! `CARTEIRO_TEST_AMQP_URL=... CARTEIRO_TEST_POSTGRES_URL=... cargo bench -p carteiro --bench pipeline`
+//! Knobs: `BENCH_MESSAGES`, `BENCH_ROUNDS` (default 3), `BENCH_PREFETCH` (default 256),
+//! `BENCH_SYSTEMS` (default `sqlite,postgres,baseline`).
+
+use carteiro::config::{self, Config};
+use carteiro::metrics::Metrics;
+use carteiro::topology::{self, Binding, DeclaredRoute, QueueType, RouteTopology};
+use futures::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions,
+    ExchangeDeleteOptions, QueueDeleteOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Connection, ConnectionProperties};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum System {
+    Sqlite,
+    Postgres,
+    Baseline,
+}
+
+impl System {
+    fn name(self) -> &'static str {
+        match self {
+            System::Sqlite => "sqlite",
+            System::Postgres => "postgres",
+            System::Baseline => "baseline",
+        }
+    }
+}
+
+struct Settings {
+    amqp: String,
+    pg_admin: Option<String>,
+    messages: usize,
+    rounds: usize,
+    prefetch: u16,
+    systems: Vec<System>,
+}
+
+/// One timed run.
+struct Run {
+    rate: f64,
+    elapsed: Duration,
+    /// CPU seconds this process used during the timed window, per wall second (2 cores = 2.0).
+    cpu: f64,
+    /// Mean seconds per plugin `handle` and per delivery (receipt to settlement).
+    handler_mean: Option<f64>,
+    delivery_mean: Option<f64>,
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn settings() -> Settings {
+    let amqp = std::env::var("CARTEIRO_TEST_AMQP_URL").unwrap_or_else(|_| {
+        panic!("CARTEIRO_TEST_AMQP_URL is not set: run bench/run.sh (or scripts/rabbitmq.sh start and export the URL)")
+    });
+    let pg_admin = std::env::var("CARTEIRO_TEST_POSTGRES_URL").ok();
+    let mut systems: Vec<System> = std::env::var("BENCH_SYSTEMS")
+        .unwrap_or_else(|_| "sqlite,postgres,baseline".into())
+        .split(',')
+        .filter_map(|s| match s.trim() {
+            "sqlite" => Some(System::Sqlite),
+            "postgres" => Some(System::Postgres),
+            "baseline" => Some(System::Baseline),
+            _ => None,
+        })
+        .collect();
+    if pg_admin.is_none() && systems.contains(&System::Postgres) {
+        println!("CARTEIRO_TEST_POSTGRES_URL is not set: skipping PostgreSQL");
+        systems.retain(|s| *s != System::Postgres);
+    }
+    Settings {
+        amqp,
+        pg_admin,
+        messages: env_or("BENCH_MESSAGES", 20_000),
+        rounds: env_or("BENCH_ROUNDS", 3),
+        prefetch: env_or("BENCH_PREFETCH", 256),
+        systems,
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::now_v7().simple())
+}
+
+/// utime + stime of this process, in seconds.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // state is field 3 overall = index 0 here; utime/stime are fields 14/15 = index 11/12.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    }
+}
+
+async fn connect(url: &str) -> Connection {
+    Connection::connect(url, ConnectionProperties::default())
+        .await
+        .expect("connect to RabbitMQ")
+}
+
+/// The same topology the gateway declares for `route` (so its own declare is a no-op).
+fn route_topology(config: &Config) -> RouteTopology {
+    let route = &config.routes[0];
+    RouteTopology {
+        queue: route.queue.clone(),
+        queue_type: QueueType::Classic,
+        bindings: route
+            .bindings
+            .iter()
+            .map(|b| Binding {
+                exchange: b.exchange.clone(),
+                exchange_type: b.exchange_type.clone(),
+                routing_key: b.routing_key.clone(),
+            })
+            .collect(),
+        retry_delays: route.retry.backoff.clone(),
+        max_attempts: route.retry.max_attempts,
+        message_ttl: route.message_ttl,
+        max_length: route.max_length,
+    }
+}
+
+/// Publishes `n` enrollment messages to `queue` through the default exchange, with confirms
+/// (a window of 1,000 unconfirmed at a time).
+async fn publish_all(conn: &Connection, queue: &str, n: usize) {
+    let channel = conn.create_channel().await.expect("channel");
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirms");
+    let mut pending = Vec::with_capacity(1_000);
+    for i in 0..n {
+        let body = format!(r#"{{"matricula_id":"M{i}","usuario_id":"U","curso_id":"C"}}"#);
+        let props = BasicProperties::default()
+            .with_message_id(format!("msg-{i}").into())
+            .with_content_type("application/json".into())
+            .with_delivery_mode(2);
+        let confirm = channel
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                Default::default(),
+                body.as_bytes(),
+                props,
+            )
+            .await
+            .expect("publish");
+        pending.push(confirm);
+        if pending.len() == 1_000 || i + 1 == n {
+            for c in pending.drain(..) {
+                let confirmation = c.await.expect("confirm");
+                assert!(!confirmation.is_nack(), "the broker nacked a publish");
+            }
+        }
+    }
+    let _ = channel.close(200, "published".into()).await;
+}
+
+async fn delete_topology(conn: &Connection, declared: &DeclaredRoute) {
+    let channel = conn.create_channel().await.expect("channel");
+    let mut queues = vec![declared.queue.clone(), declared.dlq.clone()];
+    queues.extend(declared.retry_queues.iter().map(|(_, q)| q.clone()));
+    for q in queues {
+        let _ = channel
+            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+            .await;
+    }
+    let _ = channel
+        .exchange_delete(
+            declared.dlx.as_str().into(),
+            ExchangeDeleteOptions::default(),
+        )
+        .await;
+    let _ = channel.close(200, "cleanup".into()).await;
+}
+
+/// A fresh PostgreSQL database on the admin server; returns (name, url).
+async fn create_pg_database(admin: &str) -> (String, String) {
+    use sqlx::Connection as _;
+    use sqlx::Executor;
+    let name = format!("bench_{}", uuid::Uuid::now_v7().simple());
+    let mut conn = sqlx::PgConnection::connect(admin)
+        .await
+        .expect("connect to PostgreSQL");
+    conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .await
+        .expect("create database");
+    let _ = conn.close().await;
+    (name.clone(), database_url(admin, &name))
+}
+
+/// `admin` with its database name replaced by `name` (query string kept).
+fn database_url(admin: &str, name: &str) -> String {
+    let (base, query) = match admin.split_once('?') {
+        Some((b, q)) => (b, format!("?{q}")),
+        None => (admin, String::new()),
+    };
+    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let host_part = match base[scheme_end..].find('/') {
+        Some(i) => &base[..scheme_end + i],
+        None => base,
+    };
+    format!("{host_part}/{name}{query}")
+}
+
+async fn drop_pg_database(admin: &str, name: &str) {
+    use sqlx::Connection as _;
+    use sqlx::Executor;
+    if let Ok(mut conn) = sqlx::PgConnection::connect(admin).await {
+        let _ = conn
+            .execute(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+            )))
+            .await;
+        let _ = conn.close().await;
+    }
+}
+
+/// Sum and count of a histogram `family` for `route` in the Prometheus text.
+fn histogram_mean(text: &str, family: &str, route: &str) -> Option<f64> {
+    let label = format!("route=\"{route}\"");
+    let find = |suffix: &str| {
+        text.lines()
+            .find(|l| l.contains(&format!("{family}_{suffix}")) && l.contains(&label))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    let (sum, count) = (find("sum")?, find("count")?);
+    (count > 0.0).then(|| sum / count)
+}
+
+fn gateway_toml(s: &Settings, queue: &str, store_url: &str) -> String {
+    let plugin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins/enrollment.wasm");
+    assert!(
+        plugin.is_file(),
+        "{} is missing: run scripts/build-plugins.sh",
+        plugin.display()
+    );
+    format!(
+        r#"
+version = 1
+[broker]
+url = "{amqp}"
+[store]
+url = "{store_url}"
+[relay]
+enabled = false
+[admin]
+listen = ""
+[plugins.enrollment]
+path = "{plugin}"
+timeout = "5s"
+[plugins.enrollment.variables]
+events_exchange = "bench.events"
+[[routes]]
+queue = "{queue}"
+plugin = "enrollment"
+prefetch = {prefetch}
+idempotency_key = "message_id"
+"#,
+        amqp = s.amqp,
+        plugin = plugin.display(),
+        prefetch = s.prefetch,
+    )
+}
+
+async fn wait_until(what: &str, timeout: Duration, poll: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(poll).await;
+    }
+}
+
+/// One gateway run on `system` (SQLite or PostgreSQL).
+async fn gateway_run(s: &Settings, system: System) -> Run {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (pg_name, store_url) = match system {
+        System::Postgres => {
+            let (name, url) = create_pg_database(s.pg_admin.as_deref().expect("pg url")).await;
+            (Some(name), url)
+        }
+        _ => (
+            None,
+            format!("sqlite://{}/carteiro.db", dir.path().display()),
+        ),
+    };
+    let queue = unique(&format!("bench-pipeline-{}", system.name()));
+    let path = dir.path().join("carteiro.toml");
+    std::fs::write(&path, gateway_toml(s, &queue, &store_url)).expect("write config");
+    let config = config::load(&path).unwrap_or_else(|e| panic!("bench config invalid: {e}"));
+
+    let conn = connect(&s.amqp).await;
+    let declared = topology::declare_route(&conn, &route_topology(&config))
+        .await
+        .expect("declare the route's topology");
+    publish_all(&conn, &queue, s.messages).await;
+
+    let metrics = Arc::new(Metrics::default());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let gateway = tokio::spawn(carteiro::gateway::run_with_metrics(
+        config,
+        metrics.clone(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let n = s.messages as u64;
+    wait_until(
+        "the first handler run",
+        Duration::from_secs(120),
+        Duration::from_millis(1),
+        || metrics.handler_runs(&queue) > 0 || gateway.is_finished(),
+    )
+    .await;
+    assert!(!gateway.is_finished(), "the gateway stopped early");
+    let (started, cpu_start) = (Instant::now(), cpu_seconds());
+    let deadline = started + Duration::from_secs(900);
+    while metrics.delivered(&queue, "acked") < n {
+        if Instant::now() > deadline || gateway.is_finished() {
+            let text = metrics.encode();
+            let lines: Vec<&str> = text.lines().filter(|l| l.contains("deliveries")).collect();
+            panic!(
+                "{}: {} of {n} acked; deliveries so far:\n{}",
+                system.name(),
+                metrics.delivered(&queue, "acked"),
+                lines.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let elapsed = started.elapsed();
+    let cpu = (cpu_seconds() - cpu_start) / elapsed.as_secs_f64();
+    let text = metrics.encode();
+    let _ = stop.send(());
+    match tokio::time::timeout(Duration::from_secs(60), gateway).await {
+        Ok(Ok(Ok(()))) => {}
+        other => eprintln!("warning: gateway shutdown: {other:?}"),
+    }
+    delete_topology(&conn, &declared).await;
+    let _ = conn.close(200, "done".into()).await;
+    if let (Some(name), Some(admin)) = (pg_name, s.pg_admin.as_deref()) {
+        drop_pg_database(admin, &name).await;
+    }
+    Run {
+        // The first message was already handled when the clock started.
+        rate: (s.messages - 1) as f64 / elapsed.as_secs_f64(),
+        elapsed,
+        cpu,
+        handler_mean: histogram_mean(&text, "handler_seconds", &queue),
+        delivery_mean: histogram_mean(&text, "delivery_seconds", &queue),
+    }
+}
+
+/// The broker's ceiling: a plain consumer that acks each delivery, same queue shape and N.
+async fn baseline_run(s: &Settings) -> Run {
+    let queue = unique("bench-pipeline-baseline");
+    let topology = RouteTopology {
+        queue: queue.clone(),
+        queue_type: QueueType::Classic,
+        bindings: Vec::new(),
+        retry_delays: config::RetryConfig::default().backoff,
+        max_attempts: config::RetryConfig::default().max_attempts,
+        message_ttl: None,
+        max_length: None,
+    };
+    let conn = connect(&s.amqp).await;
+    let declared = topology::declare_route(&conn, &topology)
+        .await
+        .expect("declare");
+    publish_all(&conn, &queue, s.messages).await;
+
+    let channel = conn.create_channel().await.expect("channel");
+    channel
+        .basic_qos(s.prefetch, BasicQosOptions::default())
+        .await
+        .expect("qos");
+    let mut consumer = channel
+        .basic_consume(
+            queue.as_str().into(),
+            "bench-baseline".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("consume");
+    let mut acked = 0usize;
+    let mut clock: Option<(Instant, f64)> = None;
+    while acked < s.messages {
+        let delivery = tokio::time::timeout(Duration::from_secs(60), consumer.next())
+            .await
+            .expect("baseline delivery within 60 s")
+            .expect("consumer open")
+            .expect("delivery");
+        if clock.is_none() {
+            clock = Some((Instant::now(), cpu_seconds()));
+        }
+        delivery
+            .acker
+            .ack(BasicAckOptions::default())
+            .await
+            .expect("ack");
+        acked += 1;
+    }
+    let (started, cpu_start) = clock.expect("started");
+    let elapsed = started.elapsed();
+    let cpu = (cpu_seconds() - cpu_start) / elapsed.as_secs_f64();
+    let _ = channel.close(200, "done".into()).await;
+    delete_topology(&conn, &declared).await;
+    let _ = conn.close(200, "done".into()).await;
+    Run {
+        rate: (s.messages - 1) as f64 / elapsed.as_secs_f64(),
+        elapsed,
+        cpu,
+        handler_mean: None,
+        delivery_mean: None,
+    }
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map(|s| format!("{:.2} ms", s * 1e3))
+        .unwrap_or_else(|| "-".into())
+}
+
+#[tokio::main]
+async fn main() {
+    let s = settings();
+    println!(
+        "pipeline: {} messages per run, prefetch {}, {} rounds of [{}], relay off, commit_batch default",
+        s.messages,
+        s.prefetch,
+        s.rounds,
+        s.systems
+            .iter()
+            .map(|x| x.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut results: Vec<(System, Vec<f64>)> = s.systems.iter().map(|x| (*x, Vec::new())).collect();
+    for round in 1..=s.rounds {
+        for (system, rates) in results.iter_mut() {
+            let system = *system;
+            let run = match system {
+                System::Baseline => baseline_run(&s).await,
+                other => gateway_run(&s, other).await,
+            };
+            println!(
+                "round {round} {:<9} {:>9.0} msg/s  ({:>6.2} s, host cpu {:.2} cores, handler mean {}, delivery mean {})",
+                system.name(),
+                run.rate,
+                run.elapsed.as_secs_f64(),
+                run.cpu,
+                ms(run.handler_mean),
+                ms(run.delivery_mean),
+            );
+            rates.push(run.rate);
+        }
+    }
+    println!("--- medians over {} rounds", s.rounds);
+    let baseline = results
+        .iter()
+        .find(|(x, _)| *x == System::Baseline)
+        .map(|(_, r)| median(r));
+    for (system, rates) in &results {
+        let m = median(rates);
+        let ratio = match baseline {
+            Some(b) if *system != System::Baseline => format!("  = {:.2} x baseline", m / b),
+            _ => String::new(),
+        };
+        let per_round = rates
+            .iter()
+            .map(|r| format!("{r:.0}"))
+            .collect::<Vec<_>>()
+            .join(" / ");
+        println!(
+            "{:<9} median {:>9.0} msg/s{ratio}   (rounds: {per_round})",
+            system.name(),
+            m
+        );
+    }
+    println!("goal: >= 5000 msg/s per gateway");
+}

@@ -1,0 +1,654 @@
+//! The outbox relay against the classic polling publisher, side by side (alternating rounds,
+//! fresh database, exchange and sink queue per run), on SQLite and PostgreSQL.
+//!
+//! (a) Drain rate: `BENCH_RELAY_ROWS` (default 20,000) rows are committed with
+//!     `commit_batch` (50 ordering keys), then the publisher runs until nothing is pending.
+//!     Rows/s, every row confirmed by the broker.
+//! (b) Commit-to-publish latency: one row at a time is committed through a `GroupCommitter`
+//!     at a steady rate (`BENCH_LATENCY_RATE`/s, default 200, for `BENCH_LATENCY_SECS`,
+//!     default 10); a consumer on a queue bound to the rows' exchange records when each
+//!     `message_id` arrives. Latency = arrival − return of `commit`. p50 / p99 / max.
+//!
+//! Compared systems:
+//! - `relay`: `carteiro::relay::Relay` (max_in_flight 256), woken by the committer's
+//!   `outbox_committed()` notify, 1 s poll backstop (the default).
+//! - `poller`: the classic approach, implemented here: every 1 s select the unpublished rows
+//!   (id order, up to 5,000), publish them all, wait for every confirm, then mark the batch
+//!   published with one UPDATE. When draining a backlog it loops without sleeping while a
+//!   poll came back full.
+//!
+//! Run: `bench/run.sh`, or with the services up and the URLs exported:
+//! `CARTEIRO_TEST_AMQP_URL=... CARTEIRO_TEST_POSTGRES_URL=... cargo bench -p carteiro --bench relay`
+//! Knobs: `BENCH_ROUNDS` (default 3), `BENCH_BACKENDS` (default `sqlite,postgres`),
+//! `BENCH_RELAY_ROWS`, `BENCH_LATENCY_RATE`, `BENCH_LATENCY_SECS`.
+
+use carteiro::metrics::Metrics;
+use carteiro::relay::Relay;
+use carteiro::store::{CommitOutcome, CommitRequest, GroupCommitter, NewOutboxRow, Store};
+use futures::StreamExt;
+use lapin::options::{
+    BasicConsumeOptions, BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions,
+    ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Connection, ConnectionProperties, ExchangeKind};
+use sqlx::Row;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+const KEYS: usize = 50;
+const POLL_INTERVAL: Duration = Duration::from_secs(1);
+const POLL_LIMIT: i64 = 5_000;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Publisher {
+    Relay,
+    Poller,
+}
+
+impl Publisher {
+    fn name(self) -> &'static str {
+        match self {
+            Publisher::Relay => "relay",
+            Publisher::Poller => "poller",
+        }
+    }
+}
+
+struct Settings {
+    amqp: String,
+    pg_admin: Option<String>,
+    backends: Vec<Backend>,
+    rounds: usize,
+    rows: usize,
+    rate: u64,
+    secs: u64,
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn settings() -> Settings {
+    let amqp = std::env::var("CARTEIRO_TEST_AMQP_URL").unwrap_or_else(|_| {
+        panic!("CARTEIRO_TEST_AMQP_URL is not set: run bench/run.sh (or scripts/rabbitmq.sh start and export the URL)")
+    });
+    let pg_admin = std::env::var("CARTEIRO_TEST_POSTGRES_URL").ok();
+    let mut backends: Vec<Backend> = std::env::var("BENCH_BACKENDS")
+        .unwrap_or_else(|_| "sqlite,postgres".into())
+        .split(',')
+        .filter_map(|s| match s.trim() {
+            "sqlite" => Some(Backend::Sqlite),
+            "postgres" => Some(Backend::Postgres),
+            _ => None,
+        })
+        .collect();
+    if pg_admin.is_none() && backends.contains(&Backend::Postgres) {
+        println!("CARTEIRO_TEST_POSTGRES_URL is not set: skipping PostgreSQL");
+        backends.retain(|b| *b != Backend::Postgres);
+    }
+    Settings {
+        amqp,
+        pg_admin,
+        backends,
+        rounds: env_or("BENCH_ROUNDS", 3),
+        rows: env_or("BENCH_RELAY_ROWS", 20_000),
+        rate: env_or("BENCH_LATENCY_RATE", 200),
+        secs: env_or("BENCH_LATENCY_SECS", 10),
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::now_v7().simple())
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+// ---------------------------------------------------------------- environment of one run
+
+/// A fresh database, exchange and sink queue.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    store_url: String,
+    pg_name: Option<String>,
+    store: Store,
+    conn: Connection,
+    exchange: String,
+    sink: String,
+    config: carteiro::config::Config,
+}
+
+impl Fixture {
+    async fn new(s: &Settings, backend: Backend) -> Fixture {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (pg_name, store_url) = match backend {
+            Backend::Postgres => {
+                let (name, url) = create_pg_database(s.pg_admin.as_deref().expect("pg url")).await;
+                (Some(name), url)
+            }
+            Backend::Sqlite => (None, format!("sqlite://{}/relay.db", dir.path().display())),
+        };
+        let store = Store::connect(&store_url, 8).await.expect("store");
+        store.migrate().await.expect("migrate");
+        let conn = Connection::connect(&s.amqp, ConnectionProperties::default())
+            .await
+            .expect("connect to RabbitMQ");
+        let exchange = unique("bench-relay-out");
+        let sink = unique("bench-relay-sink");
+        let channel = conn.create_channel().await.expect("channel");
+        channel
+            .exchange_declare(
+                exchange.as_str().into(),
+                ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .expect("declare exchange");
+        channel
+            .queue_declare(
+                sink.as_str().into(),
+                QueueDeclareOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .expect("declare sink");
+        channel
+            .queue_bind(
+                sink.as_str().into(),
+                exchange.as_str().into(),
+                "#".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .expect("bind sink");
+        let _ = channel.close(200, "declared".into()).await;
+        let path = dir.path().join("carteiro.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "version = 1\n[broker]\nurl = \"{}\"\n[store]\nurl = \"{store_url}\"\n[relay]\nmax_in_flight = 256\npoll_interval = \"1s\"\n",
+                s.amqp
+            ),
+        )
+        .expect("write config");
+        let config = carteiro::config::load(&path).unwrap_or_else(|e| panic!("config: {e}"));
+        Fixture {
+            _dir: dir,
+            store_url,
+            pg_name,
+            store,
+            conn,
+            exchange,
+            sink,
+            config,
+        }
+    }
+
+    async fn sink_depth(&self) -> u32 {
+        let channel = self.conn.create_channel().await.expect("channel");
+        let q = channel
+            .queue_declare(
+                self.sink.as_str().into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .expect("passive declare");
+        let _ = channel.close(200, "probe".into()).await;
+        q.message_count()
+    }
+
+    async fn close(self, s: &Settings) {
+        let channel = self.conn.create_channel().await.expect("channel");
+        let _ = channel
+            .queue_delete(self.sink.as_str().into(), QueueDeleteOptions::default())
+            .await;
+        let _ = channel
+            .exchange_delete(
+                self.exchange.as_str().into(),
+                ExchangeDeleteOptions::default(),
+            )
+            .await;
+        let _ = self.conn.close(200, "done".into()).await;
+        drop(self.store);
+        if let (Some(name), Some(admin)) = (self.pg_name, s.pg_admin.as_deref()) {
+            drop_pg_database(admin, &name).await;
+        }
+    }
+}
+
+async fn create_pg_database(admin: &str) -> (String, String) {
+    use sqlx::Connection as _;
+    use sqlx::Executor;
+    let name = format!("bench_{}", uuid::Uuid::now_v7().simple());
+    let mut conn = sqlx::PgConnection::connect(admin)
+        .await
+        .expect("connect to PostgreSQL");
+    conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .await
+        .expect("create database");
+    let _ = conn.close().await;
+    (name.clone(), database_url(admin, &name))
+}
+
+/// `admin` with its database name replaced by `name` (query string kept).
+fn database_url(admin: &str, name: &str) -> String {
+    let (base, query) = match admin.split_once('?') {
+        Some((b, q)) => (b, format!("?{q}")),
+        None => (admin, String::new()),
+    };
+    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let host_part = match base[scheme_end..].find('/') {
+        Some(i) => &base[..scheme_end + i],
+        None => base,
+    };
+    format!("{host_part}/{name}{query}")
+}
+
+async fn drop_pg_database(admin: &str, name: &str) {
+    use sqlx::Connection as _;
+    use sqlx::Executor;
+    if let Ok(mut conn) = sqlx::PgConnection::connect(admin).await {
+        let _ = conn
+            .execute(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+            )))
+            .await;
+        let _ = conn.close().await;
+    }
+}
+
+fn row(exchange: &str, i: usize) -> CommitRequest {
+    let key = format!("key-{}", i % KEYS);
+    CommitRequest {
+        route: "bench".into(),
+        inbox_key: unique("bench"),
+        namespace: "bench".into(),
+        reads: Vec::new(),
+        writes: Vec::new(),
+        outbox: vec![NewOutboxRow {
+            event_id: uuid::Uuid::now_v7(),
+            route: "bench".into(),
+            plugin: "bench".into(),
+            exchange: exchange.into(),
+            routing_key: "bench.event".into(),
+            headers: vec![("x-seq".into(), i.to_string())],
+            content_type: Some("application/json".into()),
+            payload: format!(r#"{{"key":"{key}","seq":{i}}}"#).into_bytes(),
+            ordering_key: key,
+        }],
+    }
+}
+
+// ---------------------------------------------------------------- the polling baseline
+
+/// The classic polling publisher: every `POLL_INTERVAL`, take the unpublished rows in id
+/// order, publish them all, wait for every confirm, then mark the batch with one UPDATE.
+async fn run_poller(store_url: String, amqp: String, stop: CancellationToken) {
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::any::AnyPoolOptions::new()
+        .max_connections(2)
+        .connect(&store_url)
+        .await
+        .expect("poller connects to the store");
+    let conn = Connection::connect(&amqp, ConnectionProperties::default())
+        .await
+        .expect("poller connects to RabbitMQ");
+    let channel = conn.create_channel().await.expect("channel");
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirms");
+    let mut tick = tokio::time::interval(POLL_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        loop {
+            let rows = sqlx::query(
+                "SELECT id, event_id, exchange, routing_key, content_type, payload FROM outbox \
+                 WHERE published_at IS NULL ORDER BY id LIMIT $1",
+            )
+            .bind(POLL_LIMIT)
+            .fetch_all(&pool)
+            .await
+            .expect("poll");
+            if rows.is_empty() {
+                break;
+            }
+            let mut confirms = Vec::with_capacity(rows.len());
+            let mut ids = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let id: i64 = r.get("id");
+                let event_id: String = r.get("event_id");
+                let exchange: String = r.get("exchange");
+                let routing_key: String = r.get("routing_key");
+                let content_type: Option<String> = r.get("content_type");
+                let payload: Vec<u8> = r.get("payload");
+                let mut props = BasicProperties::default()
+                    .with_message_id(event_id.into())
+                    .with_delivery_mode(2);
+                if let Some(ct) = content_type {
+                    props = props.with_content_type(ct.into());
+                }
+                let confirm = channel
+                    .basic_publish(
+                        exchange.into(),
+                        routing_key.into(),
+                        BasicPublishOptions {
+                            mandatory: true,
+                            ..Default::default()
+                        },
+                        &payload,
+                        props,
+                    )
+                    .await
+                    .expect("publish");
+                confirms.push(confirm);
+                ids.push(id);
+            }
+            for c in confirms {
+                let confirmation = c.await.expect("confirm");
+                assert!(!confirmation.is_nack(), "broker nacked");
+            }
+            let list = ids
+                .iter()
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(",");
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0);
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE outbox SET published_at = $1 WHERE id IN ({list})"
+            )))
+            .bind(now)
+            .execute(&pool)
+            .await
+            .expect("mark published");
+            if (rows.len() as i64) < POLL_LIMIT {
+                break;
+            }
+        }
+    }
+    let _ = channel.close(200, "done".into()).await;
+    let _ = conn.close(200, "done".into()).await;
+    pool.close().await;
+}
+
+/// Starts `which` on the fixture; returns its stop token and task.
+fn start(
+    which: Publisher,
+    f: &Fixture,
+    amqp: &str,
+    wake: Option<Arc<tokio::sync::Notify>>,
+) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    let stop = CancellationToken::new();
+    let task = match which {
+        Publisher::Relay => {
+            let relay = Relay::new(
+                &f.config,
+                f.store.clone(),
+                Arc::new(Metrics::default()),
+                wake,
+            );
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                relay.run(stop).await.expect("relay");
+            })
+        }
+        Publisher::Poller => tokio::spawn(run_poller(
+            f.store_url.clone(),
+            amqp.to_owned(),
+            stop.clone(),
+        )),
+    };
+    (stop, task)
+}
+
+async fn finish(publisher: (CancellationToken, tokio::task::JoinHandle<()>)) {
+    publisher.0.cancel();
+    tokio::time::timeout(Duration::from_secs(30), publisher.1)
+        .await
+        .expect("publisher stops within 30 s")
+        .expect("publisher task");
+}
+
+// ---------------------------------------------------------------- (a) drain
+
+async fn drain_run(s: &Settings, backend: Backend, which: Publisher) -> f64 {
+    let f = Fixture::new(s, backend).await;
+    let mut batch = Vec::with_capacity(256);
+    for i in 0..s.rows {
+        batch.push(row(&f.exchange, i));
+        if batch.len() == 256 || i + 1 == s.rows {
+            let outcomes = f.store.commit_batch(&batch).await.expect("seed");
+            assert!(outcomes.iter().all(|o| *o == CommitOutcome::Committed));
+            batch.clear();
+        }
+    }
+    assert_eq!(
+        f.store.outbox_status().await.expect("status").pending,
+        s.rows as i64
+    );
+    let started = Instant::now();
+    let publisher = start(which, &f, &s.amqp, None);
+    let deadline = started + Duration::from_secs(600);
+    loop {
+        let pending = f.store.outbox_status().await.expect("status").pending;
+        if pending == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{which:?} did not drain: {pending} pending"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let elapsed = started.elapsed();
+    finish(publisher).await;
+    let depth = f.sink_depth().await;
+    assert!(
+        depth as usize >= s.rows,
+        "{which:?}: only {depth} of {} rows reached the sink",
+        s.rows
+    );
+    f.close(s).await;
+    s.rows as f64 / elapsed.as_secs_f64()
+}
+
+// ---------------------------------------------------------------- (b) latency
+
+struct Latency {
+    p50: Duration,
+    p99: Duration,
+    max: Duration,
+    commit_p50: Duration,
+    rows: usize,
+}
+
+async fn latency_run(s: &Settings, backend: Backend, which: Publisher) -> Latency {
+    let f = Fixture::new(s, backend).await;
+    let committer = GroupCommitter::spawn(f.store.clone(), 256);
+
+    // Arrival times, recorded by a consumer on the sink.
+    let arrivals: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let channel = f.conn.create_channel().await.expect("channel");
+    let mut consumer = channel
+        .basic_consume(
+            f.sink.as_str().into(),
+            "bench-latency".into(),
+            BasicConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("consume");
+    let recorder = {
+        let arrivals = arrivals.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(delivery)) = consumer.next().await {
+                let now = Instant::now();
+                if let Some(id) = delivery.properties.message_id() {
+                    arrivals.lock().expect("lock").insert(id.to_string(), now);
+                }
+            }
+        })
+    };
+
+    let publisher = start(which, &f, &s.amqp, Some(committer.outbox_committed()));
+    // Let the publisher connect before the clock matters.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let total = (s.rate * s.secs) as usize;
+    let mut committed: Vec<(String, Instant)> = Vec::with_capacity(total);
+    let mut commit_times = Vec::with_capacity(total);
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / s.rate as f64));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    for i in 0..total {
+        tick.tick().await;
+        let req = row(&f.exchange, i);
+        let id = req.outbox[0].event_id.to_string();
+        let t = Instant::now();
+        let outcome = committer.commit(req).await.expect("commit");
+        let done = Instant::now();
+        assert_eq!(outcome, CommitOutcome::Committed);
+        commit_times.push(done - t);
+        committed.push((id, done));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while arrivals.lock().expect("lock").len() < total {
+        assert!(
+            Instant::now() < deadline,
+            "{which:?}: only {} of {total} rows arrived",
+            arrivals.lock().expect("lock").len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    finish(publisher).await;
+    let _ = channel.close(200, "done".into()).await;
+    recorder.abort();
+    drop(committer);
+
+    let arrivals = arrivals.lock().expect("lock").clone();
+    let mut latencies: Vec<Duration> = committed
+        .iter()
+        .map(|(id, done)| {
+            let arrived = arrivals.get(id).expect("every row arrived");
+            // An arrival before `commit` returned (the relay is that fast) counts as zero.
+            arrived.saturating_duration_since(*done)
+        })
+        .collect();
+    latencies.sort();
+    commit_times.sort();
+    f.close(s).await;
+    Latency {
+        p50: percentile(&latencies, 0.5),
+        p99: percentile(&latencies, 0.99),
+        max: *latencies.last().expect("rows"),
+        commit_p50: percentile(&commit_times, 0.5),
+        rows: total,
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let s = settings();
+    let systems = [Publisher::Relay, Publisher::Poller];
+    for backend in s.backends.clone() {
+        let b = format!("{backend:?}").to_lowercase();
+        println!(
+            "relay drain [{b}]: {} rows, {KEYS} ordering keys, max_in_flight 256 vs poller (1 s, up to {POLL_LIMIT} rows a poll); {} alternating rounds",
+            s.rows, s.rounds
+        );
+        let mut drain: HashMap<&str, Vec<f64>> = HashMap::new();
+        for round in 1..=s.rounds {
+            for which in systems {
+                let rate = drain_run(&s, backend, which).await;
+                println!("round {round} {:<7} {rate:>9.0} rows/s", which.name());
+                drain.entry(which.name()).or_default().push(rate);
+            }
+        }
+        let relay = median(&drain["relay"]);
+        let poller = median(&drain["poller"]);
+        println!(
+            "drain [{b}] median: relay {relay:.0} rows/s, poller {poller:.0} rows/s, relay/poller = {:.2}",
+            relay / poller
+        );
+
+        println!(
+            "commit-to-publish latency [{b}]: {} rows/s for {} s, one row per commit through a GroupCommitter; {} alternating rounds",
+            s.rate, s.secs, s.rounds
+        );
+        let mut p50s: HashMap<&str, Vec<f64>> = HashMap::new();
+        let mut p99s: HashMap<&str, Vec<f64>> = HashMap::new();
+        for round in 1..=s.rounds {
+            for which in systems {
+                let l = latency_run(&s, backend, which).await;
+                println!(
+                    "round {round} {:<7} p50 {:>8.2} ms  p99 {:>8.2} ms  max {:>8.2} ms  ({} rows; commit p50 {:.2} ms)",
+                    which.name(),
+                    ms(l.p50),
+                    ms(l.p99),
+                    ms(l.max),
+                    l.rows,
+                    ms(l.commit_p50),
+                );
+                p50s.entry(which.name()).or_default().push(ms(l.p50));
+                p99s.entry(which.name()).or_default().push(ms(l.p99));
+            }
+        }
+        let (r50, r99) = (median(&p50s["relay"]), median(&p99s["relay"]));
+        let (q50, q99) = (median(&p50s["poller"]), median(&p99s["poller"]));
+        println!(
+            "latency [{b}] median of rounds: relay p50 {r50:.2} ms p99 {r99:.2} ms; poller p50 {q50:.2} ms p99 {q99:.2} ms; poller/relay p50 = {:.0}x, p99 = {:.0}x",
+            q50 / r50,
+            q99 / r99
+        );
+    }
+}
