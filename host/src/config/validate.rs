@@ -89,7 +89,8 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
     };
     let mut config: Config = toml::from_str(text).map_err(|e| {
         let line = e.span().map(|s| line_of(text, s.start));
-        err(line, "", e.message().to_owned())
+        let key = line.map(|l| key_at_line(text, l)).unwrap_or_default();
+        err(line, &key, e.message().to_owned())
     })?;
     config.base_dir = base_dir.to_owned();
     let line_of_key = |needle: &str| find_line(text, needle);
@@ -225,6 +226,28 @@ fn resolve_sqlite_path(url: &str, base_dir: &Path) -> String {
     }
 }
 
+/// The dotted key a line sets (`[routes.retry]` + `backoff = ..` → `routes.retry.backoff`),
+/// so a parse error names the key as well as the line.
+fn key_at_line(text: &str, line: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let Some(current) = lines.get(line.saturating_sub(1)) else {
+        return String::new();
+    };
+    let table = lines[..line.saturating_sub(1)]
+        .iter()
+        .rev()
+        .map(|l| l.trim())
+        .find(|l| l.starts_with('['))
+        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_owned());
+    match current.split_once('=') {
+        Some((key, _)) if !current.trim_start().starts_with('[') => match table {
+            Some(table) => format!("{table}.{}", key.trim()),
+            None => key.trim().to_owned(),
+        },
+        _ => table.unwrap_or_default(),
+    }
+}
+
 fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }
@@ -284,7 +307,10 @@ plugin = "p"
     #[test]
     fn bad_duration_and_missing_plugin_file_are_refused() {
         let bad = GOOD.replace("path = \"p.wasm\"", "path = \"p.wasm\"\ntimeout = \"soon\"");
-        assert!(parse(&bad).unwrap_err().message.contains("not a duration"));
+        let err = parse(&bad).unwrap_err();
+        assert!(err.message.contains("not a duration"), "{err}");
+        assert_eq!(err.key, "plugins.p.timeout");
+        assert_eq!(err.line, Some(7));
         let missing = GOOD.replace("p.wasm", "missing.wasm");
         assert!(
             parse(&missing)
