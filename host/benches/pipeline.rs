@@ -15,7 +15,7 @@
 
 use carteiro::config::{self, Config};
 use carteiro::metrics::Metrics;
-use carteiro::topology::{self, Binding, DeclaredRoute, QueueType, RouteTopology};
+use carteiro::topology::{self, DeclaredRoute, QueueType, RouteTopology};
 use futures::StreamExt;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions,
@@ -142,24 +142,7 @@ async fn connect(url: &str) -> Connection {
 
 /// The same topology the gateway declares for `route` (so its own declare is a no-op).
 fn route_topology(config: &Config) -> RouteTopology {
-    let route = &config.routes[0];
-    RouteTopology {
-        queue: route.queue.clone(),
-        queue_type: QueueType::Classic,
-        bindings: route
-            .bindings
-            .iter()
-            .map(|b| Binding {
-                exchange: b.exchange.clone(),
-                exchange_type: b.exchange_type.clone(),
-                routing_key: b.routing_key.clone(),
-            })
-            .collect(),
-        retry_delays: route.retry.backoff.clone(),
-        max_attempts: route.retry.max_attempts,
-        message_ttl: route.message_ttl,
-        max_length: route.max_length,
-    }
+    RouteTopology::for_route(&config.routes[0])
 }
 
 /// Publishes `n` enrollment messages to `queue` through the default exchange, with confirms
