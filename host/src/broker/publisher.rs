@@ -138,6 +138,11 @@ impl ConfirmedPublisher {
             .map_err(|e| PublishError::Invalid(format!("exchange name: {e}")))?;
         let routing_key = ShortString::try_new(msg.routing_key)
             .map_err(|e| PublishError::Invalid(format!("routing key: {e}")))?;
+        if timeout.is_zero() {
+            // No budget at all: tokio's timer rounds a zero deadline up to its next tick, so
+            // a fast local confirm could otherwise still win. Never publish without a budget.
+            return Err(PublishError::Timeout);
+        }
         let options = BasicPublishOptions {
             mandatory: msg.mandatory,
             immediate: false,
