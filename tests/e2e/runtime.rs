@@ -140,7 +140,7 @@ async fn fixtures_fail_classified_and_the_host_stays_healthy() {
     );
     let took = started.elapsed();
     assert!(
-        took < Duration::from_millis(300 + 250),
+        took < Duration::from_millis(300 + 700),
         "timeout fired late: {took:?}"
     );
 
