@@ -8,4 +8,4 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use carteiro::handler::{config, kv, log, outbox, types};
+pub use self::carteiro::handler::{config, kv, log, outbox, types};
