@@ -27,5 +27,10 @@ echo "== clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
 echo "== tests"
-cargo test --workspace
-(cd plugins && cargo test --workspace)
+# The plugins' native tests first, so the run closes on the host's results and a total.
+log="$(mktemp)"
+(cd plugins && cargo test --workspace) 2>&1 | tee -a "$log"
+cargo test --workspace 2>&1 | tee -a "$log"
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+rm -f "$log"
