@@ -6,7 +6,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::{BrokerSettings, RouteContext, StoreGate, run_route};
 use crate::runtime::{Plugin, PluginLimits, Runtime};
-use crate::store::{CommitterHandle, GroupCommitter, Store};
+use crate::store::{GroupCommitter, Store};
 use anyhow::Context;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -74,7 +74,6 @@ pub fn broker_settings(config: &Config, name: &str) -> BrokerSettings {
 pub struct GatewayHandle {
     pub metrics: Arc<Metrics>,
     pub store: Store,
-    pub committer: CommitterHandle,
     pub gate: StoreGate,
 }
 
@@ -97,7 +96,6 @@ pub async fn run_with_metrics(
     let handle = GatewayHandle {
         metrics: metrics.clone(),
         store: store.clone(),
-        committer: committer.clone(),
         gate: gate.clone(),
     };
 

@@ -11,6 +11,37 @@ fn enrollment_body(id: &str) -> Vec<u8> {
     format!(r#"{{"matricula_id":"{id}","usuario_id":"U1","curso_id":"C1"}}"#).into_bytes()
 }
 
+/// A route of the test's own: its input exchange declared and a gateway consuming it.
+struct Route {
+    client: Client,
+    queue: String,
+    exchange: String,
+    gw: Gateway,
+}
+
+impl Route {
+    /// `edit` adjusts the generated config (e.g. a shorter plugin timeout).
+    async fn start(
+        prefix: &str,
+        plugin: &str,
+        extra: &str,
+        edit: impl FnOnce(String) -> String,
+    ) -> Self {
+        let (queue, exchange) = (unique(prefix), unique("in"));
+        let client = Client::connect().await;
+        client.sink(&exchange).await;
+        let toml = edit(route_config(&queue, plugin, &exchange, "", extra));
+        let gw = Gateway::start(&toml).await;
+        client.wait_for_consumer(&queue).await;
+        Self {
+            client,
+            queue,
+            exchange,
+            gw,
+        }
+    }
+}
+
 async fn dead_letters(
     gw: &Gateway,
     route: &str,
@@ -106,12 +137,12 @@ async fn enrollment_commits_effects_once_and_relays_its_events() {
 
 #[tokio::test]
 async fn malformed_payload_is_dead_lettered_with_reason_and_no_effects() {
-    let queue = unique("matriculas");
-    let exchange = unique("in");
-    let client = Client::connect().await;
-    client.sink(&exchange).await;
-    let gw = Gateway::start(&route_config(&queue, "enrollment", &exchange, "", "")).await;
-    client.wait_for_consumer(&queue).await;
+    let Route {
+        client,
+        queue,
+        exchange,
+        gw,
+    } = Route::start("matriculas", "enrollment", "", |toml| toml).await;
     client
         .publish(
             &exchange,
@@ -146,20 +177,13 @@ async fn malformed_payload_is_dead_lettered_with_reason_and_no_effects() {
 
 #[tokio::test]
 async fn retries_back_off_then_exhaust_into_the_dlq() {
-    let queue = unique("retry");
-    let exchange = unique("in");
-    let client = Client::connect().await;
-    client.sink(&exchange).await;
     let extra = "[routes.retry]\nmax_attempts = 3\nbackoff = [\"300ms\"]";
-    let gw = Gateway::start(&route_config(
-        &queue,
-        "fixture-always-retry",
-        &exchange,
-        "",
-        extra,
-    ))
-    .await;
-    client.wait_for_consumer(&queue).await;
+    let Route {
+        client,
+        queue,
+        exchange,
+        gw,
+    } = Route::start("retry", "fixture-always-retry", extra, |toml| toml).await;
     let started = Instant::now();
     client
         .publish(&exchange, "k", json_props("r-1"), b"{}")
@@ -187,13 +211,13 @@ async fn retries_back_off_then_exhaust_into_the_dlq() {
 
 #[tokio::test]
 async fn guards_and_traps_end_in_the_dlq_while_good_messages_flow() {
-    let queue = unique("guards");
-    let exchange = unique("in");
-    let client = Client::connect().await;
-    client.sink(&exchange).await;
     let extra = "max_body_size = \"1KiB\"\n[routes.retry]\nmax_attempts = 2\nbackoff = [\"100ms\"]";
-    let gw = Gateway::start(&route_config(&queue, "enrollment", &exchange, "", extra)).await;
-    client.wait_for_consumer(&queue).await;
+    let Route {
+        client,
+        queue,
+        exchange,
+        gw,
+    } = Route::start("guards", "enrollment", extra, |toml| toml).await;
     client
         .publish(&exchange, "k", json_props("big"), &vec![b'x'; 4096])
         .await;
@@ -233,13 +257,13 @@ async fn guards_and_traps_end_in_the_dlq_while_good_messages_flow() {
 
 #[tokio::test]
 async fn a_trapping_plugin_is_dead_lettered_after_its_attempt_limit() {
-    let queue = unique("trap");
-    let exchange = unique("in");
-    let client = Client::connect().await;
-    client.sink(&exchange).await;
     let extra = "[routes.retry]\nmax_attempts = 2\nbackoff = [\"100ms\"]";
-    let gw = Gateway::start(&route_config(&queue, "fixture-trap", &exchange, "", extra)).await;
-    client.wait_for_consumer(&queue).await;
+    let Route {
+        client,
+        queue,
+        exchange,
+        gw,
+    } = Route::start("trap", "fixture-trap", extra, |toml| toml).await;
     client
         .publish(&exchange, "k", json_props("t-1"), b"{}")
         .await;
@@ -257,13 +281,13 @@ async fn a_trapping_plugin_is_dead_lettered_after_its_attempt_limit() {
 
 #[tokio::test]
 async fn a_retried_message_succeeds_on_a_later_attempt_after_its_backoff() {
-    let queue = unique("later");
-    let exchange = unique("in");
-    let client = Client::connect().await;
-    client.sink(&exchange).await;
     let extra = "[routes.retry]\nmax_attempts = 5\nbackoff = [\"200ms\", \"1s\"]";
-    let gw = Gateway::start(&route_config(&queue, "fixture-mixed", &exchange, "", extra)).await;
-    client.wait_for_consumer(&queue).await;
+    let Route {
+        client,
+        queue: _,
+        exchange,
+        gw,
+    } = Route::start("later", "fixture-mixed", extra, |toml| toml).await;
     let started = Instant::now();
     client
         .publish(&exchange, "k", json_props("later-1"), b"retry-until-3")
@@ -292,15 +316,16 @@ async fn a_retried_message_succeeds_on_a_later_attempt_after_its_backoff() {
 
 #[tokio::test]
 async fn trapping_and_looping_messages_are_dead_lettered_while_others_flow() {
-    let queue = unique("mixed");
-    let exchange = unique("in");
-    let client = Client::connect().await;
-    client.sink(&exchange).await;
     let extra = "[routes.retry]\nmax_attempts = 2\nbackoff = [\"100ms\"]";
-    let toml = route_config(&queue, "fixture-mixed", &exchange, "", extra)
-        .replace("timeout = \"2s\"", "timeout = \"300ms\"");
-    let gw = Gateway::start(&toml).await;
-    client.wait_for_consumer(&queue).await;
+    let Route {
+        client,
+        queue,
+        exchange,
+        gw,
+    } = Route::start("mixed", "fixture-mixed", extra, |toml| {
+        toml.replace("timeout = \"2s\"", "timeout = \"300ms\"")
+    })
+    .await;
     client
         .publish(&exchange, "k", json_props("bad-trap"), b"trap")
         .await;

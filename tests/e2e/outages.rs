@@ -2,13 +2,14 @@
 //! without its commit, nothing is marked published without its confirm, and everything
 //! completes once the service is back.
 
-use crate::resilience::{Rabbit, durable_sink};
+use crate::resilience::Rabbit;
 use crate::support::{
-    Client, Gateway, json_props, load_config, route_config, unique, wait_for, with_store,
+    Client, Gateway, json_props, load_config, route_config, seed_outbox, unique, wait_for,
+    with_store,
 };
 use carteiro::metrics::Metrics;
 use carteiro::relay::Relay;
-use carteiro::store::{CommitRequest, NewOutboxRow, Store};
+use carteiro::store::Store;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -179,34 +180,14 @@ async fn outbox_rows_wait_for_a_stopped_broker_and_are_published_when_it_returns
     let rabbit = Rabbit::start().await;
     let client = Client::connect_to(&rabbit.url()).await;
     let exchange = unique("out");
-    let sink = durable_sink(&client, &exchange).await;
+    let sink = client.sink(&exchange).await;
     drop(client);
 
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}/relay.db", dir.path().display());
     let store = Store::connect(&url, 4).await.expect("store");
     store.migrate().await.expect("migrate");
-    let rows: Vec<CommitRequest> = (0..20)
-        .map(|i| CommitRequest {
-            route: "seed".into(),
-            inbox_key: format!("seed-{i}"),
-            namespace: "seed".into(),
-            reads: Vec::new(),
-            writes: Vec::new(),
-            outbox: vec![NewOutboxRow {
-                event_id: uuid::Uuid::now_v7(),
-                route: "seed".into(),
-                plugin: "seed".into(),
-                exchange: exchange.clone(),
-                routing_key: "k".into(),
-                headers: Vec::new(),
-                content_type: None,
-                payload: format!("row-{i}").into_bytes(),
-                ordering_key: String::new(),
-            }],
-        })
-        .collect();
-    store.commit_batch(&rows).await.expect("seed");
+    seed_outbox(&store, &exchange, 20, 20).await;
 
     rabbit.stop().await;
     let config = load_config(

@@ -4,53 +4,17 @@
 
 use crate::support::{
     Client, Gateway, amqp_url, crash_at_fault, json_props, load_config, pg_database, plugin,
-    unique, wait_for,
+    seed_outbox, unique, wait_for,
 };
 use carteiro::metrics::Metrics;
 use carteiro::relay::Relay;
-use carteiro::store::{CommitOutcome, CommitRequest, NewOutboxRow, Store};
+use carteiro::store::Store;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(120);
-
-/// Commits `rows` outbox rows straight into the store: `keys` ordering keys round-robin, the
-/// payload is `key/sequence`.
-async fn seed_outbox(store: &Store, exchange: &str, keys: usize, rows: usize) {
-    let mut batch = Vec::new();
-    for i in 0..rows {
-        let key = format!("key-{}", i % keys);
-        batch.push(CommitRequest {
-            route: "seed".into(),
-            inbox_key: unique("seed"),
-            namespace: "seed".into(),
-            reads: Vec::new(),
-            writes: Vec::new(),
-            outbox: vec![NewOutboxRow {
-                event_id: uuid::Uuid::now_v7(),
-                route: "seed".into(),
-                plugin: "seed".into(),
-                exchange: exchange.into(),
-                routing_key: "seeded".into(),
-                headers: vec![("x-seq".into(), (i / keys).to_string())],
-                content_type: Some("text/plain".into()),
-                payload: format!("{key}/{}", i / keys).into_bytes(),
-                ordering_key: key,
-            }],
-        });
-        if batch.len() == 500 || i + 1 == rows {
-            let outcomes = store.commit_batch(&batch).await.expect("seed commit");
-            assert!(
-                outcomes
-                    .iter()
-                    .all(|o| matches!(o, CommitOutcome::Committed))
-            );
-            batch.clear();
-        }
-    }
-}
 
 fn relay_config(dir: &std::path::Path, store_url: &str, amqp: &str) -> carteiro::config::Config {
     load_config(

@@ -266,46 +266,6 @@ pub async fn delete_queue(client: &Client, queue: &str) {
         .unwrap_or_else(|e| panic!("delete {queue}: {e}"));
 }
 
-/// Declares a durable topic exchange and a durable queue bound to it with `#` (survives a
-/// broker restart, unlike [`Client::sink`]); returns the queue.
-pub async fn durable_sink(client: &Client, exchange: &str) -> String {
-    use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
-    let durable_x = ExchangeDeclareOptions {
-        durable: true,
-        ..Default::default()
-    };
-    let channel = &client.channel;
-    channel
-        .exchange_declare(
-            exchange.into(),
-            lapin::ExchangeKind::Topic,
-            durable_x,
-            Default::default(),
-        )
-        .await
-        .expect("declare exchange");
-    let queue = unique("sink");
-    let durable_q = QueueDeclareOptions {
-        durable: true,
-        ..Default::default()
-    };
-    channel
-        .queue_declare(queue.as_str().into(), durable_q, Default::default())
-        .await
-        .expect("declare sink");
-    channel
-        .queue_bind(
-            queue.as_str().into(),
-            exchange.into(),
-            "#".into(),
-            QueueBindOptions::default(),
-            Default::default(),
-        )
-        .await
-        .expect("bind sink");
-    queue
-}
-
 /// The counter plugin's kv value (decimal text) for `key`, 0 when absent.
 pub async fn counter_value(store: &carteiro::store::Store, key: &str) -> u64 {
     match store.kv_get("counter", key).await.expect("kv read") {

@@ -176,7 +176,8 @@ impl Client {
         Self { conn, channel }
     }
 
-    /// Declares a topic exchange and a queue bound to it with `#`; returns the queue name.
+    /// Declares a durable topic exchange and a durable queue bound to it with `#` (both
+    /// survive a broker restart); returns the queue name.
     pub async fn sink(&self, exchange: &str) -> String {
         use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
         let durable = ExchangeDeclareOptions {
@@ -196,7 +197,10 @@ impl Client {
         self.channel
             .queue_declare(
                 queue.as_str().into(),
-                QueueDeclareOptions::default(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
                 Default::default(),
             )
             .await
@@ -337,4 +341,40 @@ pub fn crash_at_fault(command: &str, config: &Path, fault: &str) {
     child.kill().expect("SIGKILL");
     let _ = child.wait();
     reached.unwrap_or_else(|_| panic!("carteiro {command} never reached fault point {fault}"));
+}
+
+/// Commits `rows` outbox rows straight into the store: `keys` ordering keys round-robin, the
+/// payload is `key/sequence`.
+pub async fn seed_outbox(store: &carteiro::store::Store, exchange: &str, keys: usize, rows: usize) {
+    let mut batch = Vec::new();
+    for i in 0..rows {
+        let key = format!("key-{}", i % keys);
+        batch.push(carteiro::store::CommitRequest {
+            route: "seed".into(),
+            inbox_key: unique("seed"),
+            namespace: "seed".into(),
+            reads: Vec::new(),
+            writes: Vec::new(),
+            outbox: vec![carteiro::store::NewOutboxRow {
+                event_id: uuid::Uuid::now_v7(),
+                route: "seed".into(),
+                plugin: "seed".into(),
+                exchange: exchange.into(),
+                routing_key: "seeded".into(),
+                headers: vec![("x-seq".into(), (i / keys).to_string())],
+                content_type: Some("text/plain".into()),
+                payload: format!("{key}/{}", i / keys).into_bytes(),
+                ordering_key: key,
+            }],
+        });
+        if batch.len() == 500 || i + 1 == rows {
+            let outcomes = store.commit_batch(&batch).await.expect("seed commit");
+            assert!(
+                outcomes
+                    .iter()
+                    .all(|o| matches!(o, carteiro::store::CommitOutcome::Committed))
+            );
+            batch.clear();
+        }
+    }
 }

@@ -45,10 +45,3 @@ pub struct Effects {
     /// Events in emit order.
     pub events: Vec<EmittedEvent>,
 }
-
-impl Effects {
-    /// True when committing would change nothing but the inbox.
-    pub fn is_empty(&self) -> bool {
-        self.writes.is_empty() && self.events.is_empty()
-    }
-}

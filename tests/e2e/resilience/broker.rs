@@ -1,6 +1,6 @@
 //! The broker misbehaving: restarted under load, and dead-lettering messages on its own.
 
-use super::{Rabbit, counter_value, durable_sink, queue_depth, topology_of};
+use super::{Rabbit, counter_value, queue_depth, topology_of};
 use crate::support::{
     Client, Gateway, amqp_url, json_props, load_config, route_config, unique, wait_for,
 };
@@ -23,7 +23,7 @@ async fn broker_restart_mid_flow_loses_nothing_and_applies_each_effect_once() {
     let url = rabbit.url();
     let (queue, exchange, events) = (unique("restart"), unique("in"), unique("events"));
     let client = Client::connect_to(&url).await;
-    let events_queue = durable_sink(&client, &events).await;
+    let events_queue = client.sink(&events).await;
     let vars = format!("out_exchange = \"{events}\"");
     let config = route_config(&queue, "counter", &exchange, &vars, "").replace(&amqp_url(), &url);
     let gw = Gateway::start(&config).await;
