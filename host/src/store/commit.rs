@@ -3,8 +3,11 @@
 //! its neighbours. This is where G2 (effects once) is enforced: the inbox row, the kv writes
 //! and the outbox rows of a request commit together or not at all.
 
+use std::collections::BTreeSet;
+
 use sqlx::{AnyConnection, AssertSqlSafe};
 
+use super::commit_set::SetError;
 use super::error::{Class, classify};
 use super::{Backend, Store, StoreError, headers_to_json, now_ms, validate};
 
@@ -80,9 +83,14 @@ pub enum CommitOutcome {
 }
 
 impl Store {
-    /// Commits a batch in one transaction, one savepoint per request, outcomes in request
-    /// order. `Err` (connection lost, database down, ...) means nothing at all was committed
-    /// and no delivery of the batch may be acked.
+    /// Commits a batch in one transaction, outcomes in request order. `Err` (connection
+    /// lost, database down, ...) means nothing at all was committed and no delivery of the
+    /// batch may be acked.
+    ///
+    /// The fast path is set-based (see `commit_set`): a handful of statements per batch.
+    /// When the database refuses something in it or a concurrent instance races it, the
+    /// batch is rolled back and committed again request by request, each inside its own
+    /// savepoint, so one bad request cannot sink its neighbours.
     pub async fn commit_batch(
         &self,
         batch: &[CommitRequest],
@@ -90,6 +98,21 @@ impl Store {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
+        match self.commit_set(batch).await {
+            Ok(outcomes) => return Ok(outcomes),
+            Err(SetError::Unavailable(e)) => return Err(e),
+            Err(SetError::Fallback(why)) => {
+                tracing::debug!(%why, batch = batch.len(), "set-based commit fell back to one savepoint per request");
+            }
+        }
+        self.commit_each(batch).await
+    }
+
+    /// The fallback: one savepoint per request, applied one after another.
+    pub(crate) async fn commit_each(
+        &self,
+        batch: &[CommitRequest],
+    ) -> Result<Vec<CommitOutcome>, StoreError> {
         let now = now_ms();
         let mut tx = self.begin_write().await?;
         let mut outcomes = Vec::with_capacity(batch.len());
@@ -136,7 +159,7 @@ impl Store {
 }
 
 /// Text checks before touching the database (same rules on both backends).
-fn check(req: &CommitRequest) -> Result<(), StoreError> {
+pub(super) fn check(req: &CommitRequest) -> Result<(), StoreError> {
     validate::text("route", &req.route)?;
     validate::text("inbox_key", &req.inbox_key)?;
     validate::text("namespace", &req.namespace)?;
@@ -312,26 +335,34 @@ async fn apply(
 /// request two-phase, hence serializable per key. A deadlock between instances surfaces as
 /// SQLSTATE 40P01, which the caller maps to Conflict.
 async fn lock_keys(conn: &mut AnyConnection, req: &CommitRequest) -> Result<(), sqlx::Error> {
-    let mut keys: Vec<&str> = req
+    let ns = req.namespace.as_str();
+    let keys: BTreeSet<(&str, &str)> = req
         .reads
         .iter()
-        .map(|r| r.key.as_str())
-        .chain(req.writes.iter().map(|w| w.key.as_str()))
+        .map(|r| (ns, r.key.as_str()))
+        .chain(req.writes.iter().map(|w| (ns, w.key.as_str())))
         .collect();
-    if keys.is_empty() {
+    lock_kv_keys(conn, keys.into_iter()).await
+}
+
+/// Takes the advisory lock of each (namespace, key), in the order given (callers sort, so
+/// two transactions never wait for each other in a cycle).
+pub(super) async fn lock_kv_keys<'a>(
+    conn: &mut AnyConnection,
+    keys: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+) -> Result<(), sqlx::Error> {
+    if keys.len() == 0 {
         return Ok(());
     }
-    keys.sort_unstable();
-    keys.dedup();
     let values: Vec<String> = (1..=keys.len()).map(|i| format!("(${i})")).collect();
     let sql = format!(
         "SELECT COUNT(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM (VALUES {}) AS t(k)",
         values.join(", ")
     );
     let mut query = sqlx::query(AssertSqlSafe(sql));
-    for key in keys {
+    for (namespace, key) in keys {
         // U+001F between namespace and key; a collision only costs extra waiting.
-        query = query.bind(format!("kv\u{1f}{}\u{1f}{key}", req.namespace));
+        query = query.bind(format!("kv\u{1f}{namespace}\u{1f}{key}"));
     }
     query.execute(&mut *conn).await?;
     Ok(())
@@ -339,7 +370,7 @@ async fn lock_keys(conn: &mut AnyConnection, req: &CommitRequest) -> Result<(), 
 
 /// Several writes to one key in a request: only the last counts (keeps the version checks
 /// of the read-modify-write paths meaningful).
-fn last_write_per_key(writes: &[KvWrite]) -> Vec<&KvWrite> {
+pub(super) fn last_write_per_key(writes: &[KvWrite]) -> Vec<&KvWrite> {
     writes
         .iter()
         .enumerate()

@@ -5,12 +5,14 @@
 //! # Layout
 //! - `error`: [`StoreError`] and the transient/permanent classification.
 //! - `migrations`: the embedded schema (`host/migrations/{sqlite,postgres}`).
-//! - `commit`: [`Store::commit_batch`], one transaction for many deliveries (G2).
+//! - `commit`: [`Store::commit_batch`], one transaction for many deliveries (G2), and its
+//!   savepoint-per-request fallback; `commit_set`: its set-based fast path.
 //! - `committer`: [`GroupCommitter`], the task that batches concurrent commits.
 //! - `inbox`, `kv`, `outbox`, `dead_letters`: reads and maintenance per table.
 //! - `validate`: text checks shared by every write (no NUL bytes on either backend).
 
 mod commit;
+mod commit_set;
 mod committer;
 mod dead_letters;
 mod error;
