@@ -6,7 +6,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::{BrokerSettings, RouteContext, StoreGate, run_route};
 use crate::runtime::{Plugin, PluginLimits, Runtime};
-use crate::store::{GroupCommitter, Store};
+use crate::store::{BatchedReads, GroupCommitter, Store};
 use anyhow::Context;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -91,6 +91,7 @@ pub async fn run_with_metrics(
     let (_runtime, plugins) = load_plugins(&config)?;
     let store = open_store(&config).await?;
     let committer = GroupCommitter::spawn(store.clone(), config.store.commit_batch);
+    let reads = BatchedReads::spawn(store.clone());
     let gate = StoreGate::new(store.clone());
     let stop = CancellationToken::new();
     let handle = GatewayHandle {
@@ -111,6 +112,7 @@ pub async fn run_with_metrics(
             plugin,
             store.clone(),
             committer.clone(),
+            reads.clone(),
             gate.clone(),
             publish_timeout,
             metrics.clone(),

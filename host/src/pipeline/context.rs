@@ -4,7 +4,7 @@ use super::gate::StoreGate;
 use crate::config::{FailurePolicy, KeySource, MissingKeyPolicy, RetryConfig, RouteConfig};
 use crate::metrics::Metrics;
 use crate::runtime::{KvFuture, KvSource, KvValue, Plugin};
-use crate::store::{CommitterHandle, Store};
+use crate::store::{BatchedReads, CommitterHandle, Store};
 use crate::topology::{self, RouteTopology};
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +36,8 @@ pub struct RouteContext {
     pub plugin: Arc<Plugin>,
     pub store: Store,
     pub committer: CommitterHandle,
+    /// Inbox pre-checks and handler kv reads, batched across deliveries.
+    pub reads: BatchedReads,
     pub gate: StoreGate,
     pub kv: Arc<dyn KvSource>,
     pub key_source: KeySource,
@@ -60,6 +62,7 @@ impl RouteContext {
         plugin: Arc<Plugin>,
         store: Store,
         committer: CommitterHandle,
+        reads: BatchedReads,
         gate: StoreGate,
         publish_timeout: Duration,
         metrics: Arc<Metrics>,
@@ -68,7 +71,8 @@ impl RouteContext {
         let topology = RouteTopology::for_route(route);
         Ok(Self {
             queue: route.queue.clone(),
-            kv: Arc::new(StoreKv(store.clone())),
+            kv: Arc::new(StoreKv(reads.clone())),
+            reads,
             plugin,
             store,
             committer,
@@ -99,8 +103,8 @@ impl RouteContext {
     }
 }
 
-/// kv reads for handlers, from the store.
-struct StoreKv(Store);
+/// kv reads for handlers, from the store (batched with other deliveries' reads).
+struct StoreKv(BatchedReads);
 
 impl KvSource for StoreKv {
     fn get<'a>(&'a self, namespace: &'a str, key: &'a str) -> KvFuture<'a> {

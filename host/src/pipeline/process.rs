@@ -130,7 +130,7 @@ async fn decide(
 
     // 4. Duplicate check (the commit re-checks it atomically).
     ctx.gate.wait_healthy().await;
-    match ctx.store.inbox_contains(&ctx.queue, &inbox_key).await {
+    match ctx.reads.inbox_contains(&ctx.queue, &inbox_key).await {
         Ok(true) => {
             tracing::info!(key = %inbox_key, "duplicate: already processed, acking without running the handler");
             return Settle::Ack("duplicate");

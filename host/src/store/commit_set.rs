@@ -16,6 +16,7 @@ use sqlx::{AnyConnection, AssertSqlSafe, Row};
 
 use super::commit::{check, last_write_per_key, lock_kv_keys};
 use super::error::{Class, classify};
+use super::sql::{MAX_PARAMS, params, rows_with_shared_last};
 use super::{Backend, CommitOutcome, CommitRequest, Store, StoreError, headers_to_json, now_ms};
 
 /// Why the fast path gave up.
@@ -35,9 +36,6 @@ impl From<sqlx::Error> for SetError {
         }
     }
 }
-
-/// Bound parameters per statement, well under SQLite's 32,766 and PostgreSQL's 65,535.
-const MAX_PARAMS: usize = 8_000;
 
 /// A kv row as the batch sees it: a live value or a tombstone, and its version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,14 +198,6 @@ fn plan<'a>(
     Some(out)
 }
 
-/// `$first+1, ..., $first+n`.
-fn params(n: usize, first: usize) -> String {
-    (1..=n)
-        .map(|i| format!("${}", first + i))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// The (route, key) pairs of `requests` already in the inbox, by route.
 async fn existing_inbox<'a>(
     conn: &mut AnyConnection,
@@ -346,14 +336,6 @@ async fn upsert_kv(
     Ok(())
 }
 
-/// `($2, .., $w+1, $1), ...`: rows of `width` own parameters followed by the shared `$1`.
-fn rows_with_shared_last(rows: usize, width: usize) -> String {
-    (0..rows)
-        .map(|row| format!("({}, $1)", params(width, 1 + row * width)))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// Inserts the outbox rows of `committed` in request order (ids follow commit order, which
 /// the relay's per-key ordering relies on). Returns how many.
 async fn insert_outbox(
@@ -389,15 +371,4 @@ async fn insert_outbox(
         query.execute(&mut *conn).await?;
     }
     Ok(rows.len())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{params, rows_with_shared_last};
-
-    #[test]
-    fn placeholders() {
-        assert_eq!(params(3, 1), "$2, $3, $4");
-        assert_eq!(rows_with_shared_last(2, 2), "($2, $3, $1), ($4, $5, $1)");
-    }
 }

@@ -1,5 +1,10 @@
 //! Idempotency records. Rows are written by `commit_batch` only, together with the effects.
 
+use std::collections::HashSet;
+
+use sqlx::AssertSqlSafe;
+
+use super::sql::{MAX_PARAMS, params};
 use super::{Store, StoreError, validate};
 
 impl Store {
@@ -15,6 +20,27 @@ impl Store {
                 .fetch_optional(self.pool())
                 .await?;
         Ok(found.is_some())
+    }
+
+    /// Which of `keys` of `route` have committed their effects (one query per chunk).
+    pub async fn inbox_contains_many(
+        &self,
+        route: &str,
+        keys: &[&str],
+    ) -> Result<HashSet<String>, StoreError> {
+        let mut found = HashSet::new();
+        for chunk in keys.chunks(MAX_PARAMS - 1) {
+            let sql = format!(
+                "SELECT key FROM inbox WHERE route = $1 AND key IN ({})",
+                params(chunk.len(), 1)
+            );
+            let mut query = sqlx::query_scalar::<_, String>(AssertSqlSafe(sql)).bind(route);
+            for key in chunk {
+                query = query.bind(*key);
+            }
+            found.extend(query.fetch_all(self.pool()).await?);
+        }
+        Ok(found)
     }
 
     /// Retention: forgets records processed before `cutoff_ms`. A redelivery older than the

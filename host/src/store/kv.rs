@@ -1,6 +1,11 @@
 //! Plugin state reads. Writes happen only in `commit_batch`, checked against the versions
 //! returned here.
 
+use std::collections::HashMap;
+
+use sqlx::AssertSqlSafe;
+
+use super::sql::{MAX_PARAMS, params};
 use super::{Store, StoreError, validate};
 
 /// A stored value and its version (1 on creation, +1 per write).
@@ -27,6 +32,31 @@ impl Store {
         .fetch_optional(self.pool())
         .await?;
         Ok(row.map(|(value, version)| KvEntry { value, version }))
+    }
+
+    /// Reads several keys of a namespace at once (absent keys are missing from the map).
+    pub async fn kv_get_many(
+        &self,
+        namespace: &str,
+        keys: &[&str],
+    ) -> Result<HashMap<String, KvEntry>, StoreError> {
+        let mut found = HashMap::new();
+        for chunk in keys.chunks(MAX_PARAMS - 1) {
+            let sql = format!(
+                "SELECT key, value, version FROM kv \
+                 WHERE namespace = $1 AND key IN ({}) AND value IS NOT NULL",
+                params(chunk.len(), 1)
+            );
+            let mut query =
+                sqlx::query_as::<_, (String, Vec<u8>, i64)>(AssertSqlSafe(sql)).bind(namespace);
+            for key in chunk {
+                query = query.bind(*key);
+            }
+            for (key, value, version) in query.fetch_all(self.pool()).await? {
+                found.insert(key, KvEntry { value, version });
+            }
+        }
+        Ok(found)
     }
 
     /// Retention for delete tombstones older than `cutoff_ms`. Keep them longer than any

@@ -9,6 +9,8 @@
 //!   savepoint-per-request fallback; `commit_set`: its set-based fast path.
 //! - `committer`: [`GroupCommitter`], the task that batches concurrent commits.
 //! - `inbox`, `kv`, `outbox`, `dead_letters`: reads and maintenance per table.
+//! - `reads`: [`BatchedReads`], the pipeline's inbox and kv point reads, batched.
+//! - `sql`: placeholder lists for statements built per batch.
 //! - `validate`: text checks shared by every write (no NUL bytes on either backend).
 
 mod commit;
@@ -20,6 +22,8 @@ mod inbox;
 mod kv;
 mod migrations;
 mod outbox;
+mod reads;
+mod sql;
 mod validate;
 
 #[cfg(test)]
@@ -31,6 +35,7 @@ pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterStat, NewDeadLett
 pub use error::StoreError;
 pub use kv::KvEntry;
 pub use outbox::{OUTBOX_NOTIFY_CHANNEL, OutboxRow, OutboxStatus};
+pub use reads::BatchedReads;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -8,6 +8,7 @@ mod concurrency;
 mod dead_letters;
 mod outage;
 mod outbox;
+mod reads;
 mod set_based;
 
 use super::*;
