@@ -16,7 +16,7 @@ use sqlx::{AnyConnection, AssertSqlSafe, Row};
 
 use super::commit::{check, last_write_per_key, lock_kv_keys};
 use super::error::{Class, classify};
-use super::sql::{MAX_PARAMS, params, rows_with_shared_last};
+use super::sql::{MAX_PARAMS, Placeholders};
 use super::{Backend, CommitOutcome, CommitRequest, Store, StoreError, headers_to_json, now_ms};
 
 /// Why the fast path gave up.
@@ -98,7 +98,7 @@ impl Store {
         if self.backend == Backend::Postgres {
             lock_kv_keys(&mut tx, kv_keys.iter().copied()).await?;
         }
-        let processed = existing_inbox(&mut tx, valid()).await?;
+        let processed = existing_inbox(&mut tx, self.backend, valid()).await?;
         let mut kv = current_kv(&mut tx, self.backend, &kv_keys).await?;
 
         // Decide, in request order, on the state left by the requests before.
@@ -140,9 +140,9 @@ impl Store {
             outcomes.push(CommitOutcome::Committed);
         }
 
-        insert_inbox(&mut tx, &committed, now).await?;
-        upsert_kv(&mut tx, &changes, now).await?;
-        let events = insert_outbox(&mut tx, &committed, now).await?;
+        insert_inbox(&mut tx, self.backend, &committed, now).await?;
+        upsert_kv(&mut tx, self.backend, &changes, now).await?;
+        let events = insert_outbox(&mut tx, self.backend, &committed, now).await?;
         if events > 0 && self.backend == Backend::Postgres {
             // Delivered at COMMIT to relays of other instances listening on the channel.
             sqlx::query("NOTIFY carteiro_outbox")
@@ -201,6 +201,7 @@ fn plan<'a>(
 /// The (route, key) pairs of `requests` already in the inbox, by route.
 async fn existing_inbox<'a>(
     conn: &mut AnyConnection,
+    backend: Backend,
     requests: impl Iterator<Item = &'a CommitRequest>,
 ) -> Result<HashMap<String, HashSet<String>>, sqlx::Error> {
     let mut by_route: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
@@ -214,9 +215,11 @@ async fn existing_inbox<'a>(
     for (route, keys) in by_route {
         let keys: Vec<&str> = keys.into_iter().collect();
         for chunk in keys.chunks(MAX_PARAMS) {
+            let mut p = Placeholders::new(backend);
             let sql = format!(
-                "SELECT key FROM inbox WHERE route = $1 AND key IN ({})",
-                params(chunk.len(), 1)
+                "SELECT key FROM inbox WHERE route = {} AND key IN ({})",
+                p.next(),
+                p.list(chunk.len())
             );
             let mut query = sqlx::query_scalar::<_, String>(AssertSqlSafe(sql)).bind(route);
             for key in chunk {
@@ -248,10 +251,12 @@ async fn current_kv(
     let mut rows = KvRows::new();
     for (ns, keys) in by_namespace {
         for chunk in keys.chunks(MAX_PARAMS) {
+            let mut p = Placeholders::new(backend);
             let sql = format!(
                 "SELECT key, version, CAST(CASE WHEN value IS NULL THEN 0 ELSE 1 END AS BIGINT) \
-                 AS live FROM kv WHERE namespace = $1 AND key IN ({}){lock}",
-                params(chunk.len(), 1)
+                 AS live FROM kv WHERE namespace = {} AND key IN ({}){lock}",
+                p.next(),
+                p.list(chunk.len())
             );
             let mut query = sqlx::query(AssertSqlSafe(sql)).bind(ns);
             for key in chunk {
@@ -277,17 +282,21 @@ async fn current_kv(
 
 async fn insert_inbox(
     conn: &mut AnyConnection,
+    backend: Backend,
     committed: &[&CommitRequest],
     now: i64,
 ) -> Result<(), SetError> {
-    for chunk in committed.chunks(MAX_PARAMS / 2) {
+    for chunk in committed.chunks(MAX_PARAMS / 3) {
         let sql = format!(
             "INSERT INTO inbox (route, key, processed_at) VALUES {} ON CONFLICT DO NOTHING",
-            rows_with_shared_last(chunk.len(), 2)
+            Placeholders::new(backend).rows(chunk.len(), 3)
         );
-        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(now);
+        let mut query = sqlx::query(AssertSqlSafe(sql));
         for req in chunk {
-            query = query.bind(req.route.as_str()).bind(req.inbox_key.as_str());
+            query = query
+                .bind(req.route.as_str())
+                .bind(req.inbox_key.as_str())
+                .bind(now);
         }
         let inserted = query.execute(&mut *conn).await?.rows_affected();
         if inserted != chunk.len() as u64 {
@@ -303,26 +312,28 @@ async fn insert_inbox(
 
 async fn upsert_kv(
     conn: &mut AnyConnection,
+    backend: Backend,
     changes: &BTreeMap<(&str, &str), KvChange<'_>>,
     now: i64,
 ) -> Result<(), SetError> {
     let changes: Vec<_> = changes.iter().collect();
-    for chunk in changes.chunks(MAX_PARAMS / 4) {
+    for chunk in changes.chunks(MAX_PARAMS / 5) {
         // The version guard is a safety net: the locks already make it always true.
         let sql = format!(
             "INSERT INTO kv (namespace, key, value, version, updated_at) VALUES {} \
              ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, \
              version = excluded.version, updated_at = excluded.updated_at \
              WHERE kv.version < excluded.version",
-            rows_with_shared_last(chunk.len(), 4)
+            Placeholders::new(backend).rows(chunk.len(), 5)
         );
-        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(now);
+        let mut query = sqlx::query(AssertSqlSafe(sql));
         for ((ns, key), change) in chunk {
             query = query
                 .bind(*ns)
                 .bind(*key)
                 .bind(change.value)
-                .bind(change.version);
+                .bind(change.version)
+                .bind(now);
         }
         let written = query.execute(&mut *conn).await?.rows_affected();
         if written != chunk.len() as u64 {
@@ -340,22 +351,19 @@ async fn upsert_kv(
 /// the relay's per-key ordering relies on). Returns how many.
 async fn insert_outbox(
     conn: &mut AnyConnection,
+    backend: Backend,
     committed: &[&CommitRequest],
     now: i64,
 ) -> Result<usize, SetError> {
-    const WIDTH: usize = 9;
+    const WIDTH: usize = 11;
     let rows: Vec<_> = committed.iter().flat_map(|r| r.outbox.iter()).collect();
     for chunk in rows.chunks(MAX_PARAMS / WIDTH) {
-        let values = (0..chunk.len())
-            .map(|row| format!("({}, $1, 0, $1)", params(WIDTH, 1 + row * WIDTH)))
-            .collect::<Vec<_>>()
-            .join(", ");
         let sql = format!(
             "INSERT INTO outbox (event_id, route, plugin, exchange, routing_key, headers, \
-             content_type, payload, ordering_key, created_at, attempts, next_attempt_at) \
-             VALUES {values}"
+             content_type, payload, ordering_key, created_at, next_attempt_at) VALUES {}",
+            Placeholders::new(backend).rows(chunk.len(), WIDTH)
         );
-        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(now);
+        let mut query = sqlx::query(AssertSqlSafe(sql));
         for row in chunk {
             query = query
                 .bind(row.event_id.to_string())
@@ -366,7 +374,9 @@ async fn insert_outbox(
                 .bind(headers_to_json(&row.headers))
                 .bind(row.content_type.as_deref())
                 .bind(row.payload.as_slice())
-                .bind(row.ordering_key.as_str());
+                .bind(row.ordering_key.as_str())
+                .bind(now)
+                .bind(now);
         }
         query.execute(&mut *conn).await?;
     }

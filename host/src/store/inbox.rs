@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use sqlx::AssertSqlSafe;
 
-use super::sql::{MAX_PARAMS, params};
+use super::sql::{MAX_PARAMS, Placeholders};
 use super::{Store, StoreError, validate};
 
 impl Store {
@@ -30,9 +30,11 @@ impl Store {
     ) -> Result<HashSet<String>, StoreError> {
         let mut found = HashSet::new();
         for chunk in keys.chunks(MAX_PARAMS - 1) {
+            let mut p = Placeholders::new(self.backend);
             let sql = format!(
-                "SELECT key FROM inbox WHERE route = $1 AND key IN ({})",
-                params(chunk.len(), 1)
+                "SELECT key FROM inbox WHERE route = {} AND key IN ({})",
+                p.next(),
+                p.list(chunk.len())
             );
             let mut query = sqlx::query_scalar::<_, String>(AssertSqlSafe(sql)).bind(route);
             for key in chunk {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use sqlx::AssertSqlSafe;
 
-use super::sql::{MAX_PARAMS, params};
+use super::sql::{MAX_PARAMS, Placeholders};
 use super::{Store, StoreError, validate};
 
 /// A stored value and its version (1 on creation, +1 per write).
@@ -42,10 +42,12 @@ impl Store {
     ) -> Result<HashMap<String, KvEntry>, StoreError> {
         let mut found = HashMap::new();
         for chunk in keys.chunks(MAX_PARAMS - 1) {
+            let mut p = Placeholders::new(self.backend);
             let sql = format!(
                 "SELECT key, value, version FROM kv \
-                 WHERE namespace = $1 AND key IN ({}) AND value IS NOT NULL",
-                params(chunk.len(), 1)
+                 WHERE namespace = {} AND key IN ({}) AND value IS NOT NULL",
+                p.next(),
+                p.list(chunk.len())
             );
             let mut query =
                 sqlx::query_as::<_, (String, Vec<u8>, i64)>(AssertSqlSafe(sql)).bind(namespace);
