@@ -16,7 +16,7 @@ use sqlx::{AnyConnection, AssertSqlSafe, Row};
 
 use super::commit::{check, last_write_per_key, lock_kv_keys};
 use super::error::{Class, classify};
-use super::sql::{MAX_PARAMS, Placeholders};
+use super::sql::{Placeholders, shaped_chunks};
 use super::{Backend, CommitOutcome, CommitRequest, Store, StoreError, headers_to_json, now_ms};
 
 /// Why the fast path gave up.
@@ -214,7 +214,7 @@ async fn existing_inbox<'a>(
     let mut found: HashMap<String, HashSet<String>> = HashMap::new();
     for (route, keys) in by_route {
         let keys: Vec<&str> = keys.into_iter().collect();
-        for chunk in keys.chunks(MAX_PARAMS) {
+        for chunk in shaped_chunks(&keys) {
             let mut p = Placeholders::new(backend);
             let sql = format!(
                 "SELECT key FROM inbox WHERE route = {} AND key IN ({})",
@@ -250,7 +250,7 @@ async fn current_kv(
     };
     let mut rows = KvRows::new();
     for (ns, keys) in by_namespace {
-        for chunk in keys.chunks(MAX_PARAMS) {
+        for chunk in shaped_chunks(&keys) {
             let mut p = Placeholders::new(backend);
             let sql = format!(
                 "SELECT key, version, CAST(CASE WHEN value IS NULL THEN 0 ELSE 1 END AS BIGINT) \
@@ -286,7 +286,7 @@ async fn insert_inbox(
     committed: &[&CommitRequest],
     now: i64,
 ) -> Result<(), SetError> {
-    for chunk in committed.chunks(MAX_PARAMS / 3) {
+    for chunk in shaped_chunks(&committed) {
         let sql = format!(
             "INSERT INTO inbox (route, key, processed_at) VALUES {} ON CONFLICT DO NOTHING",
             Placeholders::new(backend).rows(chunk.len(), 3)
@@ -317,7 +317,7 @@ async fn upsert_kv(
     now: i64,
 ) -> Result<(), SetError> {
     let changes: Vec<_> = changes.iter().collect();
-    for chunk in changes.chunks(MAX_PARAMS / 5) {
+    for chunk in shaped_chunks(&changes) {
         // The version guard is a safety net: the locks already make it always true.
         let sql = format!(
             "INSERT INTO kv (namespace, key, value, version, updated_at) VALUES {} \
@@ -357,7 +357,7 @@ async fn insert_outbox(
 ) -> Result<usize, SetError> {
     const WIDTH: usize = 11;
     let rows: Vec<_> = committed.iter().flat_map(|r| r.outbox.iter()).collect();
-    for chunk in rows.chunks(MAX_PARAMS / WIDTH) {
+    for chunk in shaped_chunks(&rows) {
         let sql = format!(
             "INSERT INTO outbox (event_id, route, plugin, exchange, routing_key, headers, \
              content_type, payload, ordering_key, created_at, next_attempt_at) VALUES {}",

@@ -1,13 +1,16 @@
 //! Group commit: concurrent deliveries hand their `CommitRequest` to one task, which commits
 //! whatever is queued as one batch. One fsync (SQLite) or one round of COMMIT (PostgreSQL)
 //! then serves many deliveries, which is how the throughput goals are reached.
+//!
+//! On PostgreSQL a few batches commit at once: each waits mostly on round trips and the WAL
+//! flush, and the next batch can use that time. SQLite has one writer, so one batch at a time.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
-use super::{CommitOutcome, CommitRequest, Store, StoreError};
+use super::{Backend, CommitOutcome, CommitRequest, Store, StoreError};
 
 /// Tuning for [`GroupCommitter::spawn_with`].
 #[derive(Debug, Clone)]
@@ -19,6 +22,8 @@ pub struct CommitterConfig {
     pub linger: Duration,
     /// Requests that may wait in the queue before `commit` callers are held back.
     pub queue: usize,
+    /// Batches committing at the same time (each on its own connection).
+    pub concurrency: usize,
 }
 
 type Job = (
@@ -38,15 +43,21 @@ pub struct CommitterHandle {
 }
 
 impl GroupCommitter {
-    /// Starts the task with no linger. Needs a tokio runtime.
+    /// Starts the task with no linger; on PostgreSQL up to 4 batches commit at once.
+    /// Needs a tokio runtime.
     pub fn spawn(store: Store, max_batch: usize) -> CommitterHandle {
         let max_batch = max_batch.max(1);
+        let concurrency = match store.backend() {
+            Backend::Sqlite => 1,
+            Backend::Postgres => 4,
+        };
         Self::spawn_with(
             store,
             CommitterConfig {
                 max_batch,
                 linger: Duration::ZERO,
                 queue: max_batch * 4,
+                concurrency,
             },
         )
     }
@@ -91,8 +102,13 @@ async fn run(
     outbox_committed: Arc<Notify>,
 ) {
     let max_batch = config.max_batch.max(1);
-    let mut jobs: Vec<Job> = Vec::with_capacity(max_batch);
+    let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
     while let Some(first) = rx.recv().await {
+        // Wait for a free slot before collecting: requests arriving meanwhile join this batch.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let mut jobs: Vec<Job> = Vec::with_capacity(max_batch);
         jobs.push(first);
         if !config.linger.is_zero() {
             let deadline = tokio::time::Instant::now() + config.linger;
@@ -109,31 +125,42 @@ async fn run(
                 Err(_) => break,
             }
         }
-        let (requests, replies): (Vec<_>, Vec<_>) = jobs.drain(..).unzip();
-        match store.commit_batch(&requests).await {
-            Ok(outcomes) => {
-                let wrote_outbox = requests
-                    .iter()
-                    .zip(&outcomes)
-                    .any(|(r, o)| *o == CommitOutcome::Committed && !r.outbox.is_empty());
-                for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                    // The caller may have gone away (cancelled); its effects still committed.
-                    let _ = reply.send(Ok(outcome));
-                }
-                if wrote_outbox {
-                    outbox_committed.notify_one();
-                }
+        let store = store.clone();
+        let outbox_committed = outbox_committed.clone();
+        tokio::spawn(async move {
+            commit_jobs(&store, jobs, &outbox_committed).await;
+            drop(slot);
+        });
+    }
+    // Let the batches in flight finish before the task (and the last handle) is gone.
+    let _ = slots.acquire_many(config.concurrency.max(1) as u32).await;
+}
+
+async fn commit_jobs(store: &Store, jobs: Vec<Job>, outbox_committed: &Notify) {
+    let (requests, replies): (Vec<_>, Vec<_>) = jobs.into_iter().unzip();
+    match store.commit_batch(&requests).await {
+        Ok(outcomes) => {
+            let wrote_outbox = requests
+                .iter()
+                .zip(&outcomes)
+                .any(|(r, o)| *o == CommitOutcome::Committed && !r.outbox.is_empty());
+            for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                // The caller may have gone away (cancelled); its effects still committed.
+                let _ = reply.send(Ok(outcome));
             }
-            Err(e) => {
-                tracing::warn!(
-                    store = %store.redacted_url(),
-                    batch = replies.len(),
-                    error = %e,
-                    "group commit failed; no delivery of the batch is committed"
-                );
-                for reply in replies {
-                    let _ = reply.send(Err(e.clone()));
-                }
+            if wrote_outbox {
+                outbox_committed.notify_one();
+            }
+        }
+        Err(e) => {
+            tracing::warn!(
+                store = %store.redacted_url(),
+                batch = replies.len(),
+                error = %e,
+                "group commit failed; no delivery of the batch is committed"
+            );
+            for reply in replies {
+                let _ = reply.send(Err(e.clone()));
             }
         }
     }

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use sqlx::AssertSqlSafe;
 
-use super::sql::{MAX_PARAMS, Placeholders};
+use super::sql::{Placeholders, shaped_chunks};
 use super::{Store, StoreError, validate};
 
 impl Store {
@@ -29,7 +29,7 @@ impl Store {
         keys: &[&str],
     ) -> Result<HashSet<String>, StoreError> {
         let mut found = HashSet::new();
-        for chunk in keys.chunks(MAX_PARAMS - 1) {
+        for chunk in shaped_chunks(&keys) {
             let mut p = Placeholders::new(self.backend);
             let sql = format!(
                 "SELECT key FROM inbox WHERE route = {} AND key IN ({})",

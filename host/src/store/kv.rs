@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use sqlx::AssertSqlSafe;
 
-use super::sql::{MAX_PARAMS, Placeholders};
+use super::sql::{Placeholders, shaped_chunks};
 use super::{Store, StoreError, validate};
 
 /// A stored value and its version (1 on creation, +1 per write).
@@ -41,7 +41,7 @@ impl Store {
         keys: &[&str],
     ) -> Result<HashMap<String, KvEntry>, StoreError> {
         let mut found = HashMap::new();
-        for chunk in keys.chunks(MAX_PARAMS - 1) {
+        for chunk in shaped_chunks(&keys) {
             let mut p = Placeholders::new(self.backend);
             let sql = format!(
                 "SELECT key, value, version FROM kv \

@@ -2,8 +2,27 @@
 
 use super::Backend;
 
-/// Bound parameters per statement, well under SQLite's 32,766 and PostgreSQL's 65,535.
-pub(super) const MAX_PARAMS: usize = 8_000;
+use std::fmt::Write;
+
+/// Most rows (or `IN` values) per batch statement: 128 outbox rows are 1,408 parameters,
+/// well under SQLite's 32,766 and PostgreSQL's 65,535.
+const MAX_ROWS: usize = 128;
+
+/// Splits `items` into statement-sized chunks whose lengths come from a fixed set (128, 64,
+/// 32, .., 1). sqlx caches prepared statements by their SQL text, so batches of any size
+/// reuse at most eight shapes per statement instead of parsing a new one every time.
+pub(super) fn shaped_chunks<T>(items: &[T]) -> impl Iterator<Item = &[T]> {
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let n = rest.len().min(MAX_ROWS);
+        let (head, tail) = rest.split_at(1 << n.ilog2());
+        rest = tail;
+        Some(head)
+    })
+}
 
 /// Placeholders in order of appearance, bound in the same order: `$1, $2, ...` on
 /// PostgreSQL, plain `?` on SQLite. (SQLite looks `$N` names up by linear scan when it
@@ -19,30 +38,62 @@ impl Placeholders {
     }
 
     pub(super) fn next(&mut self) -> String {
+        let mut out = String::new();
+        self.push(&mut out);
+        out
+    }
+
+    fn push(&mut self, out: &mut String) {
         self.count += 1;
         match self.backend {
-            Backend::Postgres => format!("${}", self.count),
-            Backend::Sqlite => "?".to_owned(),
+            Backend::Postgres => {
+                let _ = write!(out, "${}", self.count);
+            }
+            Backend::Sqlite => out.push('?'),
         }
     }
 
     /// `a, b, c` for `n` parameters.
     pub(super) fn list(&mut self, n: usize) -> String {
-        (0..n).map(|_| self.next()).collect::<Vec<_>>().join(", ")
+        let mut out = String::with_capacity(n * 6);
+        self.push_list(&mut out, n);
+        out
+    }
+
+    fn push_list(&mut self, out: &mut String, n: usize) {
+        for i in 0..n {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            self.push(out);
+        }
     }
 
     /// `(a, b), (c, d), ...`: `rows` rows of `width` parameters.
     pub(super) fn rows(&mut self, rows: usize, width: usize) -> String {
-        (0..rows)
-            .map(|_| format!("({})", self.list(width)))
-            .collect::<Vec<_>>()
-            .join(", ")
+        let mut out = String::with_capacity(rows * (width * 6 + 4));
+        for i in 0..rows {
+            out.push_str(if i > 0 { ", (" } else { "(" });
+            self.push_list(&mut out, width);
+            out.push(')');
+        }
+        out
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{Backend, Placeholders};
+    use super::{Backend, Placeholders, shaped_chunks};
+
+    #[test]
+    fn chunks_come_in_few_shapes() {
+        let items: Vec<u32> = (0..300).collect();
+        let sizes: Vec<usize> = shaped_chunks(&items).map(<[u32]>::len).collect();
+        assert_eq!(sizes, [128, 128, 32, 8, 4]);
+        let rejoined: Vec<u32> = shaped_chunks(&items).flatten().copied().collect();
+        assert_eq!(rejoined, items);
+        assert_eq!(shaped_chunks::<u32>(&[]).count(), 0);
+    }
 
     #[test]
     fn numbered_on_postgres_anonymous_on_sqlite() {
