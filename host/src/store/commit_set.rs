@@ -61,6 +61,13 @@ impl Version {
 /// kv rows by namespace, then key.
 type KvRows = HashMap<String, HashMap<String, Version>>;
 
+/// A kv write a request would make: the key, its new value (`None`: tombstone), the row after.
+struct PlannedWrite<'a> {
+    key: &'a str,
+    value: Option<&'a [u8]>,
+    state: Version,
+}
+
 /// One kv row to write: its final value (`None` is a tombstone) and version.
 struct KvChange<'a> {
     value: Option<&'a [u8]>,
@@ -123,7 +130,7 @@ impl Store {
                 outcomes.push(CommitOutcome::Conflict);
                 continue;
             };
-            for (key, value, state) in writes {
+            for PlannedWrite { key, value, state } in writes {
                 kv.entry(req.namespace.clone())
                     .or_default()
                     .insert(key.to_owned(), state);
@@ -156,10 +163,7 @@ impl Store {
 
 /// The writes of `req` on top of `kv`, or `None` when a version it read has moved (Conflict).
 /// Mirrors the per-request SQL of the savepoint path, case by case.
-fn plan<'a>(
-    req: &'a CommitRequest,
-    kv: &KvRows,
-) -> Option<Vec<(&'a str, Option<&'a [u8]>, Version)>> {
+fn plan<'a>(req: &'a CommitRequest, kv: &KvRows) -> Option<Vec<PlannedWrite<'a>>> {
     let state = |key: &str| {
         kv.get(&req.namespace)
             .and_then(|keys| keys.get(key))
@@ -189,11 +193,11 @@ fn plan<'a>(
             (None, _) if live.is_none() => continue,
             _ => {}
         }
-        out.push((
-            write.key.as_str(),
+        out.push(PlannedWrite {
+            key: write.key.as_str(),
             value,
-            Version::next(current, value.is_some()),
-        ));
+            state: Version::next(current, value.is_some()),
+        });
     }
     Some(out)
 }
@@ -286,7 +290,7 @@ async fn insert_inbox(
     committed: &[&CommitRequest],
     now: i64,
 ) -> Result<(), SetError> {
-    for chunk in shaped_chunks(&committed) {
+    for chunk in shaped_chunks(committed) {
         let sql = format!(
             "INSERT INTO inbox (route, key, processed_at) VALUES {} ON CONFLICT DO NOTHING",
             Placeholders::new(backend).rows(chunk.len(), 3)

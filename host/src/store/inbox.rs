@@ -29,7 +29,7 @@ impl Store {
         keys: &[&str],
     ) -> Result<HashSet<String>, StoreError> {
         let mut found = HashSet::new();
-        for chunk in shaped_chunks(&keys) {
+        for chunk in shaped_chunks(keys) {
             let mut p = Placeholders::new(self.backend);
             let sql = format!(
                 "SELECT key FROM inbox WHERE route = {} AND key IN ({})",

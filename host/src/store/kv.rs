@@ -41,7 +41,7 @@ impl Store {
         keys: &[&str],
     ) -> Result<HashMap<String, KvEntry>, StoreError> {
         let mut found = HashMap::new();
-        for chunk in shaped_chunks(&keys) {
+        for chunk in shaped_chunks(keys) {
             let mut p = Placeholders::new(self.backend);
             let sql = format!(
                 "SELECT key, value, version FROM kv \
