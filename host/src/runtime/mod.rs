@@ -29,6 +29,9 @@ pub struct Runtime {
     /// One permit per pooled instance slot, so a burst waits instead of failing a delivery.
     slots: Arc<Semaphore>,
     ticker_stop: Arc<AtomicBool>,
+    /// Threads that run guest code (see `Plugin::handle`); shut down with the runtime.
+    compute: tokio::runtime::Handle,
+    compute_owner: Option<tokio::runtime::Runtime>,
 }
 
 impl Runtime {
@@ -52,11 +55,19 @@ impl Runtime {
 
         let ticker_stop = Arc::new(AtomicBool::new(false));
         spawn_epoch_ticker(engine.clone(), ticker_stop.clone())?;
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let compute = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("carteiro-wasm")
+            .enable_all()
+            .build()?;
         Ok(Arc::new(Self {
             engine,
             linker,
             slots: Arc::new(Semaphore::new(max_instances as usize)),
             ticker_stop,
+            compute: compute.handle().clone(),
+            compute_owner: Some(compute),
         }))
     }
 }
@@ -64,6 +75,10 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         self.ticker_stop.store(true, Ordering::Relaxed);
+        // May run inside async code, where a blocking runtime shutdown would panic.
+        if let Some(compute) = self.compute_owner.take() {
+            compute.shutdown_background();
+        }
     }
 }
 

@@ -104,12 +104,13 @@ pub struct Invocation {
 }
 
 /// A loaded, pre-linked plugin.
+#[derive(Clone)]
 pub struct Plugin {
     runtime: Arc<Runtime>,
     identity: Arc<PluginIdentity>,
     pre: HandlerPre<HostState>,
     limits: PluginLimits,
-    digest: String,
+    digest: Arc<str>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -170,7 +171,7 @@ impl Plugin {
             }),
             pre,
             limits,
-            digest,
+            digest: digest.into(),
         })
     }
 
@@ -190,7 +191,25 @@ impl Plugin {
     }
 
     /// Runs `handle` on a fresh instance. Never panics and never hangs past the timeout.
+    ///
+    /// The guest runs on the runtime's own compute threads: a tokio worker busy with guest
+    /// code cannot poll the broker and store tasks queued behind it, and with hundreds of
+    /// deliveries in flight those would wait milliseconds for every step.
     pub async fn handle(
+        &self,
+        message: &types::Message,
+        kv: Arc<dyn KvSource>,
+    ) -> Result<Invocation, PluginFailure> {
+        let plugin = self.clone();
+        let message = message.clone();
+        self.runtime
+            .compute
+            .spawn(async move { plugin.run_instance(&message, kv).await })
+            .await
+            .unwrap_or_else(|e| Err(PluginFailure::Trap(format!("the handler task failed: {e}"))))
+    }
+
+    async fn run_instance(
         &self,
         message: &types::Message,
         kv: Arc<dyn KvSource>,
