@@ -1,0 +1,167 @@
+//! Per-ordering-key chains of leased rows, the relay's in-memory half of the ordering rule.
+//!
+//! A key has at most one row publishing at a time; rows leased later for the same key wait
+//! behind it in id order (the claim returns rows in id order, and later claims return only
+//! later rows). A failed row stops its chain: the rows behind it are handed back to the
+//! store only after the failure is recorded there (see `Session::settle_failures`), so no
+//! later row of that key can be published before the failed one. Rows with an empty
+//! ordering key are not ordered and never wait.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use crate::store::OutboxRow;
+
+/// A row this relay session holds a lease on.
+#[derive(Debug, Clone)]
+pub(super) struct Leased {
+    pub row: OutboxRow,
+    /// Last moment a publish of this row may start: later, the lease could run out while the
+    /// publish is still waiting for its confirm, and another relay could take the row.
+    pub start_by: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Chain {
+    waiting: VecDeque<Leased>,
+    /// The row publishing for this key failed: nothing more starts until `settle`.
+    stopped: bool,
+}
+
+/// The chains of one relay session.
+#[derive(Debug, Default)]
+pub(super) struct Chains {
+    by_key: HashMap<String, Chain>,
+}
+
+impl Chains {
+    /// A freshly leased row: returns it when it may be published now (its key has no row in
+    /// flight), or queues it behind its key's chain.
+    pub fn admit(&mut self, leased: Leased) -> Option<Leased> {
+        let key = &leased.row.ordering_key;
+        if key.is_empty() {
+            return Some(leased);
+        }
+        match self.by_key.get_mut(key) {
+            Some(chain) => {
+                chain.waiting.push_back(leased);
+                None
+            }
+            None => {
+                self.by_key.insert(key.clone(), Chain::default());
+                Some(leased)
+            }
+        }
+    }
+
+    /// The row in flight for `key` was confirmed: the next row of that key to publish, if
+    /// any. The chain ends when nothing waits.
+    pub fn confirmed(&mut self, key: &str) -> Option<Leased> {
+        let chain = self.by_key.get_mut(key)?;
+        if chain.stopped {
+            return None;
+        }
+        let next = chain.waiting.pop_front();
+        if next.is_none() {
+            self.by_key.remove(key);
+        }
+        next
+    }
+
+    /// The row in flight for `key` failed (or may not start): the chain stops; its waiting
+    /// rows, and rows leased for the key from now on, stay queued until `settle`.
+    pub fn stop(&mut self, key: &str) {
+        if let Some(chain) = self.by_key.get_mut(key) {
+            chain.stopped = true;
+        }
+    }
+
+    /// The failure of `key`'s chain is recorded in the store: forget the chain and return
+    /// the rows that waited behind it, to be released.
+    pub fn settle(&mut self, key: &str) -> Vec<Leased> {
+        self.by_key
+            .remove(key)
+            .map(|chain| chain.waiting.into())
+            .unwrap_or_default()
+    }
+
+    /// Session end: forget every chain; returns how many rows were still waiting.
+    pub fn clear(&mut self) -> usize {
+        self.by_key.drain().map(|(_, c)| c.waiting.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leased(id: i64, key: &str) -> Leased {
+        Leased {
+            row: OutboxRow {
+                id,
+                event_id: uuid::Uuid::now_v7(),
+                route: "r".into(),
+                plugin: "p".into(),
+                exchange: "x".into(),
+                routing_key: "k".into(),
+                headers: Vec::new(),
+                content_type: None,
+                payload: Vec::new(),
+                ordering_key: key.into(),
+                created_at: 0,
+                attempts: 0,
+                last_error: None,
+            },
+            start_by: Instant::now(),
+        }
+    }
+
+    fn id(l: Option<Leased>) -> Option<i64> {
+        l.map(|l| l.row.id)
+    }
+
+    #[test]
+    fn one_row_per_key_in_flight_in_id_order() {
+        let mut c = Chains::default();
+        assert_eq!(id(c.admit(leased(1, "A"))), Some(1));
+        assert_eq!(id(c.admit(leased(2, "B"))), Some(2));
+        assert_eq!(id(c.admit(leased(3, "A"))), None);
+        // A later claim appends to the running chain.
+        assert_eq!(id(c.admit(leased(7, "A"))), None);
+        assert_eq!(id(c.confirmed("A")), Some(3));
+        assert_eq!(id(c.confirmed("A")), Some(7));
+        assert_eq!(id(c.confirmed("A")), None);
+        // The chain ended: the next row of A starts at once.
+        assert_eq!(id(c.admit(leased(9, "A"))), Some(9));
+        assert_eq!(id(c.confirmed("B")), None);
+    }
+
+    #[test]
+    fn unordered_rows_never_wait() {
+        let mut c = Chains::default();
+        assert_eq!(id(c.admit(leased(1, ""))), Some(1));
+        assert_eq!(id(c.admit(leased(2, ""))), Some(2));
+        assert_eq!(id(c.confirmed("")), None);
+        assert!(c.settle("").is_empty());
+    }
+
+    #[test]
+    fn a_failure_stops_its_chain_until_settled() {
+        let mut c = Chains::default();
+        assert_eq!(id(c.admit(leased(1, "A"))), Some(1));
+        assert_eq!(id(c.admit(leased(2, "A"))), None);
+        assert_eq!(id(c.admit(leased(3, "B"))), Some(3));
+        c.stop("A");
+        // Nothing of A starts any more, even rows leased after the failure.
+        assert_eq!(id(c.confirmed("A")), None);
+        assert_eq!(id(c.admit(leased(4, "A"))), None);
+        // Other keys go on.
+        assert_eq!(id(c.admit(leased(5, "B"))), None);
+        assert_eq!(id(c.confirmed("B")), Some(5));
+        let released: Vec<i64> = c.settle("A").into_iter().map(|l| l.row.id).collect();
+        assert_eq!(released, vec![2, 4]);
+        // Settled: a row of A leased later (after the failure is in the store) starts.
+        assert_eq!(id(c.admit(leased(8, "A"))), Some(8));
+        assert_eq!(c.clear(), 0);
+    }
+}

@@ -1,0 +1,100 @@
+//! Group commit of "published" marks.
+//!
+//! The relay hands over each row id the moment that row's own confirm arrives; the marker
+//! writes everything received so far in one `UPDATE ... WHERE id IN (...)`, and starts the
+//! next write as soon as the previous one returns (no timer, no waiting for a batch to fill).
+//! So a row is never marked before its confirm, and a crash republishes only rows whose
+//! confirm arrived but whose mark had not committed yet (G3; the relay bounds those by its
+//! in-flight window, which counts a row until its mark commits).
+//!
+//! A store failure loses nothing: the ids stay in memory and the write is retried with
+//! backoff; rows the marker finally gives up on (store still down when the session ends)
+//! keep their lease and are republished after it expires (downstream inboxes dedupe by
+//! `message_id`).
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::store::Store;
+
+/// Write attempts for the last ids after the relay session closed the channel.
+const FINAL_ATTEMPTS: u32 = 3;
+
+/// The session's side of the marker.
+pub(super) struct Marker {
+    ids: mpsc::UnboundedSender<i64>,
+    task: JoinHandle<()>,
+}
+
+impl Marker {
+    /// Starts the marker; the receiver reports how many rows each committed write marked
+    /// (as handed over, whether or not another relay had marked some already).
+    pub fn spawn(store: Store) -> (Marker, mpsc::UnboundedReceiver<usize>) {
+        let (ids, rx) = mpsc::unbounded_channel();
+        let (done_tx, done) = mpsc::unbounded_channel();
+        let task = tokio::spawn(run(store, rx, done_tx));
+        (Marker { ids, task }, done)
+    }
+
+    /// Row `id` was confirmed by the broker: mark it published.
+    pub fn confirmed(&self, id: i64) {
+        // The task only ends once this sender is gone (or it panicked: nothing to do then but
+        // let the lease expire).
+        let _ = self.ids.send(id);
+    }
+
+    /// No more ids: writes what is left (a few attempts), then returns.
+    pub async fn close(self) {
+        drop(self.ids);
+        if let Err(e) = self.task.await {
+            tracing::error!(error = %e, "outbox marker task failed; unmarked rows are republished after their lease");
+        }
+    }
+}
+
+async fn run(
+    store: Store,
+    mut ids: mpsc::UnboundedReceiver<i64>,
+    done: mpsc::UnboundedSender<usize>,
+) {
+    let mut batch: Vec<i64> = Vec::new();
+    let mut open = true;
+    let mut failures: u32 = 0;
+    loop {
+        if batch.is_empty() {
+            match ids.recv().await {
+                Some(id) => batch.push(id),
+                None => return,
+            }
+        }
+        loop {
+            match ids.try_recv() {
+                Ok(id) => batch.push(id),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    open = false;
+                    break;
+                }
+            }
+        }
+        match store.outbox_mark_published_many(&batch).await {
+            Ok(_) => {
+                let _ = done.send(batch.len());
+                batch.clear();
+                failures = 0;
+            }
+            Err(e) => {
+                failures += 1;
+                if !open && failures >= FINAL_ATTEMPTS {
+                    tracing::warn!(rows = batch.len(), error = %e, "could not mark confirmed outbox rows published; they are republished after their lease expires");
+                    return;
+                }
+                tracing::warn!(rows = batch.len(), error = %e, "could not mark confirmed outbox rows published; retrying");
+                let delay = Duration::from_millis(50 << failures.min(6));
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
