@@ -1,8 +1,9 @@
 //! Per-ordering-key chains of leased rows, the relay's in-memory half of the ordering rule.
 //!
-//! A key has at most one row publishing at a time; rows leased later for the same key wait
-//! behind it in id order (the claim returns rows in id order, and later claims return only
-//! later rows). A failed row stops its chain: the rows behind it are handed back to the
+//! A key has at most one batch of rows publishing at a time (one row after another, each
+//! after the previous one's confirm); rows leased later for the same key wait behind it in
+//! id order (the claim returns rows in id order, and later claims return only later rows)
+//! and go out as the key's next batch. A failed row stops its chain: the rows behind it are handed back to the
 //! store only after the failure is recorded there (see `Session::settle_failures`), so no
 //! later row of that key can be published before the failed one. Rows with an empty
 //! ordering key are not ordered and never wait.
@@ -54,25 +55,40 @@ impl Chains {
         }
     }
 
-    /// The row in flight for `key` was confirmed: the next row of that key to publish, if
-    /// any. The chain ends when nothing waits.
-    pub fn confirmed(&mut self, key: &str) -> Option<Leased> {
-        let chain = self.by_key.get_mut(key)?;
+    /// The rows in flight for `key` were all confirmed: the rows of that key to publish
+    /// next, in id order (all that queued up meanwhile). Empty: the chain ends.
+    pub fn next_batch(&mut self, key: &str) -> Vec<Leased> {
+        let Some(chain) = self.by_key.get_mut(key) else {
+            return Vec::new();
+        };
         if chain.stopped {
-            return None;
+            return Vec::new();
         }
-        let next = chain.waiting.pop_front();
-        if next.is_none() {
+        let next: Vec<Leased> = chain.waiting.drain(..).collect();
+        if next.is_empty() {
             self.by_key.remove(key);
         }
         next
     }
 
-    /// The row in flight for `key` failed (or may not start): the chain stops; its waiting
-    /// rows, and rows leased for the key from now on, stay queued until `settle`.
-    pub fn stop(&mut self, key: &str) {
+    /// The rows queued behind the batch just started for `key`, to join that batch (a claim
+    /// that brought several rows of an idle key). The chain stays.
+    pub fn take_waiting(&mut self, key: &str) -> Vec<Leased> {
+        match self.by_key.get_mut(key) {
+            Some(chain) if !chain.stopped => chain.waiting.drain(..).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A row of `key` failed (or may not start): the chain stops. `unpublished` (the rows
+    /// handed out after it, not published) go back to the head of the queue; they, and
+    /// rows leased for the key from now on, stay queued until `settle`.
+    pub fn stop(&mut self, key: &str, unpublished: Vec<Leased>) {
         if let Some(chain) = self.by_key.get_mut(key) {
             chain.stopped = true;
+            for leased in unpublished.into_iter().rev() {
+                chain.waiting.push_front(leased);
+            }
         }
     }
 
@@ -120,20 +136,29 @@ mod tests {
         l.map(|l| l.row.id)
     }
 
+    fn ids(batch: Vec<Leased>) -> Vec<i64> {
+        batch.into_iter().map(|l| l.row.id).collect()
+    }
+
     #[test]
-    fn one_row_per_key_in_flight_in_id_order() {
+    fn one_batch_per_key_in_flight_in_id_order() {
         let mut c = Chains::default();
         assert_eq!(id(c.admit(leased(1, "A"))), Some(1));
         assert_eq!(id(c.admit(leased(2, "B"))), Some(2));
         assert_eq!(id(c.admit(leased(3, "A"))), None);
         // A later claim appends to the running chain.
         assert_eq!(id(c.admit(leased(7, "A"))), None);
-        assert_eq!(id(c.confirmed("A")), Some(3));
-        assert_eq!(id(c.confirmed("A")), Some(7));
-        assert_eq!(id(c.confirmed("A")), None);
+        assert_eq!(ids(c.next_batch("A")), vec![3, 7]);
+        assert_eq!(id(c.admit(leased(8, "A"))), None);
+        assert_eq!(ids(c.next_batch("A")), vec![8]);
+        assert!(c.next_batch("A").is_empty());
         // The chain ended: the next row of A starts at once.
         assert_eq!(id(c.admit(leased(9, "A"))), Some(9));
-        assert_eq!(id(c.confirmed("B")), None);
+        assert_eq!(id(c.admit(leased(10, "A"))), None);
+        // Rows of one claim join the batch started for their key; the chain stays.
+        assert_eq!(ids(c.take_waiting("A")), vec![10]);
+        assert!(c.next_batch("A").is_empty());
+        assert!(c.next_batch("B").is_empty());
     }
 
     #[test]
@@ -141,7 +166,7 @@ mod tests {
         let mut c = Chains::default();
         assert_eq!(id(c.admit(leased(1, ""))), Some(1));
         assert_eq!(id(c.admit(leased(2, ""))), Some(2));
-        assert_eq!(id(c.confirmed("")), None);
+        assert!(c.next_batch("").is_empty());
         assert!(c.settle("").is_empty());
     }
 
@@ -151,15 +176,17 @@ mod tests {
         assert_eq!(id(c.admit(leased(1, "A"))), Some(1));
         assert_eq!(id(c.admit(leased(2, "A"))), None);
         assert_eq!(id(c.admit(leased(3, "B"))), Some(3));
-        c.stop("A");
+        assert_eq!(ids(c.next_batch("A")), vec![2]);
+        assert_eq!(id(c.admit(leased(5, "A"))), None);
+        // 2 fails; 4 had been handed out with it and was not published.
+        c.stop("A", vec![leased(4, "A")]);
         // Nothing of A starts any more, even rows leased after the failure.
-        assert_eq!(id(c.confirmed("A")), None);
-        assert_eq!(id(c.admit(leased(4, "A"))), None);
+        assert!(c.next_batch("A").is_empty());
+        assert_eq!(id(c.admit(leased(6, "A"))), None);
         // Other keys go on.
-        assert_eq!(id(c.admit(leased(5, "B"))), None);
-        assert_eq!(id(c.confirmed("B")), Some(5));
-        let released: Vec<i64> = c.settle("A").into_iter().map(|l| l.row.id).collect();
-        assert_eq!(released, vec![2, 4]);
+        assert_eq!(id(c.admit(leased(7, "B"))), None);
+        assert_eq!(ids(c.next_batch("B")), vec![7]);
+        assert_eq!(ids(c.settle("A")), vec![4, 5, 6]);
         // Settled: a row of A leased later (after the failure is in the store) starts.
         assert_eq!(id(c.admit(leased(8, "A"))), Some(8));
         assert_eq!(c.clear(), 0);

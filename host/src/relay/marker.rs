@@ -38,19 +38,31 @@ impl Marker {
         (Marker { ids, task }, done)
     }
 
-    /// Row `id` was confirmed by the broker: mark it published.
-    pub fn confirmed(&self, id: i64) {
-        // The task only ends once this sender is gone (or it panicked: nothing to do then but
-        // let the lease expire).
-        let _ = self.ids.send(id);
+    /// A handle for publish tasks.
+    pub fn sender(&self) -> MarkSender {
+        MarkSender(self.ids.clone())
     }
 
-    /// No more ids: writes what is left (a few attempts), then returns.
+    /// No more ids (every [`MarkSender`] must be gone too): writes what is left (a few
+    /// attempts), then returns.
     pub async fn close(self) {
         drop(self.ids);
         if let Err(e) = self.task.await {
             tracing::error!(error = %e, "outbox marker task failed; unmarked rows are republished after their lease");
         }
+    }
+}
+
+/// Hands confirmed row ids to the marker.
+#[derive(Clone)]
+pub(super) struct MarkSender(mpsc::UnboundedSender<i64>);
+
+impl MarkSender {
+    /// Row `id` was confirmed by the broker: mark it published.
+    pub fn confirmed(&self, id: i64) {
+        // The task only ends once every sender is gone (or it panicked: nothing to do then
+        // but let the lease expire).
+        let _ = self.0.send(id);
     }
 }
 

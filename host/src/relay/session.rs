@@ -22,7 +22,7 @@ use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 
 use super::chains::{Chains, Leased};
-use super::marker::Marker;
+use super::marker::{MarkSender, Marker};
 use super::{Relay, outgoing};
 use crate::broker::{ConfirmedPublisher, PublishError};
 use crate::pipeline::headers::now_ms;
@@ -39,7 +39,20 @@ pub(super) enum End {
     Store(String),
 }
 
-type Publishing = BoxFuture<'static, (Leased, Result<(), PublishError>)>;
+/// One batch of rows of one key, published one after another on its own task (publishes
+/// spread over the runtime's threads, and a key's next row goes out right after the
+/// previous confirm, without a round trip through the session).
+type Publishing = tokio::task::JoinHandle<BatchDone>;
+
+/// How a batch ended.
+struct BatchDone {
+    key: String,
+    /// The row that stopped the batch, with its publish error (`None`: it was not
+    /// published because its lease was running low).
+    failed: Option<(Leased, Option<PublishError>)>,
+    /// Rows after the failed one, not published.
+    unpublished: Vec<Leased>,
+}
 type ClaimResult = Result<Vec<OutboxRow>, StoreError>;
 
 /// A claim running in the background, started at `at` for up to `limit` rows.
@@ -88,10 +101,12 @@ impl<'a> Session<'a> {
     pub async fn run(mut self, stop: &tokio_util::sync::CancellationToken) -> End {
         tracing::debug!(owner = %self.owner, "relay session started");
         let (marker, mut marked) = Marker::spawn(self.relay.store.clone());
+        let marks = marker.sender();
         let mut claim: Option<Claim> = None;
         let mut want_claim = true;
         let poll = self.relay.poll_interval;
-        let mut next_poll = Instant::now() + poll;
+        let poll_timer = tokio::time::sleep(poll);
+        tokio::pin!(poll_timer);
         let end = loop {
             if claim.is_none() && !self.failures.is_empty() {
                 if let Err(e) = self.settle_failures().await {
@@ -103,8 +118,14 @@ impl<'a> Session<'a> {
                 claim = Some(self.claim());
             }
             tokio::select! {
-                Some((leased, result)) = self.publishing.next(), if !self.publishing.is_empty() => {
-                    if let Some(end) = self.published(leased, result, &marker) {
+                Some(joined) = self.publishing.next(), if !self.publishing.is_empty() => {
+                    let end = match joined {
+                        Ok(done) => self.finished(done, &marks),
+                        // A panic lost track of a leased row: end the session, which gives
+                        // every lease of this owner back.
+                        Err(e) => Some(End::Broker(format!("a publish task failed: {e}"))),
+                    };
+                    if let Some(end) = end {
                         break end;
                     }
                 }
@@ -119,21 +140,21 @@ impl<'a> Session<'a> {
                         Ok(rows) => {
                             // A full claim: more rows are probably waiting.
                             want_claim |= rows.len() >= done.limit;
-                            self.admit(rows, done.at);
+                            self.admit(rows, done.at, &marks);
                         }
                         Err(e) => break End::Store(e.to_string()),
                     }
                 }
                 Some(n) = marked.recv() => self.window = self.window.saturating_sub(n),
                 () = self.relay.wake.notified() => want_claim = true,
-                () = tokio::time::sleep_until(next_poll) => {
+                () = &mut poll_timer => {
                     want_claim = true;
-                    next_poll = Instant::now() + poll;
+                    poll_timer.as_mut().reset(Instant::now() + poll);
                 }
                 () = stop.cancelled() => break End::Stopped,
             }
         };
-        self.quiesce(claim, marker, &end).await;
+        self.quiesce(claim, marker, marks, &end).await;
         end
     }
 
@@ -160,71 +181,88 @@ impl<'a> Session<'a> {
     }
 
     /// Rows of a claim (id order): each starts now or joins its key's chain.
-    fn admit(&mut self, rows: Vec<OutboxRow>, claimed_at: Instant) {
+    fn admit(&mut self, rows: Vec<OutboxRow>, claimed_at: Instant, marks: &MarkSender) {
         // Starting later than this, the publish could outlast the lease.
         let start_by = claimed_at + self.relay.lease
             - self.relay.publish_timeout
             - Duration::from_secs(1).min(self.relay.publish_timeout);
         self.window += rows.len();
+        let mut starting = Vec::new();
         for row in rows {
             let leased = Leased {
                 row,
                 start_by: start_by.into_std(),
             };
             if let Some(now) = self.chains.admit(leased) {
-                self.start(now);
+                starting.push(now);
             }
+        }
+        for first in starting {
+            let mut batch = self.chains.take_waiting(&first.row.ordering_key);
+            batch.insert(0, first);
+            self.start(batch, marks);
         }
     }
 
-    fn start(&mut self, leased: Leased) {
-        if std::time::Instant::now() > leased.start_by {
-            self.chains.stop(&leased.row.ordering_key);
-            self.failures.push(Failure {
-                leased,
-                error: None,
-            });
+    /// Publishes `batch` (rows of one key, id order) one after another on a new task; each
+    /// confirmed row goes to the marker at once, the first failure stops the batch.
+    fn start(&mut self, batch: Vec<Leased>, marks: &MarkSender) {
+        let Some(key) = batch.first().map(|l| l.row.ordering_key.clone()) else {
             return;
-        }
+        };
         let publisher = self.publisher.clone();
         let timeout = self.relay.publish_timeout;
         let fault = self.relay.fault;
-        self.publishing.push(Box::pin(async move {
-            let result = publisher.publish(outgoing(&leased.row), timeout).await;
-            if result.is_ok() {
-                // Test-only: stop dead after this row's confirm, before its mark.
-                hang_if(fault, FaultPoint::RelayHangAfterConfirm).await;
+        let metrics = self.relay.metrics.clone();
+        let marks = marks.clone();
+        self.publishing.push(tokio::spawn(async move {
+            let mut rows = batch.into_iter();
+            while let Some(leased) = rows.next() {
+                let error = if std::time::Instant::now() > leased.start_by {
+                    None
+                } else {
+                    match publisher.publish(outgoing(&leased.row), timeout).await {
+                        Ok(()) => {
+                            // Test-only: stop dead after this row's confirm, before its mark.
+                            hang_if(fault, FaultPoint::RelayHangAfterConfirm).await;
+                            metrics.outbox_published.inc();
+                            marks.confirmed(leased.row.id);
+                            continue;
+                        }
+                        Err(error) => Some(error),
+                    }
+                };
+                return BatchDone {
+                    key,
+                    failed: Some((leased, error)),
+                    unpublished: rows.collect(),
+                };
             }
-            (leased, result)
+            BatchDone {
+                key,
+                failed: None,
+                unpublished: Vec::new(),
+            }
         }));
     }
 
-    /// One publish ended. Returns why the session must end, if it must.
-    fn published(
-        &mut self,
-        leased: Leased,
-        result: Result<(), PublishError>,
-        marker: &Marker,
-    ) -> Option<End> {
-        match result {
-            Ok(()) => {
-                self.relay.metrics.outbox_published.inc();
-                marker.confirmed(leased.row.id);
-                if let Some(next) = self.chains.confirmed(&leased.row.ordering_key) {
-                    self.start(next);
+    /// A batch ended. Returns why the session must end, if it must.
+    fn finished(&mut self, done: BatchDone, marks: &MarkSender) -> Option<End> {
+        match done.failed {
+            None => {
+                let next = self.chains.next_batch(&done.key);
+                if !next.is_empty() {
+                    self.start(next, marks);
                 }
                 None
             }
-            // The row stays leased; the session end gives it back.
-            Err(PublishError::ChannelClosed(e)) if !self.publisher.is_connected() => {
+            // The rows stay leased; the session end gives them back.
+            Some((_, Some(PublishError::ChannelClosed(e)))) if !self.publisher.is_connected() => {
                 Some(End::Broker(e))
             }
-            Err(error) => {
-                self.chains.stop(&leased.row.ordering_key);
-                self.failures.push(Failure {
-                    leased,
-                    error: Some(error),
-                });
+            Some((leased, error)) => {
+                self.chains.stop(&done.key, done.unpublished);
+                self.failures.push(Failure { leased, error });
                 None
             }
         }
@@ -255,23 +293,34 @@ impl<'a> Session<'a> {
     }
 
     /// Session end: see the module doc.
-    async fn quiesce(mut self, claim: Option<Claim>, marker: Marker, end: &End) {
+    async fn quiesce(
+        mut self,
+        claim: Option<Claim>,
+        marker: Marker,
+        marks: MarkSender,
+        end: &End,
+    ) {
         let dropped = self.chains.clear();
         if let Some(claim) = claim {
             // Let it finish: its rows are then leased by this owner and given back below.
             let _ = claim.rows.await;
         }
-        while let Some((leased, result)) = self.publishing.next().await {
-            match result {
-                Ok(()) => {
-                    self.relay.metrics.outbox_published.inc();
-                    marker.confirmed(leased.row.id);
-                }
-                Err(PublishError::ChannelClosed(_)) if !self.publisher.is_connected() => {}
-                Err(error) => self.failures.push(Failure {
+        // Confirmed rows reach the marker from the tasks themselves.
+        while let Some(joined) = self.publishing.next().await {
+            let Ok(BatchDone {
+                failed: Some((leased, Some(error))),
+                ..
+            }) = joined
+            else {
+                continue;
+            };
+            let broker_gone =
+                matches!(error, PublishError::ChannelClosed(_)) && !self.publisher.is_connected();
+            if !broker_gone {
+                self.failures.push(Failure {
                     leased,
                     error: Some(error),
-                }),
+                });
             }
         }
         if !matches!(end, End::Store(_)) {
@@ -283,6 +332,7 @@ impl<'a> Session<'a> {
             }
         }
         // Marks first: a confirmed row must not be freed for another relay to publish again.
+        drop(marks);
         marker.close().await;
         match self.relay.store.outbox_release(&self.owner).await {
             Ok(released) => {
