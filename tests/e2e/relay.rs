@@ -344,7 +344,10 @@ async fn failure_mid_chain_keeps_key_order(store_url: &str) {
     }
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let relay = spawn_relay(&relay_config(dir.path(), store_url, &amqp_url()), store.clone());
+    let relay = spawn_relay(
+        &relay_config(dir.path(), store_url, &amqp_url()),
+        store.clone(),
+    );
     // Everything but K/5..K/39 goes out; K/5 is returned and waits with an error.
     wait_for("K/5 failed, the rest of K held back", WAIT, || async {
         let status = store.outbox_status().await.ok()?;

@@ -293,13 +293,7 @@ impl<'a> Session<'a> {
     }
 
     /// Session end: see the module doc.
-    async fn quiesce(
-        mut self,
-        claim: Option<Claim>,
-        marker: Marker,
-        marks: MarkSender,
-        end: &End,
-    ) {
+    async fn quiesce(mut self, claim: Option<Claim>, marker: Marker, marks: MarkSender, end: &End) {
         let dropped = self.chains.clear();
         if let Some(claim) = claim {
             // Let it finish: its rows are then leased by this owner and given back below.

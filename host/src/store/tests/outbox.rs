@@ -203,7 +203,10 @@ async fn an_owner_extends_its_own_chains_only(db: &TestDb) {
     assert!(s.outbox_pending(10, "r1", 60_000).await.unwrap().is_empty());
 
     // a1 confirmed; a2 fails and backs off; r1 gives a3 back after recording the failure.
-    assert_eq!(s.outbox_mark_published_many(&[first[0].id]).await.unwrap(), 1);
+    assert_eq!(
+        s.outbox_mark_published_many(&[first[0].id]).await.unwrap(),
+        1
+    );
     s.outbox_mark_failed(more[0].id, "nack", now_ms() + 60_000)
         .await
         .unwrap();
@@ -274,6 +277,9 @@ async fn sqlite_writers_take_turns_in_process() {
             .unwrap()
             .unwrap();
     }
-    assert_eq!(marked, 1, "the first writer marks the row; the rest find it marked");
+    assert_eq!(
+        marked, 1,
+        "the first writer marks the row; the rest find it marked"
+    );
     db.finish().await;
 }
