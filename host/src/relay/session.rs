@@ -108,10 +108,11 @@ impl<'a> Session<'a> {
         let poll_timer = tokio::time::sleep(poll);
         tokio::pin!(poll_timer);
         let end = loop {
-            if claim.is_none() && !self.failures.is_empty() {
-                if let Err(e) = self.settle_failures().await {
-                    break End::Store(e.to_string());
-                }
+            if claim.is_none()
+                && !self.failures.is_empty()
+                && let Err(e) = self.settle_failures().await
+            {
+                break End::Store(e.to_string());
             }
             if claim.is_none() && want_claim && self.room() >= self.min_claim() {
                 want_claim = false;
