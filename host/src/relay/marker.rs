@@ -110,3 +110,65 @@ async fn run(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::store::{CommitRequest, NewOutboxRow};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn marks_what_it_is_given_in_few_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("store.db").display());
+        let store = Store::connect(&url, 4).await.unwrap();
+        store.migrate().await.unwrap();
+        let rows: Vec<CommitRequest> = (0..300)
+            .map(|i| CommitRequest {
+                route: "r".into(),
+                inbox_key: format!("k{i}"),
+                namespace: "ns".into(),
+                reads: vec![],
+                writes: vec![],
+                outbox: vec![NewOutboxRow {
+                    event_id: uuid::Uuid::now_v7(),
+                    route: "r".into(),
+                    plugin: "p".into(),
+                    exchange: "x".into(),
+                    routing_key: "k".into(),
+                    headers: vec![],
+                    content_type: None,
+                    payload: vec![],
+                    ordering_key: String::new(),
+                }],
+            })
+            .collect();
+        store.commit_batch(&rows).await.unwrap();
+        let leased = store.outbox_pending(300, "r1", 60_000).await.unwrap();
+
+        let (marker, mut done) = Marker::spawn(store.clone());
+        let marks = marker.sender();
+        // Only the first 250 were "confirmed".
+        for row in &leased[..250] {
+            marks.confirmed(row.id);
+        }
+        let mut reported = Vec::new();
+        while reported.iter().sum::<usize>() < 250 {
+            let n = tokio::time::timeout(std::time::Duration::from_secs(10), done.recv())
+                .await
+                .expect("the marker reports its writes")
+                .expect("marker running");
+            reported.push(n);
+        }
+        assert!(
+            reported.len() < 250,
+            "ids that arrive while a write runs share the next write: {reported:?}"
+        );
+        drop(marks);
+        marker.close().await;
+        let status = store.outbox_status().await.unwrap();
+        assert_eq!(status.pending, 50, "only confirmed rows are marked");
+        assert_eq!(status.leased, 50);
+    }
+}
