@@ -12,6 +12,10 @@
 //! Compared systems:
 //! - `relay`: `carteiro::relay::Relay` (max_in_flight 256), woken by the committer's
 //!   `outbox_committed()` notify, 1 s poll backstop (the default).
+//! - `lanes` (drain only): no store at all, just the ceiling of the relay's publishing rule on
+//!   this box: one task per ordering key publishing its rows one after another through a
+//!   `ConfirmedPublisher` (one message per lane at a time, 64 lanes), each awaiting its own
+//!   confirm before the next. The relay cannot drain faster than this.
 //! - `poller`: the classic approach, implemented here: every 1 s select the unpublished rows
 //!   (id order, up to 5,000), publish them all, wait for every confirm, then mark the batch
 //!   published with one UPDATE. When draining a backlog it loops without sleeping while a
@@ -20,7 +24,9 @@
 //! Run: `bench/run.sh`, or with the services up and the URLs exported:
 //! `CARTEIRO_TEST_AMQP_URL=... CARTEIRO_TEST_POSTGRES_URL=... cargo bench -p carteiro --bench relay`
 //! Knobs: `BENCH_ROUNDS` (default 3), `BENCH_BACKENDS` (default `sqlite,postgres`),
-//! `BENCH_RELAY_ROWS`, `BENCH_LATENCY_RATE`, `BENCH_LATENCY_SECS`.
+//! `BENCH_RELAY_ROWS`, `BENCH_LATENCY_RATE`, `BENCH_LATENCY_SECS`, `BENCH_RELAY_PARTS`
+//! (default `drain,latency`), `BENCH_MAX_IN_FLIGHT` (the relay's window, default 256),
+//! `BENCH_DRAIN_SYSTEMS` (default `relay,lanes,poller`).
 
 use carteiro::metrics::Metrics;
 use carteiro::relay::Relay;
@@ -51,6 +57,7 @@ enum Backend {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Publisher {
     Relay,
+    Lanes,
     Poller,
 }
 
@@ -58,6 +65,7 @@ impl Publisher {
     fn name(self) -> &'static str {
         match self {
             Publisher::Relay => "relay",
+            Publisher::Lanes => "lanes",
             Publisher::Poller => "poller",
         }
     }
@@ -71,6 +79,9 @@ struct Settings {
     rows: usize,
     rate: u64,
     secs: u64,
+    parts: String,
+    max_in_flight: usize,
+    drain_systems: Vec<Publisher>,
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -106,6 +117,18 @@ fn settings() -> Settings {
         rows: env_or("BENCH_RELAY_ROWS", 20_000),
         rate: env_or("BENCH_LATENCY_RATE", 200),
         secs: env_or("BENCH_LATENCY_SECS", 10),
+        max_in_flight: env_or("BENCH_MAX_IN_FLIGHT", 256),
+        drain_systems: std::env::var("BENCH_DRAIN_SYSTEMS")
+            .unwrap_or_else(|_| "relay,lanes,poller".into())
+            .split(',')
+            .filter_map(|s| match s.trim() {
+                "relay" => Some(Publisher::Relay),
+                "lanes" => Some(Publisher::Lanes),
+                "poller" => Some(Publisher::Poller),
+                _ => None,
+            })
+            .collect(),
+        parts: std::env::var("BENCH_RELAY_PARTS").unwrap_or_else(|_| "drain,latency".into()),
     }
 }
 
@@ -203,8 +226,8 @@ impl Fixture {
         std::fs::write(
             &path,
             format!(
-                "version = 1\n[broker]\nurl = \"{}\"\n[store]\nurl = \"{store_url}\"\n[relay]\nmax_in_flight = 256\npoll_interval = \"1s\"\n",
-                s.amqp
+                "version = 1\n[broker]\nurl = \"{}\"\n[store]\nurl = \"{store_url}\"\n[relay]\nmax_in_flight = {}\npoll_interval = \"1s\"\n",
+                s.amqp, s.max_in_flight
             ),
         )
         .expect("write config");
@@ -419,6 +442,61 @@ async fn run_poller(store_url: String, amqp: String, stop: CancellationToken) {
     pool.close().await;
 }
 
+/// The publishing rule alone, no store: one task per ordering key publishes its share of
+/// `rows` one message after another, each awaiting its own confirm. Returns rows/s.
+async fn lanes_run(s: &Settings, backend: Backend) -> f64 {
+    let f = Fixture::new(s, backend).await;
+    let conn = Arc::new(
+        Connection::connect(&s.amqp, ConnectionProperties::default())
+            .await
+            .expect("connect to RabbitMQ"),
+    );
+    let publisher = carteiro::broker::ConfirmedPublisher::open(
+        conn.clone(),
+        carteiro::broker::PublisherOptions { lanes: 64 },
+    )
+    .await
+    .expect("publisher");
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..KEYS)
+        .map(|k| {
+            let publisher = publisher.clone();
+            let exchange = f.exchange.clone();
+            let n = s.rows / KEYS + usize::from(k < s.rows % KEYS);
+            tokio::spawn(async move {
+                for i in 0..n {
+                    let msg = carteiro::broker::Outgoing {
+                        exchange: exchange.clone(),
+                        routing_key: "bench.event".into(),
+                        properties: BasicProperties::default()
+                            .with_message_id(uuid::Uuid::now_v7().to_string().into())
+                            .with_delivery_mode(2)
+                            .with_content_type("application/json".into()),
+                        body: format!(r#"{{"key":"key-{k}","seq":{i}}}"#).into_bytes(),
+                        mandatory: true,
+                    };
+                    publisher
+                        .publish(msg, Duration::from_secs(30))
+                        .await
+                        .expect("confirmed");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("lane task");
+    }
+    let elapsed = started.elapsed();
+    let _ = conn.close(200, "done".into()).await;
+    let depth = f.sink_depth().await;
+    assert!(
+        depth as usize >= s.rows,
+        "lanes: only {depth} rows reached the sink"
+    );
+    f.close(s).await;
+    s.rows as f64 / elapsed.as_secs_f64()
+}
+
 /// Starts `which` on the fixture; returns its stop token and task.
 fn start(
     which: Publisher,
@@ -440,6 +518,7 @@ fn start(
                 relay.run(stop).await.expect("relay");
             })
         }
+        Publisher::Lanes => unreachable!("lanes has no store to watch"),
         Publisher::Poller => tokio::spawn(run_poller(
             f.store_url.clone(),
             amqp.to_owned(),
@@ -474,21 +553,34 @@ async fn drain_run(s: &Settings, backend: Backend, which: Publisher) -> f64 {
         f.store.outbox_status().await.expect("status").pending,
         s.rows as i64
     );
+    // The clock's probe must stay cheap: `outbox_status` counts every pending row, which on
+    // a 20,000-row backlog every 20 ms took a good share of a core from the systems measured.
+    let probe = sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(&f.store_url)
+        .await
+        .expect("probe connects to the store");
     let started = Instant::now();
     let publisher = start(which, &f, &s.amqp, None);
     let deadline = started + Duration::from_secs(600);
     loop {
-        let pending = f.store.outbox_status().await.expect("status").pending;
-        if pending == 0 {
+        let first: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM outbox WHERE published_at IS NULL LIMIT 1")
+                .fetch_optional(&probe)
+                .await
+                .expect("probe");
+        if first.is_none() {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "{which:?} did not drain: {pending} pending"
+            "{which:?} did not drain: row {first:?} still pending"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let elapsed = started.elapsed();
+    probe.close().await;
+    assert_eq!(f.store.outbox_status().await.expect("status").pending, 0);
     finish(publisher).await;
     let depth = f.sink_depth().await;
     assert!(
@@ -602,53 +694,68 @@ async fn main() {
     let systems = [Publisher::Relay, Publisher::Poller];
     for backend in s.backends.clone() {
         let b = format!("{backend:?}").to_lowercase();
-        println!(
-            "relay drain [{b}]: {} rows, {KEYS} ordering keys, max_in_flight 256 vs poller (1 s, up to {POLL_LIMIT} rows a poll); {} alternating rounds",
-            s.rows, s.rounds
-        );
-        let mut drain: HashMap<&str, Vec<f64>> = HashMap::new();
-        for round in 1..=s.rounds {
-            for which in systems {
-                let rate = drain_run(&s, backend, which).await;
-                println!("round {round} {:<7} {rate:>9.0} rows/s", which.name());
-                drain.entry(which.name()).or_default().push(rate);
-            }
+        if s.parts.contains("drain") {
+            drain(&s, backend, &b).await;
         }
-        let relay = median(&drain["relay"]);
-        let poller = median(&drain["poller"]);
-        println!(
-            "drain [{b}] median: relay {relay:.0} rows/s, poller {poller:.0} rows/s, relay/poller = {:.2}",
-            relay / poller
-        );
-
-        println!(
-            "commit-to-publish latency [{b}]: {} rows/s for {} s, one row per commit through a GroupCommitter; {} alternating rounds",
-            s.rate, s.secs, s.rounds
-        );
-        let mut p50s: HashMap<&str, Vec<f64>> = HashMap::new();
-        let mut p99s: HashMap<&str, Vec<f64>> = HashMap::new();
-        for round in 1..=s.rounds {
-            for which in systems {
-                let l = latency_run(&s, backend, which).await;
-                println!(
-                    "round {round} {:<7} p50 {:>8.2} ms  p99 {:>8.2} ms  max {:>8.2} ms  ({} rows; commit p50 {:.2} ms)",
-                    which.name(),
-                    ms(l.p50),
-                    ms(l.p99),
-                    ms(l.max),
-                    l.rows,
-                    ms(l.commit_p50),
-                );
-                p50s.entry(which.name()).or_default().push(ms(l.p50));
-                p99s.entry(which.name()).or_default().push(ms(l.p99));
-            }
+        if s.parts.contains("latency") {
+            latency(&s, backend, &b, &systems).await;
         }
-        let (r50, r99) = (median(&p50s["relay"]), median(&p99s["relay"]));
-        let (q50, q99) = (median(&p50s["poller"]), median(&p99s["poller"]));
-        println!(
-            "latency [{b}] median of rounds: relay p50 {r50:.2} ms p99 {r99:.2} ms; poller p50 {q50:.2} ms p99 {q99:.2} ms; poller/relay p50 = {:.0}x, p99 = {:.0}x",
-            q50 / r50,
-            q99 / r99
-        );
     }
+}
+
+async fn drain(s: &Settings, backend: Backend, b: &str) {
+    println!(
+        "relay drain [{b}]: {} rows, {KEYS} ordering keys, max_in_flight {} vs lanes vs poller (1 s, up to {POLL_LIMIT} rows a poll); {} alternating rounds",
+        s.rows, s.max_in_flight, s.rounds
+    );
+    let mut drain: HashMap<&str, Vec<f64>> = HashMap::new();
+    for round in 1..=s.rounds {
+        for which in s.drain_systems.iter().copied() {
+            let rate = match which {
+                Publisher::Lanes => lanes_run(s, backend).await,
+                _ => drain_run(s, backend, which).await,
+            };
+            println!("round {round} {:<7} {rate:>9.0} rows/s", which.name());
+            drain.entry(which.name()).or_default().push(rate);
+        }
+    }
+    let get = |name: &str| drain.get(name).map_or(f64::NAN, |v| median(v));
+    let (relay, lanes, poller) = (get("relay"), get("lanes"), get("poller"));
+    println!(
+        "drain [{b}] median: relay {relay:.0} rows/s, lanes {lanes:.0} rows/s, poller {poller:.0} rows/s, relay/lanes = {:.2}, relay/poller = {:.2}",
+        relay / lanes,
+        relay / poller
+    );
+}
+
+async fn latency(s: &Settings, backend: Backend, b: &str, systems: &[Publisher]) {
+    println!(
+        "commit-to-publish latency [{b}]: {} rows/s for {} s, one row per commit through a GroupCommitter; {} alternating rounds",
+        s.rate, s.secs, s.rounds
+    );
+    let mut p50s: HashMap<&str, Vec<f64>> = HashMap::new();
+    let mut p99s: HashMap<&str, Vec<f64>> = HashMap::new();
+    for round in 1..=s.rounds {
+        for &which in systems {
+            let l = latency_run(s, backend, which).await;
+            println!(
+                "round {round} {:<7} p50 {:>8.2} ms  p99 {:>8.2} ms  max {:>8.2} ms  ({} rows; commit p50 {:.2} ms)",
+                which.name(),
+                ms(l.p50),
+                ms(l.p99),
+                ms(l.max),
+                l.rows,
+                ms(l.commit_p50),
+            );
+            p50s.entry(which.name()).or_default().push(ms(l.p50));
+            p99s.entry(which.name()).or_default().push(ms(l.p99));
+        }
+    }
+    let (r50, r99) = (median(&p50s["relay"]), median(&p99s["relay"]));
+    let (q50, q99) = (median(&p50s["poller"]), median(&p99s["poller"]));
+    println!(
+        "latency [{b}] median of rounds: relay p50 {r50:.2} ms p99 {r99:.2} ms; poller p50 {q50:.2} ms p99 {q99:.2} ms; poller/relay p50 = {:.0}x, p99 = {:.0}x",
+        q50 / r50,
+        q99 / r99
+    );
 }

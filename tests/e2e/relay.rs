@@ -259,3 +259,137 @@ exchange = "{events}"
     );
     second.stop().await;
 }
+
+/// Rows `key/0..n` of one ordering key; row `key/fail_at` goes to `bad_exchange`.
+fn chain_rows(
+    key: &str,
+    n: usize,
+    exchange: &str,
+    fail_at: Option<(usize, &str)>,
+) -> Vec<carteiro::store::CommitRequest> {
+    (0..n)
+        .map(|i| {
+            let target = match fail_at {
+                Some((at, bad)) if at == i => bad,
+                _ => exchange,
+            };
+            carteiro::store::CommitRequest {
+                route: "seed".into(),
+                inbox_key: unique("seed"),
+                namespace: "seed".into(),
+                reads: Vec::new(),
+                writes: Vec::new(),
+                outbox: vec![carteiro::store::NewOutboxRow {
+                    event_id: uuid::Uuid::now_v7(),
+                    route: "seed".into(),
+                    plugin: "seed".into(),
+                    exchange: target.into(),
+                    routing_key: "seeded".into(),
+                    headers: Vec::new(),
+                    content_type: Some("text/plain".into()),
+                    payload: format!("{key}/{i}").into_bytes(),
+                    ordering_key: key.into(),
+                }],
+            }
+        })
+        .collect()
+}
+
+/// Payloads of `key` in arrival order.
+fn arrivals_of(all: &[lapin::message::BasicGetMessage], key: &str) -> Vec<usize> {
+    all.iter()
+        .filter_map(|m| {
+            let text = String::from_utf8(m.delivery.data.clone()).ok()?;
+            let (k, seq) = text.split_once('/')?;
+            (k == key).then(|| seq.parse().ok()).flatten()
+        })
+        .collect()
+}
+
+/// A row that fails in the middle of a key's chain (while later rows of that key are
+/// already leased behind it) holds back every later row of its key until it is published;
+/// other keys are not held up.
+async fn failure_mid_chain_keeps_key_order(store_url: &str) {
+    let client = Client::connect().await;
+    let exchange = unique("out");
+    let sink = client.sink(&exchange).await;
+    let unbound = unique("unbound");
+    client
+        .channel
+        .exchange_declare(
+            unbound.as_str().into(),
+            lapin::ExchangeKind::Topic,
+            lapin::options::ExchangeDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            Default::default(),
+        )
+        .await
+        .expect("declare");
+    let store = Store::connect(store_url, 4).await.expect("store");
+    store.migrate().await.expect("migrate");
+    // Interleaved like real traffic: K's rows between other keys' rows.
+    let mut rows = Vec::new();
+    let k = chain_rows("K", 40, &exchange, Some((5, &unbound)));
+    let others: Vec<_> = (0..4)
+        .map(|o| chain_rows(&format!("O{o}"), 40, &exchange, None))
+        .collect();
+    for i in 0..40 {
+        rows.push(k[i].clone());
+        rows.extend(others.iter().map(|o| o[i].clone()));
+    }
+    for batch in rows.chunks(50) {
+        store.commit_batch(batch).await.expect("seed");
+    }
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let relay = spawn_relay(
+        &relay_config(dir.path(), store_url, &amqp_url()),
+        store.clone(),
+    );
+    // Everything but K/5..K/39 goes out; K/5 is returned and waits with an error.
+    wait_for("K/5 failed, the rest of K held back", WAIT, || async {
+        let status = store.outbox_status().await.ok()?;
+        (status.pending == 35 && status.with_errors == 1).then_some(())
+    })
+    .await;
+    let before = receive(&client, &sink, 165).await;
+    assert_eq!(before.len(), 165, "only rows outside K/5.. were published");
+    assert_eq!(arrivals_of(&before, "K"), (0..5).collect::<Vec<_>>());
+    for o in 0..4 {
+        assert_eq!(
+            arrivals_of(&before, &format!("O{o}")),
+            (0..40).collect::<Vec<_>>()
+        );
+    }
+
+    // The destination appears: K/5 goes out on a retry, then K/6.. in order.
+    client
+        .channel
+        .queue_bind(
+            sink.as_str().into(),
+            unbound.as_str().into(),
+            "#".into(),
+            lapin::options::QueueBindOptions::default(),
+            Default::default(),
+        )
+        .await
+        .expect("bind");
+    let after = receive(&client, &sink, 35).await;
+    stop_relay(relay).await;
+    assert_eq!(arrivals_of(&after, "K"), (5..40).collect::<Vec<_>>());
+    assert_eq!(after.len(), 35, "nothing published twice");
+    assert_eq!(store.outbox_status().await.expect("status").pending, 0);
+}
+
+#[tokio::test]
+async fn failure_mid_chain_keeps_key_order_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    failure_mid_chain_keeps_key_order(&format!("sqlite://{}/relay.db", dir.path().display())).await;
+}
+
+#[tokio::test]
+async fn failure_mid_chain_keeps_key_order_on_postgres() {
+    failure_mid_chain_keeps_key_order(&pg_database().await).await;
+}

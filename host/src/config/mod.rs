@@ -148,7 +148,9 @@ pub struct RelayConfig {
     /// Run the outbox relay inside `carteiro run`.
     #[serde(default = "default_true")]
     pub enabled: bool,
-    /// Publishes awaiting their confirm at once.
+    /// The relay's window: rows leased and not yet settled (waiting behind their ordering
+    /// key, publishing, or confirmed but not yet marked published) at once. Bounds the
+    /// rows republished after a crash; at most 64 publishes await their confirm at once.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
     /// Backstop poll when no commit woke the relay.

@@ -8,17 +8,31 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 
 use super::Backend;
 
-const SQLITE: &[(i64, &str, &str)] = &[(
-    1,
-    "initial",
-    include_str!("../../migrations/sqlite/0001_initial.sql"),
-)];
+const SQLITE: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "initial",
+        include_str!("../../migrations/sqlite/0001_initial.sql"),
+    ),
+    (
+        2,
+        "outbox blocking index",
+        include_str!("../../migrations/sqlite/0002_outbox_blocking_index.sql"),
+    ),
+];
 
-const POSTGRES: &[(i64, &str, &str)] = &[(
-    1,
-    "initial",
-    include_str!("../../migrations/postgres/0001_initial.sql"),
-)];
+const POSTGRES: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "initial",
+        include_str!("../../migrations/postgres/0001_initial.sql"),
+    ),
+    (
+        2,
+        "outbox blocking index",
+        include_str!("../../migrations/postgres/0002_outbox_blocking_index.sql"),
+    ),
+];
 
 pub(crate) fn migrator(backend: Backend) -> Migrator {
     let files = match backend {

@@ -37,16 +37,19 @@ pub use kv::KvEntry;
 pub use outbox::{OUTBOX_NOTIFY_CHANNEL, OutboxRow, OutboxStatus};
 pub use reads::BatchedReads;
 
+use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
-use sqlx::{AnyPool, ConnectOptions, Connection};
+use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection};
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
 /// Which database a [`Store`] talks to; decides the few SQL spellings that differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
-    /// `sqlite://PATH` — one file, WAL mode, writers serialised by `BEGIN IMMEDIATE`.
+    /// `sqlite://PATH` — one file, WAL mode, writers serialised by `BEGIN IMMEDIATE` (and,
+    /// inside one process, by the store's writer lock first: see [`Store::begin_write`]).
     Sqlite,
     /// `postgres://...` — shared by several gateway instances.
     Postgres,
@@ -58,6 +61,10 @@ pub struct Store {
     pool: AnyPool,
     backend: Backend,
     redacted: Arc<str>,
+    /// SQLite only: in-process writers queue here (FIFO) before `BEGIN IMMEDIATE`, instead
+    /// of sleeping in SQLite's busy handler (steps of up to 100 ms) while another connection
+    /// of the same pool holds the write lock. Shared by clones.
+    writer: Arc<Mutex<()>>,
 }
 
 /// How long a caller waits for a pooled connection before the store counts as unavailable.
@@ -103,6 +110,7 @@ impl Store {
             pool,
             backend,
             redacted,
+            writer: Arc::new(Mutex::new(())),
         })
     }
 
@@ -129,20 +137,68 @@ impl Store {
         Ok(())
     }
 
-    /// Begins a write transaction. On SQLite `BEGIN IMMEDIATE` takes the write lock up front
-    /// (waiting up to busy_timeout), so a later write in it cannot fail with
-    /// SQLITE_BUSY_SNAPSHOT when another process committed in between.
-    pub(crate) async fn begin_write(
-        &self,
-    ) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
+    /// Begins a write transaction. On SQLite it first takes the store's writer lock (held
+    /// until the transaction ends, so in-process writers take turns in arrival order), then
+    /// `BEGIN IMMEDIATE` takes SQLite's write lock up front (waiting up to busy_timeout only
+    /// for other processes), so a later write in it cannot fail with SQLITE_BUSY_SNAPSHOT when
+    /// another process committed in between.
+    ///
+    /// Use it like a `sqlx::Transaction`: `execute(&mut *tx)`, then `tx.commit().await?`.
+    pub(crate) async fn begin_write(&self) -> Result<WriteTx, StoreError> {
         Ok(match self.backend {
-            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
-            Backend::Postgres => self.pool.begin().await?,
+            Backend::Sqlite => {
+                // Lock before taking a pooled connection: a queued writer holds no connection.
+                let writer = self.writer.clone().lock_owned().await;
+                WriteTx {
+                    tx: self.pool.begin_with("BEGIN IMMEDIATE").await?,
+                    _writer: Some(writer),
+                }
+            }
+            Backend::Postgres => WriteTx {
+                tx: self.pool.begin().await?,
+                _writer: None,
+            },
         })
     }
 
     pub(crate) fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+}
+
+/// A write transaction from [`Store::begin_write`]; derefs to the connection it runs on.
+/// Dropped without `commit`, it rolls back (like `sqlx::Transaction`) and lets the next
+/// writer in.
+pub(crate) struct WriteTx {
+    // Field order matters: the transaction ends before the writer lock is released.
+    tx: sqlx::Transaction<'static, sqlx::Any>,
+    _writer: Option<OwnedMutexGuard<()>>,
+}
+
+impl WriteTx {
+    /// Commits, then lets the next in-process writer in.
+    pub(crate) async fn commit(self) -> Result<(), sqlx::Error> {
+        self.tx.commit().await
+    }
+
+    /// Rolls back, then lets the next in-process writer in.
+    #[allow(dead_code)] // part of the transaction API; callers so far commit or drop
+    pub(crate) async fn rollback(self) -> Result<(), sqlx::Error> {
+        self.tx.rollback().await
+    }
+}
+
+impl Deref for WriteTx {
+    type Target = AnyConnection;
+
+    fn deref(&self) -> &AnyConnection {
+        &self.tx
+    }
+}
+
+impl DerefMut for WriteTx {
+    fn deref_mut(&mut self) -> &mut AnyConnection {
+        &mut self.tx
     }
 }
 

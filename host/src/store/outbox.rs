@@ -58,14 +58,29 @@ pub struct OutboxStatus {
     pub leased: i64,
 }
 
+/// Ids per `IN (...)` list: far below both backends' statement limits.
+const ID_CHUNK: usize = 1_000;
+
+fn id_list(ids: &[i64]) -> String {
+    ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+}
+
 const COLUMNS: &str = "id, event_id, route, plugin, exchange, routing_key, headers, content_type, \
                        payload, ordering_key, created_at, attempts, last_error";
 
 impl Store {
     /// Leases up to `limit` publishable rows to `owner` for `lease_ms` and returns them in id
-    /// order. Publishable: unpublished, not in backoff, not leased, and no earlier
-    /// unpublished row with the same ordering key is in backoff or leased (keeps per-key
-    /// order across retries and relays).
+    /// order. Publishable: unpublished, not in backoff, not leased, and no unpublished row
+    /// with the same non-empty ordering key is in backoff or leased by *another* owner
+    /// (keeps per-key order across retries and relays: a key is held back as a whole while
+    /// one of its rows is, which is never less strict than "no such earlier row").
+    ///
+    /// Rows leased by `owner` itself do not hold their key back: a relay that still
+    /// publishes the head of a key's chain may take the next rows of that key and append them
+    /// to its in-memory chain, so it never waits for its slowest chain before leasing more.
+    /// That is sound only while every unpublished row leased by `owner` is in that relay's
+    /// memory or confirmed: an owner is one relay *session*, and a session that loses track
+    /// of a row (store error) ends and never uses its owner name again.
     pub async fn outbox_pending(
         &self,
         limit: i64,
@@ -74,21 +89,36 @@ impl Store {
     ) -> Result<Vec<OutboxRow>, StoreError> {
         validate::text("lease owner", owner)?;
         let now = now_ms();
-        let lock = match self.backend {
-            Backend::Postgres => "FOR UPDATE SKIP LOCKED",
-            Backend::Sqlite => "",
+        // PostgreSQL: `= ANY(ARRAY(...))` updates the claimed rows through the primary key
+        // instead of hash-joining the whole table; SQLite has no arrays and needs neither.
+        // SQLite: without statistics its planner may scan the table in rowid order (walking
+        // every published row kept for retention) or read the pending index for the
+        // held-back keys, so name the two partial indexes.
+        let (open, pending, blocking, close) = match self.backend {
+            Backend::Postgres => ("= ANY(ARRAY(", "", "", "FOR UPDATE OF o SKIP LOCKED))"),
+            Backend::Sqlite => (
+                "IN (",
+                "INDEXED BY outbox_pending",
+                "INDEXED BY outbox_blocking",
+                ")",
+            ),
         };
+        // The held-back keys are computed once per claim (a hashed subplan / an ephemeral
+        // index) from the small `outbox_blocking` index: rows ever leased or failed. The
+        // `(lease_owner IS NOT NULL OR attempts > 0)` term is that index's predicate, spelled
+        // the same so both planners use it.
         let sql = format!(
-            "UPDATE outbox SET lease_owner = $1, lease_until = $2 WHERE id IN ( \
-               SELECT o.id FROM outbox o \
+            "UPDATE outbox SET lease_owner = $1, lease_until = $2 WHERE id {open} \
+               SELECT o.id FROM outbox o {pending} \
                WHERE o.published_at IS NULL AND o.next_attempt_at <= $3 \
                  AND (o.lease_until IS NULL OR o.lease_until <= $3) \
-                 AND (o.ordering_key = '' OR NOT EXISTS ( \
-                   SELECT 1 FROM outbox p \
-                   WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL \
-                     AND p.id < o.id \
-                     AND (p.next_attempt_at > $3 OR p.lease_until > $3))) \
-               ORDER BY o.id LIMIT $4 {lock}) \
+                 AND o.ordering_key NOT IN ( \
+                   SELECT b.ordering_key FROM outbox b {blocking} \
+                   WHERE b.published_at IS NULL \
+                     AND (b.lease_owner IS NOT NULL OR b.attempts > 0) \
+                     AND b.ordering_key <> '' \
+                     AND (b.next_attempt_at > $3 OR (b.lease_until > $3 AND b.lease_owner <> $1))) \
+               ORDER BY o.id LIMIT $4 {close} \
              RETURNING {COLUMNS}"
         );
         let mut tx = self.begin_write().await?;
@@ -117,15 +147,34 @@ impl Store {
 
     /// The broker confirmed row `id`: never hand it out again. Idempotent.
     pub async fn outbox_mark_published(&self, id: i64) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE outbox SET published_at = $2, lease_owner = NULL, lease_until = NULL \
-             WHERE id = $1 AND published_at IS NULL",
-        )
-        .bind(id)
-        .bind(now_ms())
-        .execute(self.pool())
-        .await?;
-        Ok(())
+        self.outbox_mark_published_many(&[id]).await.map(|_| ())
+    }
+
+    /// The broker confirmed each of `ids`: mark them all published in one transaction (one
+    /// commit, one WAL flush), whoever holds their leases. Idempotent; returns how many rows
+    /// changed. Call it only with rows whose own confirm arrived (G3).
+    pub async fn outbox_mark_published_many(&self, ids: &[i64]) -> Result<u64, StoreError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let now = now_ms();
+        let mut tx = self.begin_write().await?;
+        let mut changed = 0;
+        for chunk in ids.chunks(ID_CHUNK) {
+            // Integers formatted by us, not text from outside: safe to inline.
+            let sql = format!(
+                "UPDATE outbox SET published_at = $1, lease_owner = NULL, lease_until = NULL \
+                 WHERE id IN ({}) AND published_at IS NULL",
+                id_list(chunk)
+            );
+            changed += sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(now)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        }
+        tx.commit().await?;
+        Ok(changed)
     }
 
     /// Publishing row `id` failed (nack, returned, channel lost): count the attempt, keep the
@@ -136,6 +185,7 @@ impl Store {
         error: &str,
         retry_at_ms: i64,
     ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
         sqlx::query(
             "UPDATE outbox SET attempts = attempts + 1, last_error = $2, next_attempt_at = $3, \
              lease_owner = NULL, lease_until = NULL WHERE id = $1 AND published_at IS NULL",
@@ -143,8 +193,9 @@ impl Store {
         .bind(id)
         .bind(validate::lossy(error))
         .bind(retry_at_ms)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -152,14 +203,41 @@ impl Store {
     /// another relay need not wait for the leases to expire.
     pub async fn outbox_release(&self, owner: &str) -> Result<u64, StoreError> {
         validate::text("lease owner", owner)?;
+        let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "UPDATE outbox SET lease_owner = NULL, lease_until = NULL \
              WHERE lease_owner = $1 AND published_at IS NULL",
         )
         .bind(owner)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(done.rows_affected())
+    }
+
+    /// Gives back the rows `ids` if `owner` still leases them and they are unpublished (a
+    /// relay dropping the rest of a chain after a failure). Returns how many it released.
+    pub async fn outbox_release_rows(&self, owner: &str, ids: &[i64]) -> Result<u64, StoreError> {
+        validate::text("lease owner", owner)?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let mut tx = self.begin_write().await?;
+        let mut released = 0;
+        for chunk in ids.chunks(ID_CHUNK) {
+            let sql = format!(
+                "UPDATE outbox SET lease_owner = NULL, lease_until = NULL \
+                 WHERE id IN ({}) AND lease_owner = $1 AND published_at IS NULL",
+                id_list(chunk)
+            );
+            released += sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(owner)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        }
+        tx.commit().await?;
+        Ok(released)
     }
 
     /// Pending count, oldest pending age, failing and in-flight rows.
@@ -183,11 +261,13 @@ impl Store {
 
     /// Retention: deletes rows published before `cutoff_ms`.
     pub async fn outbox_purge_published_before(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
+        let mut tx = self.begin_write().await?;
         let done =
             sqlx::query("DELETE FROM outbox WHERE published_at IS NOT NULL AND published_at < $1")
                 .bind(cutoff_ms)
-                .execute(self.pool())
+                .execute(&mut *tx)
                 .await?;
+        tx.commit().await?;
         Ok(done.rows_affected())
     }
 }

@@ -6,8 +6,20 @@ use crate::store::{CommitOutcome, NewOutboxRow, now_ms};
 both_backends!(
     stored_verbatim,
     leases_and_backoff,
-    ordering_key_holds_back_later_rows
+    ordering_key_holds_back_later_rows,
+    an_owner_extends_its_own_chains_only,
+    marks_and_releases_by_id
 );
+
+fn keyed(routing_key: &str, ordering_key: &str) -> NewOutboxRow {
+    let mut e = event(routing_key, b"p");
+    e.ordering_key = ordering_key.into();
+    e
+}
+
+fn keys(rows: &[crate::store::OutboxRow]) -> Vec<&str> {
+    rows.iter().map(|r| r.routing_key.as_str()).collect()
+}
 
 async fn commit_events(db: &TestDb, key: &str, events: Vec<NewOutboxRow>) {
     let mut req = request("orders", key);
@@ -131,11 +143,6 @@ async fn leases_and_backoff(db: &TestDb) {
 
 async fn ordering_key_holds_back_later_rows(db: &TestDb) {
     let s = &db.store;
-    let keyed = |k: &str, ord: &str| {
-        let mut e = event(k, b"p");
-        e.ordering_key = ord.into();
-        e
-    };
     commit_events(
         db,
         "m-1",
@@ -168,4 +175,111 @@ async fn ordering_key_holds_back_later_rows(db: &TestDb) {
             .collect::<Vec<_>>(),
         ["a2"]
     );
+}
+
+async fn an_owner_extends_its_own_chains_only(db: &TestDb) {
+    let s = &db.store;
+    commit_events(
+        db,
+        "m-1",
+        vec![
+            keyed("a1", "A"),
+            keyed("b1", "B"),
+            keyed("a2", "A"),
+            keyed("a3", "A"),
+            keyed("u1", ""),
+        ],
+    )
+    .await;
+    // r1 takes the head of A.
+    let first = s.outbox_pending(1, "r1", 60_000).await.unwrap();
+    assert_eq!(keys(&first), ["a1"]);
+    // Another owner must not take later rows of A while r1 holds a1.
+    let other = s.outbox_pending(10, "r2", 60_000).await.unwrap();
+    assert_eq!(keys(&other), ["b1", "u1"]);
+    // r1 itself may: they join its chain behind a1, in id order.
+    let more = s.outbox_pending(10, "r1", 60_000).await.unwrap();
+    assert_eq!(keys(&more), ["a2", "a3"]);
+    assert!(s.outbox_pending(10, "r1", 60_000).await.unwrap().is_empty());
+
+    // a1 confirmed; a2 fails and backs off; r1 gives a3 back after recording the failure.
+    assert_eq!(
+        s.outbox_mark_published_many(&[first[0].id]).await.unwrap(),
+        1
+    );
+    s.outbox_mark_failed(more[0].id, "nack", now_ms() + 60_000)
+        .await
+        .unwrap();
+    assert_eq!(s.outbox_release_rows("r1", &[more[1].id]).await.unwrap(), 1);
+    // a3 stays behind a2, for everyone.
+    assert!(s.outbox_pending(10, "r1", 60_000).await.unwrap().is_empty());
+    assert!(s.outbox_pending(10, "r3", 60_000).await.unwrap().is_empty());
+    // Once a2's backoff is over, a2 and a3 come back in order.
+    s.outbox_mark_failed(more[0].id, "nack", 0).await.unwrap();
+    let retry = s.outbox_pending(10, "r3", 60_000).await.unwrap();
+    assert_eq!(keys(&retry), ["a2", "a3"]);
+    assert_eq!(retry[0].attempts, 2);
+}
+
+async fn marks_and_releases_by_id(db: &TestDb) {
+    let s = &db.store;
+    commit_events(
+        db,
+        "m-1",
+        (0..5).map(|i| event(&format!("rk{i}"), b"p")).collect(),
+    )
+    .await;
+    let rows = s.outbox_pending(10, "r1", 60_000).await.unwrap();
+    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+    assert_eq!(s.outbox_mark_published_many(&[]).await.unwrap(), 0);
+    // One write marks several rows; marking again changes nothing.
+    assert_eq!(s.outbox_mark_published_many(&ids[..3]).await.unwrap(), 3);
+    assert_eq!(s.outbox_mark_published_many(&ids[..3]).await.unwrap(), 0);
+    let status = s.outbox_status().await.unwrap();
+    assert_eq!((status.pending, status.leased), (2, 2));
+    // Only the owner's own, unpublished rows are released.
+    assert_eq!(s.outbox_release_rows("r2", &ids).await.unwrap(), 0);
+    assert_eq!(s.outbox_release_rows("r1", &ids).await.unwrap(), 2);
+    assert_eq!(s.outbox_status().await.unwrap().leased, 0);
+    let again = s.outbox_pending(10, "r2", 60_000).await.unwrap();
+    assert_eq!(again.iter().map(|r| r.id).collect::<Vec<_>>(), ids[3..]);
+}
+
+/// SQLite: in-process writers queue on the store's writer lock (FIFO) rather than in
+/// SQLite's busy handler; a writer waiting there holds no pooled connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_writers_take_turns_in_process() {
+    let db = TestDb::sqlite().await;
+    let s = db.store.clone();
+    commit_events(&db, "m-1", vec![event("rk", b"p")]).await;
+    let rows = s.outbox_pending(10, "r1", 60_000).await.unwrap();
+    let held = s.begin_write().await.unwrap();
+    // Queued behind `held`: more waiters than the pool (4) has connections.
+    let waiters: Vec<_> = (0..8)
+        .map(|_| {
+            let s = s.clone();
+            let id = rows[0].id;
+            tokio::spawn(async move { s.outbox_mark_published_many(&[id]).await })
+        })
+        .collect();
+    // Readers still get connections while the writers queue.
+    let status = tokio::time::timeout(std::time::Duration::from_secs(10), s.outbox_status())
+        .await
+        .expect("a read is not blocked by queued writers")
+        .unwrap();
+    assert_eq!(status.pending, 1);
+    held.commit().await.unwrap();
+    let mut marked = 0;
+    for w in waiters {
+        marked += tokio::time::timeout(std::time::Duration::from_secs(10), w)
+            .await
+            .expect("queued writers proceed")
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(
+        marked, 1,
+        "the first writer marks the row; the rest find it marked"
+    );
+    db.finish().await;
 }

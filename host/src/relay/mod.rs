@@ -1,0 +1,182 @@
+//! The outbox relay (G3): leases unpublished rows in id order, publishes each with
+//! `mandatory` and a publisher confirm, and marks each row published once its own confirm
+//! arrived. Rows sharing an ordering key go out one after another; different keys go out
+//! concurrently up to `max_in_flight`. Woken in-process on commit, by PostgreSQL
+//! `LISTEN/NOTIFY` across processes, and by a poll interval as a backstop.
+//!
+//! # Layout
+//! - this file: [`Relay`], its connect/reconnect loop, the AMQP message of a row.
+//! - `session`: one continuous pipeline over one broker connection and one lease owner:
+//!   leases more rows while earlier ones are still in flight, publishes, settles failures.
+//! - `chains`: the per-ordering-key queues of leased rows (in-memory ordering rule).
+//! - `marker`: group commit of "published" marks as confirms arrive.
+
+mod chains;
+mod marker;
+mod session;
+
+use crate::broker::headers::table_from_text;
+use crate::broker::{
+    ConfirmedPublisher, ConnectOptions, JitteredBackoff, Outgoing, PublisherOptions, connect,
+};
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::pipeline::FaultPoint;
+use crate::store::{Backend, OUTBOX_NOTIFY_CHANNEL, OutboxRow, Store};
+use lapin::BasicProperties;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// A lease outlives any publish by far; a crashed relay's rows come back after it.
+const LEASE: Duration = Duration::from_secs(30);
+
+/// One relay instance.
+pub struct Relay {
+    store: Store,
+    metrics: Arc<Metrics>,
+    wake: Arc<Notify>,
+    url: String,
+    /// The store's URL, for PostgreSQL `LISTEN` (never logged).
+    store_url: String,
+    connect: ConnectOptions,
+    publish_timeout: Duration,
+    max_in_flight: usize,
+    poll_interval: Duration,
+    reconnect_max: Duration,
+    /// How long a claim leases its rows: [`LEASE`], or more with a long publish timeout.
+    lease: Duration,
+    fault: Option<FaultPoint>,
+}
+
+impl Relay {
+    /// A relay for `config`; `wake` is notified by the in-process committer.
+    pub fn new(
+        config: &Config,
+        store: Store,
+        metrics: Arc<Metrics>,
+        wake: Option<Arc<Notify>>,
+    ) -> Self {
+        Self {
+            store,
+            metrics,
+            wake: wake.unwrap_or_default(),
+            url: config.broker.url.clone(),
+            store_url: config.store.url.clone(),
+            connect: ConnectOptions {
+                heartbeat: config.broker.heartbeat,
+                connect_timeout: config.broker.connect_timeout,
+                connection_name: "carteiro relay".into(),
+            },
+            publish_timeout: config.broker.publish_timeout,
+            max_in_flight: config.relay.max_in_flight.max(1),
+            poll_interval: config.relay.poll_interval,
+            reconnect_max: config.broker.reconnect_max_backoff,
+            lease: LEASE.max(config.broker.publish_timeout * 3),
+            fault: FaultPoint::from_env(),
+        }
+    }
+
+    /// Runs until `stop`.
+    pub async fn run(self, stop: CancellationToken) -> anyhow::Result<()> {
+        if self.store.backend() == Backend::Postgres {
+            tokio::spawn(listen_for_commits(
+                self.store_url.clone(),
+                self.wake.clone(),
+                stop.clone(),
+            ));
+        }
+        let mut backoff = JitteredBackoff::new(Duration::from_millis(100), self.reconnect_max);
+        let mut publisher: Option<ConfirmedPublisher> = None;
+        while !stop.is_cancelled() {
+            let current = match publisher.as_ref().filter(|p| p.is_connected()) {
+                Some(p) => p.clone(),
+                None => match self.open_publisher().await {
+                    Ok(p) => {
+                        tracing::info!("outbox relay running");
+                        backoff.reset();
+                        publisher = Some(p.clone());
+                        p
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "relay cannot reach the broker; rows wait");
+                        sleep_or_stop(backoff.next_delay(), &stop).await;
+                        continue;
+                    }
+                },
+            };
+            match session::Session::new(&self, current).run(&stop).await {
+                session::End::Stopped => break,
+                session::End::Broker(e) => {
+                    tracing::warn!(error = %e, "relay lost the broker; reconnecting");
+                    publisher = None;
+                }
+                session::End::Store(e) => {
+                    tracing::warn!(error = %e, "relay cannot reach the store; retrying");
+                }
+            }
+            sleep_or_stop(backoff.next_delay(), &stop).await;
+        }
+        Ok(())
+    }
+
+    async fn open_publisher(&self) -> anyhow::Result<ConfirmedPublisher> {
+        let conn = Arc::new(connect(&self.url, &self.connect).await?);
+        let lanes = self.max_in_flight.min(64);
+        Ok(ConfirmedPublisher::open(conn, PublisherOptions { lanes }).await?)
+    }
+}
+
+/// The AMQP message for a row: `event_id` is the `message_id`.
+fn outgoing(row: &OutboxRow) -> Outgoing {
+    let mut properties = BasicProperties::default()
+        .with_message_id(row.event_id.to_string().as_str().into())
+        .with_delivery_mode(2)
+        .with_timestamp(u64::try_from(row.created_at / 1000).unwrap_or(0));
+    if let Ok(headers) = table_from_text(row.headers.iter().cloned()) {
+        properties = properties.with_headers(headers);
+    }
+    if let Some(ct) = &row.content_type {
+        properties = properties.with_content_type(ct.as_str().into());
+    }
+    Outgoing {
+        exchange: row.exchange.clone(),
+        routing_key: row.routing_key.clone(),
+        properties,
+        body: row.payload.clone(),
+        mandatory: true,
+    }
+}
+
+async fn sleep_or_stop(delay: Duration, stop: &CancellationToken) {
+    tokio::select! {
+        _ = tokio::time::sleep(delay) => {}
+        _ = stop.cancelled() => {}
+    }
+}
+
+/// Wakes the relay when another process commits outbox rows (PostgreSQL only).
+async fn listen_for_commits(url: String, wake: Arc<Notify>, stop: CancellationToken) {
+    loop {
+        let listened = async {
+            let mut listener = sqlx::postgres::PgListener::connect(&url).await?;
+            listener.listen(OUTBOX_NOTIFY_CHANNEL).await?;
+            loop {
+                listener.recv().await?;
+                wake.notify_one();
+            }
+            #[allow(unreachable_code)]
+            Ok::<(), sqlx::Error>(())
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            result = listened => {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "outbox LISTEN connection lost; the poll interval covers the gap");
+                }
+            }
+        }
+        sleep_or_stop(Duration::from_secs(1), &stop).await;
+    }
+}

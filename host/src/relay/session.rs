@@ -1,0 +1,357 @@
+//! One relay session: a continuous pipeline over one broker connection, under one lease
+//! owner name that is never reused.
+//!
+//! The session claims rows whenever its window (`max_in_flight`) has room, without waiting
+//! for earlier rows to finish: a claim may return later rows of a key whose earlier rows
+//! this session is still publishing, and they join that key's chain. Confirmed rows go to
+//! the marker; failed rows are recorded (attempts, error, backoff) one by one, with no claim
+//! running meanwhile, before the rest of their chain is handed back — so a claim never
+//! returns a row whose earlier row of the same key failed but is not yet in backoff.
+//!
+//! A session ends on `stop`, a lost broker or a store error. It then drops the rows it has
+//! not started, lets the publishes in flight finish, marks what was confirmed, and only then
+//! gives its leases back (a row confirmed but not yet marked must not be freed for another
+//! relay to publish again). A lease it cannot give back expires; because the next session
+//! has a new owner name, such rows keep holding back the later rows of their key.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use tokio::time::Instant;
+
+use super::chains::{Chains, Leased};
+use super::marker::{MarkSender, Marker};
+use super::{Relay, outgoing};
+use crate::broker::{ConfirmedPublisher, PublishError};
+use crate::pipeline::headers::now_ms;
+use crate::pipeline::{FaultPoint, hang_if};
+use crate::store::{OutboxRow, StoreError};
+
+/// Why a session ended.
+pub(super) enum End {
+    /// Asked to stop.
+    Stopped,
+    /// The broker connection is gone: reconnect.
+    Broker(String),
+    /// The store failed: wait and start a new session.
+    Store(String),
+}
+
+/// One batch of rows of one key, published one after another on its own task (publishes
+/// spread over the runtime's threads, and a key's next row goes out right after the
+/// previous confirm, without a round trip through the session).
+type Publishing = tokio::task::JoinHandle<BatchDone>;
+
+/// How a batch ended.
+struct BatchDone {
+    key: String,
+    /// The row that stopped the batch, with its publish error (`None`: it was not
+    /// published because its lease was running low).
+    failed: Option<(Leased, Option<PublishError>)>,
+    /// Rows after the failed one, not published.
+    unpublished: Vec<Leased>,
+}
+type ClaimResult = Result<Vec<OutboxRow>, StoreError>;
+
+/// A claim running in the background, started at `at` for up to `limit` rows.
+struct Claim {
+    rows: BoxFuture<'static, ClaimResult>,
+    at: Instant,
+    limit: usize,
+}
+
+/// A row that must not be published now.
+struct Failure {
+    leased: Leased,
+    /// The publish failed with this error: count the attempt and back off. `None`: the
+    /// row was never published (its lease was running out): just give it back.
+    error: Option<PublishError>,
+}
+
+pub(super) struct Session<'a> {
+    relay: &'a Relay,
+    publisher: ConfirmedPublisher,
+    owner: String,
+    chains: Chains,
+    publishing: FuturesUnordered<Publishing>,
+    failures: Vec<Failure>,
+    /// Rows leased and not settled: waiting, publishing, awaiting their mark or failing.
+    window: usize,
+}
+
+impl<'a> Session<'a> {
+    pub fn new(relay: &'a Relay, publisher: ConfirmedPublisher) -> Self {
+        Self {
+            relay,
+            publisher,
+            owner: format!(
+                "relay-{}-{}",
+                std::process::id(),
+                uuid::Uuid::now_v7().simple()
+            ),
+            chains: Chains::default(),
+            publishing: FuturesUnordered::new(),
+            failures: Vec::new(),
+            window: 0,
+        }
+    }
+
+    pub async fn run(mut self, stop: &tokio_util::sync::CancellationToken) -> End {
+        tracing::debug!(owner = %self.owner, "relay session started");
+        let (marker, mut marked) = Marker::spawn(self.relay.store.clone());
+        let marks = marker.sender();
+        let mut claim: Option<Claim> = None;
+        let mut want_claim = true;
+        let poll = self.relay.poll_interval;
+        let poll_timer = tokio::time::sleep(poll);
+        tokio::pin!(poll_timer);
+        let end = loop {
+            if claim.is_none()
+                && !self.failures.is_empty()
+                && let Err(e) = self.settle_failures().await
+            {
+                break End::Store(e.to_string());
+            }
+            if claim.is_none() && want_claim && self.room() >= self.min_claim() {
+                want_claim = false;
+                claim = Some(self.claim());
+            }
+            tokio::select! {
+                Some(joined) = self.publishing.next(), if !self.publishing.is_empty() => {
+                    let end = match joined {
+                        Ok(done) => self.finished(done, &marks),
+                        // A panic lost track of a leased row: end the session, which gives
+                        // every lease of this owner back.
+                        Err(e) => Some(End::Broker(format!("a publish task failed: {e}"))),
+                    };
+                    if let Some(end) = end {
+                        break end;
+                    }
+                }
+                result = async {
+                    match claim.as_mut() {
+                        Some(c) => (&mut c.rows).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    let Some(done) = claim.take() else { continue };
+                    match result {
+                        Ok(rows) => {
+                            // A full claim: more rows are probably waiting.
+                            want_claim |= rows.len() >= done.limit;
+                            self.admit(rows, done.at, &marks);
+                        }
+                        Err(e) => break End::Store(e.to_string()),
+                    }
+                }
+                Some(n) = marked.recv() => self.window = self.window.saturating_sub(n),
+                () = self.relay.wake.notified() => want_claim = true,
+                () = &mut poll_timer => {
+                    want_claim = true;
+                    poll_timer.as_mut().reset(Instant::now() + poll);
+                }
+                () = stop.cancelled() => break End::Stopped,
+            }
+        };
+        self.quiesce(claim, marker, marks, &end).await;
+        end
+    }
+
+    fn room(&self) -> usize {
+        self.relay.max_in_flight.saturating_sub(self.window)
+    }
+
+    /// Claims are worth a query only for a good share of the window.
+    fn min_claim(&self) -> usize {
+        (self.relay.max_in_flight / 4).max(1)
+    }
+
+    fn claim(&self) -> Claim {
+        let limit = self.room();
+        let store = self.relay.store.clone();
+        let owner = self.owner.clone();
+        let lease_ms = i64::try_from(self.relay.lease.as_millis()).unwrap_or(i64::MAX);
+        let rows_limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        Claim {
+            rows: Box::pin(async move { store.outbox_pending(rows_limit, &owner, lease_ms).await }),
+            at: Instant::now(),
+            limit,
+        }
+    }
+
+    /// Rows of a claim (id order): each starts now or joins its key's chain.
+    fn admit(&mut self, rows: Vec<OutboxRow>, claimed_at: Instant, marks: &MarkSender) {
+        // Starting later than this, the publish could outlast the lease.
+        let start_by = claimed_at + self.relay.lease
+            - self.relay.publish_timeout
+            - Duration::from_secs(1).min(self.relay.publish_timeout);
+        self.window += rows.len();
+        let mut starting = Vec::new();
+        for row in rows {
+            let leased = Leased {
+                row,
+                start_by: start_by.into_std(),
+            };
+            if let Some(now) = self.chains.admit(leased) {
+                starting.push(now);
+            }
+        }
+        for first in starting {
+            let mut batch = self.chains.take_waiting(&first.row.ordering_key);
+            batch.insert(0, first);
+            self.start(batch, marks);
+        }
+    }
+
+    /// Publishes `batch` (rows of one key, id order) one after another on a new task; each
+    /// confirmed row goes to the marker at once, the first failure stops the batch.
+    fn start(&mut self, batch: Vec<Leased>, marks: &MarkSender) {
+        let Some(key) = batch.first().map(|l| l.row.ordering_key.clone()) else {
+            return;
+        };
+        let publisher = self.publisher.clone();
+        let timeout = self.relay.publish_timeout;
+        let fault = self.relay.fault;
+        let metrics = self.relay.metrics.clone();
+        let marks = marks.clone();
+        self.publishing.push(tokio::spawn(async move {
+            let mut rows = batch.into_iter();
+            while let Some(leased) = rows.next() {
+                let error = if std::time::Instant::now() > leased.start_by {
+                    None
+                } else {
+                    match publisher.publish(outgoing(&leased.row), timeout).await {
+                        Ok(()) => {
+                            // Test-only: stop dead after this row's confirm, before its mark.
+                            hang_if(fault, FaultPoint::RelayHangAfterConfirm).await;
+                            metrics.outbox_published.inc();
+                            marks.confirmed(leased.row.id);
+                            continue;
+                        }
+                        Err(error) => Some(error),
+                    }
+                };
+                return BatchDone {
+                    key,
+                    failed: Some((leased, error)),
+                    unpublished: rows.collect(),
+                };
+            }
+            BatchDone {
+                key,
+                failed: None,
+                unpublished: Vec::new(),
+            }
+        }));
+    }
+
+    /// A batch ended. Returns why the session must end, if it must.
+    fn finished(&mut self, done: BatchDone, marks: &MarkSender) -> Option<End> {
+        match done.failed {
+            None => {
+                let next = self.chains.next_batch(&done.key);
+                if !next.is_empty() {
+                    self.start(next, marks);
+                }
+                None
+            }
+            // The rows stay leased; the session end gives them back.
+            Some((_, Some(PublishError::ChannelClosed(e)))) if !self.publisher.is_connected() => {
+                Some(End::Broker(e))
+            }
+            Some((leased, error)) => {
+                self.chains.stop(&done.key, done.unpublished);
+                self.failures.push(Failure { leased, error });
+                None
+            }
+        }
+    }
+
+    /// Records each failure in the store, then gives back the rows that waited behind it.
+    /// Runs only while no claim is running, so the next claim sees the failed row in backoff.
+    async fn settle_failures(&mut self) -> Result<(), StoreError> {
+        for Failure { leased, error } in std::mem::take(&mut self.failures) {
+            let row = &leased.row;
+            let mut give_back = Vec::new();
+            match error {
+                Some(error) => record_failure(self.relay, row, &error).await?,
+                None => {
+                    tracing::warn!(event_id = %row.event_id, "outbox row not published before its lease ran low; giving it back");
+                    give_back.push(row.id);
+                }
+            }
+            let waiting = self.chains.settle(&row.ordering_key);
+            give_back.extend(waiting.iter().map(|l| l.row.id));
+            self.relay
+                .store
+                .outbox_release_rows(&self.owner, &give_back)
+                .await?;
+            self.window = self.window.saturating_sub(1 + waiting.len());
+        }
+        Ok(())
+    }
+
+    /// Session end: see the module doc.
+    async fn quiesce(mut self, claim: Option<Claim>, marker: Marker, marks: MarkSender, end: &End) {
+        let dropped = self.chains.clear();
+        if let Some(claim) = claim {
+            // Let it finish: its rows are then leased by this owner and given back below.
+            let _ = claim.rows.await;
+        }
+        // Confirmed rows reach the marker from the tasks themselves.
+        while let Some(joined) = self.publishing.next().await {
+            let Ok(BatchDone {
+                failed: Some((leased, Some(error))),
+                ..
+            }) = joined
+            else {
+                continue;
+            };
+            let broker_gone =
+                matches!(error, PublishError::ChannelClosed(_)) && !self.publisher.is_connected();
+            if !broker_gone {
+                self.failures.push(Failure {
+                    leased,
+                    error: Some(error),
+                });
+            }
+        }
+        if !matches!(end, End::Store(_)) {
+            for Failure { leased, error } in std::mem::take(&mut self.failures) {
+                if let Some(error) = error {
+                    // Best effort: if it fails, the row is given back below without backoff.
+                    let _ = record_failure(self.relay, &leased.row, &error).await;
+                }
+            }
+        }
+        // Marks first: a confirmed row must not be freed for another relay to publish again.
+        drop(marks);
+        marker.close().await;
+        match self.relay.store.outbox_release(&self.owner).await {
+            Ok(released) => {
+                tracing::debug!(owner = %self.owner, released, dropped, "relay session ended")
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "could not give leases back; they expire on their own")
+            }
+        }
+    }
+}
+
+/// Counts the failed attempt, keeps the error, backs the row off (its lease ends).
+async fn record_failure(
+    relay: &Relay,
+    row: &OutboxRow,
+    error: &PublishError,
+) -> Result<(), StoreError> {
+    relay.metrics.outbox_failed.inc();
+    let attempts = row.attempts + 1;
+    let delay_ms = (500_i64 << attempts.clamp(0, 7)).min(60_000);
+    tracing::warn!(event_id = %row.event_id, exchange = %row.exchange, routing_key = %row.routing_key, attempts, %error, "outbox publish failed; the row stays pending");
+    relay
+        .store
+        .outbox_mark_failed(row.id, &error.to_string(), now_ms() + delay_ms)
+        .await
+}
