@@ -2,15 +2,16 @@
 //! whatever is queued as one batch. One fsync (SQLite) or one round of COMMIT (PostgreSQL)
 //! then serves many deliveries, which is how the throughput goals are reached.
 //!
-//! On PostgreSQL a few batches commit at once: each waits mostly on round trips and the WAL
-//! flush, and the next batch can use that time. SQLite has one writer, so one batch at a time.
+//! `concurrency` lets several batches commit at once (each on its own connection). The
+//! default is one: on the 2-core benchmark machine four concurrent batches on PostgreSQL
+//! were no faster (bench/README.md), and SQLite has a single writer anyway.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
-use super::{Backend, CommitOutcome, CommitRequest, Store, StoreError};
+use super::{CommitOutcome, CommitRequest, Store, StoreError};
 
 /// Tuning for [`GroupCommitter::spawn_with`].
 #[derive(Debug, Clone)]
@@ -43,21 +44,16 @@ pub struct CommitterHandle {
 }
 
 impl GroupCommitter {
-    /// Starts the task with no linger; on PostgreSQL up to 4 batches commit at once.
-    /// Needs a tokio runtime.
+    /// Starts the task with no linger, one batch at a time. Needs a tokio runtime.
     pub fn spawn(store: Store, max_batch: usize) -> CommitterHandle {
         let max_batch = max_batch.max(1);
-        let concurrency = match store.backend() {
-            Backend::Sqlite => 1,
-            Backend::Postgres => 4,
-        };
         Self::spawn_with(
             store,
             CommitterConfig {
                 max_batch,
                 linger: Duration::ZERO,
                 queue: max_batch * 4,
-                concurrency,
+                concurrency: 1,
             },
         )
     }

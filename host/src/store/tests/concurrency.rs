@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use super::{TestDb, both_backends, event, read, request, write};
-use crate::store::{CommitOutcome, CommitterHandle, GroupCommitter, Store};
+use crate::store::{CommitOutcome, CommitterConfig, CommitterHandle, GroupCommitter, Store};
 
 both_backends!(
     thousand_increments,
@@ -62,7 +62,16 @@ async fn counter(store: &Store) -> (u64, i64) {
 }
 
 async fn thousand_increments(db: &TestDb) {
-    let committer = GroupCommitter::spawn(db.store.clone(), 32);
+    // Four batches commit at once: they must still serialise on the hot key.
+    let committer = GroupCommitter::spawn_with(
+        db.store.clone(),
+        CommitterConfig {
+            max_batch: 32,
+            linger: Duration::ZERO,
+            queue: 128,
+            concurrency: 4,
+        },
+    );
     let prefetch = Arc::new(Semaphore::new(IN_FLIGHT));
     let tasks: Vec<_> = (0..1000)
         .map(|i| {
