@@ -16,6 +16,7 @@ use sqlx::{AnyConnection, AssertSqlSafe, Row};
 
 use super::commit::{check, last_write_per_key, lock_kv_keys};
 use super::error::{Class, classify};
+use super::inbox::present_keys;
 use super::sql::{Placeholders, shaped_chunks};
 use super::{Backend, CommitOutcome, CommitRequest, Store, StoreError, headers_to_json, now_ms};
 
@@ -218,22 +219,8 @@ async fn existing_inbox<'a>(
     let mut found: HashMap<String, HashSet<String>> = HashMap::new();
     for (route, keys) in by_route {
         let keys: Vec<&str> = keys.into_iter().collect();
-        for chunk in shaped_chunks(&keys) {
-            let mut p = Placeholders::new(backend);
-            let sql = format!(
-                "SELECT key FROM inbox WHERE route = {} AND key IN ({})",
-                p.next(),
-                p.list(chunk.len())
-            );
-            let mut query = sqlx::query_scalar::<_, String>(AssertSqlSafe(sql)).bind(route);
-            for key in chunk {
-                query = query.bind(*key);
-            }
-            found
-                .entry(route.to_owned())
-                .or_default()
-                .extend(query.fetch_all(&mut *conn).await?);
-        }
+        let present = present_keys(conn, backend, route, &keys).await?;
+        found.insert(route.to_owned(), present);
     }
     Ok(found)
 }

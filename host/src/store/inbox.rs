@@ -2,10 +2,10 @@
 
 use std::collections::HashSet;
 
-use sqlx::AssertSqlSafe;
+use sqlx::{AnyConnection, AssertSqlSafe};
 
 use super::sql::{Placeholders, shaped_chunks};
-use super::{Store, StoreError, validate};
+use super::{Backend, Store, StoreError, validate};
 
 impl Store {
     /// Has a delivery with this (route, idempotency key) already committed its effects?
@@ -28,21 +28,8 @@ impl Store {
         route: &str,
         keys: &[&str],
     ) -> Result<HashSet<String>, StoreError> {
-        let mut found = HashSet::new();
-        for chunk in shaped_chunks(keys) {
-            let mut p = Placeholders::new(self.backend);
-            let sql = format!(
-                "SELECT key FROM inbox WHERE route = {} AND key IN ({})",
-                p.next(),
-                p.list(chunk.len())
-            );
-            let mut query = sqlx::query_scalar::<_, String>(AssertSqlSafe(sql)).bind(route);
-            for key in chunk {
-                query = query.bind(*key);
-            }
-            found.extend(query.fetch_all(self.pool()).await?);
-        }
-        Ok(found)
+        let mut conn = self.pool().acquire().await?;
+        Ok(present_keys(&mut conn, self.backend, route, keys).await?)
     }
 
     /// Retention: forgets records processed before `cutoff_ms`. A redelivery older than the
@@ -56,4 +43,29 @@ impl Store {
         tx.commit().await?;
         Ok(done.rows_affected())
     }
+}
+
+/// Which of `keys` of `route` are in the inbox, read through `conn` (a pooled connection or
+/// an open transaction), one query per chunk.
+pub(super) async fn present_keys(
+    conn: &mut AnyConnection,
+    backend: Backend,
+    route: &str,
+    keys: &[&str],
+) -> Result<HashSet<String>, sqlx::Error> {
+    let mut found = HashSet::new();
+    for chunk in shaped_chunks(keys) {
+        let mut p = Placeholders::new(backend);
+        let sql = format!(
+            "SELECT key FROM inbox WHERE route = {} AND key IN ({})",
+            p.next(),
+            p.list(chunk.len())
+        );
+        let mut query = sqlx::query_scalar::<_, String>(AssertSqlSafe(sql)).bind(route);
+        for key in chunk {
+            query = query.bind(*key);
+        }
+        found.extend(query.fetch_all(&mut *conn).await?);
+    }
+    Ok(found)
 }
