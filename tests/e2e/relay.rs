@@ -4,7 +4,7 @@
 
 use crate::support::{
     Client, Gateway, amqp_url, crash_at_fault, json_props, load_config, pg_database, plugin,
-    seed_outbox, unique, wait_for,
+    seed_outbox, seed_request, unique, wait_for,
 };
 use carteiro::metrics::Metrics;
 use carteiro::relay::Relay;
@@ -273,24 +273,7 @@ fn chain_rows(
                 Some((at, bad)) if at == i => bad,
                 _ => exchange,
             };
-            carteiro::store::CommitRequest {
-                route: "seed".into(),
-                inbox_key: unique("seed"),
-                namespace: "seed".into(),
-                reads: Vec::new(),
-                writes: Vec::new(),
-                outbox: vec![carteiro::store::NewOutboxRow {
-                    event_id: uuid::Uuid::now_v7(),
-                    route: "seed".into(),
-                    plugin: "seed".into(),
-                    exchange: target.into(),
-                    routing_key: "seeded".into(),
-                    headers: Vec::new(),
-                    content_type: Some("text/plain".into()),
-                    payload: format!("{key}/{i}").into_bytes(),
-                    ordering_key: key.into(),
-                }],
-            }
+            seed_request(target, key, i)
         })
         .collect()
 }

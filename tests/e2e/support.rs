@@ -343,30 +343,39 @@ pub fn crash_at_fault(command: &str, config: &Path, fault: &str) {
     reached.unwrap_or_else(|_| panic!("carteiro {command} never reached fault point {fault}"));
 }
 
+/// A request that only emits row `key/seq` (payload `key/seq`, header `x-seq`) of ordering key
+/// `key` to `exchange`.
+pub fn seed_request(exchange: &str, key: &str, seq: usize) -> carteiro::store::CommitRequest {
+    carteiro::store::CommitRequest {
+        route: "seed".into(),
+        inbox_key: unique("seed"),
+        namespace: "seed".into(),
+        reads: Vec::new(),
+        writes: Vec::new(),
+        outbox: vec![carteiro::store::NewOutboxRow {
+            event_id: uuid::Uuid::now_v7(),
+            route: "seed".into(),
+            plugin: "seed".into(),
+            exchange: exchange.into(),
+            routing_key: "seeded".into(),
+            headers: vec![("x-seq".into(), seq.to_string())],
+            content_type: Some("text/plain".into()),
+            payload: format!("{key}/{seq}").into_bytes(),
+            ordering_key: key.into(),
+        }],
+    }
+}
+
 /// Commits `rows` outbox rows straight into the store: `keys` ordering keys round-robin, the
 /// payload is `key/sequence`.
 pub async fn seed_outbox(store: &carteiro::store::Store, exchange: &str, keys: usize, rows: usize) {
     let mut batch = Vec::new();
     for i in 0..rows {
-        let key = format!("key-{}", i % keys);
-        batch.push(carteiro::store::CommitRequest {
-            route: "seed".into(),
-            inbox_key: unique("seed"),
-            namespace: "seed".into(),
-            reads: Vec::new(),
-            writes: Vec::new(),
-            outbox: vec![carteiro::store::NewOutboxRow {
-                event_id: uuid::Uuid::now_v7(),
-                route: "seed".into(),
-                plugin: "seed".into(),
-                exchange: exchange.into(),
-                routing_key: "seeded".into(),
-                headers: vec![("x-seq".into(), (i / keys).to_string())],
-                content_type: Some("text/plain".into()),
-                payload: format!("{key}/{}", i / keys).into_bytes(),
-                ordering_key: key,
-            }],
-        });
+        batch.push(seed_request(
+            exchange,
+            &format!("key-{}", i % keys),
+            i / keys,
+        ));
         if batch.len() == 500 || i + 1 == rows {
             let outcomes = store.commit_batch(&batch).await.expect("seed commit");
             assert!(

@@ -7,9 +7,9 @@ use std::collections::BTreeSet;
 
 use sqlx::{AnyConnection, AssertSqlSafe};
 
-use super::commit_set::SetError;
+use super::commit_set::{SetError, insert_outbox};
 use super::error::{Class, classify};
-use super::{Backend, Store, StoreError, headers_to_json, now_ms, validate};
+use super::{Backend, Store, StoreError, now_ms, validate};
 
 /// One kv key the handler read, and the version it saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -307,25 +307,7 @@ async fn apply(
         }
     }
 
-    for row in &req.outbox {
-        sqlx::query(
-            "INSERT INTO outbox (event_id, route, plugin, exchange, routing_key, headers, \
-             content_type, payload, ordering_key, created_at, attempts, next_attempt_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 0, $10)",
-        )
-        .bind(row.event_id.to_string())
-        .bind(row.route.as_str())
-        .bind(row.plugin.as_str())
-        .bind(row.exchange.as_str())
-        .bind(row.routing_key.as_str())
-        .bind(headers_to_json(&row.headers))
-        .bind(row.content_type.as_deref())
-        .bind(row.payload.as_slice())
-        .bind(row.ordering_key.as_str())
-        .bind(now)
-        .execute(&mut *conn)
-        .await?;
-    }
+    insert_outbox(conn, backend, &[req], now).await?;
     Ok(None)
 }
 

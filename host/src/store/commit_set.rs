@@ -340,12 +340,12 @@ async fn upsert_kv(
 
 /// Inserts the outbox rows of `committed` in request order (ids follow commit order, which
 /// the relay's per-key ordering relies on). Returns how many.
-async fn insert_outbox(
+pub(super) async fn insert_outbox(
     conn: &mut AnyConnection,
     backend: Backend,
     committed: &[&CommitRequest],
     now: i64,
-) -> Result<usize, SetError> {
+) -> Result<usize, sqlx::Error> {
     const WIDTH: usize = 11;
     let rows: Vec<_> = committed.iter().flat_map(|r| r.outbox.iter()).collect();
     for chunk in shaped_chunks(&rows) {
