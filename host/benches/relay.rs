@@ -44,7 +44,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-const KEYS: usize = 50;
 const POLL_INTERVAL: Duration = Duration::from_secs(1);
 const POLL_LIMIT: i64 = 5_000;
 
@@ -59,6 +58,7 @@ enum Publisher {
     Relay,
     Lanes,
     Poller,
+    Pipelined,
 }
 
 impl Publisher {
@@ -67,6 +67,7 @@ impl Publisher {
             Publisher::Relay => "relay",
             Publisher::Lanes => "lanes",
             Publisher::Poller => "poller",
+            Publisher::Pipelined => "pipelined",
         }
     }
 }
@@ -81,6 +82,7 @@ struct Settings {
     secs: u64,
     parts: String,
     max_in_flight: usize,
+    keys: usize,
     drain_systems: Vec<Publisher>,
 }
 
@@ -118,6 +120,7 @@ fn settings() -> Settings {
         rate: env_or("BENCH_LATENCY_RATE", 200),
         secs: env_or("BENCH_LATENCY_SECS", 10),
         max_in_flight: env_or("BENCH_MAX_IN_FLIGHT", 256),
+        keys: env_or("BENCH_RELAY_KEYS", 50usize).max(1),
         drain_systems: std::env::var("BENCH_DRAIN_SYSTEMS")
             .unwrap_or_else(|_| "relay,lanes,poller".into())
             .split(',')
@@ -125,6 +128,7 @@ fn settings() -> Settings {
                 "relay" => Some(Publisher::Relay),
                 "lanes" => Some(Publisher::Lanes),
                 "poller" => Some(Publisher::Poller),
+                "pipelined" => Some(Publisher::Pipelined),
                 _ => None,
             })
             .collect(),
@@ -321,8 +325,8 @@ async fn drop_pg_database(admin: &str, name: &str) {
     }
 }
 
-fn row(exchange: &str, i: usize) -> CommitRequest {
-    let key = format!("key-{}", i % KEYS);
+fn row(exchange: &str, keys: usize, i: usize) -> CommitRequest {
+    let key = format!("key-{}", i % keys);
     CommitRequest {
         route: "bench".into(),
         inbox_key: unique("bench"),
@@ -458,11 +462,11 @@ async fn lanes_run(s: &Settings, backend: Backend) -> f64 {
     .await
     .expect("publisher");
     let started = Instant::now();
-    let tasks: Vec<_> = (0..KEYS)
+    let tasks: Vec<_> = (0..s.keys)
         .map(|k| {
             let publisher = publisher.clone();
             let exchange = f.exchange.clone();
-            let n = s.rows / KEYS + usize::from(k < s.rows % KEYS);
+            let n = s.rows / s.keys + usize::from(k < s.rows % s.keys);
             tokio::spawn(async move {
                 for i in 0..n {
                     let msg = carteiro::broker::Outgoing {
@@ -497,6 +501,70 @@ async fn lanes_run(s: &Settings, backend: Backend) -> f64 {
     s.rows as f64 / elapsed.as_secs_f64()
 }
 
+/// Experiment: batches pipelined on a few confirm channels, no store.
+async fn pipelined_run(s: &Settings, backend: Backend) -> f64 {
+    let f = Fixture::new(s, backend).await;
+    let conn = Connection::connect(&s.amqp, ConnectionProperties::default())
+        .await
+        .expect("connect to RabbitMQ");
+    let channels: usize = env_or("BENCH_PIPE_CHANNELS", 4);
+    let batch: usize = env_or("BENCH_PIPE_BATCH", 64);
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..channels {
+        let ch = conn.create_channel().await.expect("channel");
+        ch.confirm_select(lapin::options::ConfirmSelectOptions::default())
+            .await
+            .expect("confirm");
+        let next = next.clone();
+        let exchange = f.exchange.clone();
+        let rows = s.rows;
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let from = next.fetch_add(batch, std::sync::atomic::Ordering::Relaxed);
+                if from >= rows {
+                    break;
+                }
+                let mut confirms = Vec::new();
+                for i in from..(from + batch).min(rows) {
+                    let props = BasicProperties::default()
+                        .with_message_id(uuid::Uuid::now_v7().to_string().into())
+                        .with_delivery_mode(2)
+                        .with_content_type("application/json".into());
+                    let body = format!(r#"{{"seq":{i}}}"#).into_bytes();
+                    confirms.push(
+                        ch.basic_publish(
+                            exchange.as_str().into(),
+                            "bench.event".into(),
+                            lapin::options::BasicPublishOptions {
+                                mandatory: true,
+                                immediate: false,
+                            },
+                            &body,
+                            props,
+                        )
+                        .await
+                        .expect("publish"),
+                    );
+                }
+                for c in futures::future::join_all(confirms).await {
+                    assert!(matches!(c, Ok(lapin::Confirmation::Ack(None))));
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let elapsed = started.elapsed();
+    let _ = conn.close(200, "done".into()).await;
+    let depth = f.sink_depth().await;
+    assert!(depth as usize >= s.rows, "pipelined: only {depth}");
+    f.close(s).await;
+    s.rows as f64 / elapsed.as_secs_f64()
+}
+
 /// Starts `which` on the fixture; returns its stop token and task.
 fn start(
     which: Publisher,
@@ -518,7 +586,7 @@ fn start(
                 relay.run(stop).await.expect("relay");
             })
         }
-        Publisher::Lanes => unreachable!("lanes has no store to watch"),
+        Publisher::Lanes | Publisher::Pipelined => unreachable!("no store to watch"),
         Publisher::Poller => tokio::spawn(run_poller(
             f.store_url.clone(),
             amqp.to_owned(),
@@ -542,7 +610,7 @@ async fn drain_run(s: &Settings, backend: Backend, which: Publisher) -> f64 {
     let f = Fixture::new(s, backend).await;
     let mut batch = Vec::with_capacity(256);
     for i in 0..s.rows {
-        batch.push(row(&f.exchange, i));
+        batch.push(row(&f.exchange, s.keys, i));
         if batch.len() == 256 || i + 1 == s.rows {
             let outcomes = f.store.commit_batch(&batch).await.expect("seed");
             assert!(outcomes.iter().all(|o| *o == CommitOutcome::Committed));
@@ -644,7 +712,7 @@ async fn latency_run(s: &Settings, backend: Backend, which: Publisher) -> Latenc
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     for i in 0..total {
         tick.tick().await;
-        let req = row(&f.exchange, i);
+        let req = row(&f.exchange, s.keys, i);
         let id = req.outbox[0].event_id.to_string();
         let t = Instant::now();
         let outcome = committer.commit(req).await.expect("commit");
@@ -705,14 +773,15 @@ async fn main() {
 
 async fn drain(s: &Settings, backend: Backend, b: &str) {
     println!(
-        "relay drain [{b}]: {} rows, {KEYS} ordering keys, max_in_flight {} vs lanes vs poller (1 s, up to {POLL_LIMIT} rows a poll); {} alternating rounds",
-        s.rows, s.max_in_flight, s.rounds
+        "relay drain [{b}]: {} rows, {} ordering keys, max_in_flight {} vs lanes vs poller (1 s, up to {POLL_LIMIT} rows a poll); {} alternating rounds",
+        s.rows, s.keys, s.max_in_flight, s.rounds
     );
     let mut drain: HashMap<&str, Vec<f64>> = HashMap::new();
     for round in 1..=s.rounds {
         for which in s.drain_systems.iter().copied() {
             let rate = match which {
                 Publisher::Lanes => lanes_run(s, backend).await,
+                Publisher::Pipelined => pipelined_run(s, backend).await,
                 _ => drain_run(s, backend, which).await,
             };
             println!("round {round} {:<7} {rate:>9.0} rows/s", which.name());

@@ -1,6 +1,7 @@
 //! One delivery from receipt to ack (DESIGN.md "One delivery"): guards, attempt, key,
 //! inbox check, handler, verdict, commit or hand-off, and only then `basic.ack`.
 
+use super::acks::Acks;
 use super::context::{FaultPoint, RouteContext};
 use super::disposition::{original_route, to_dead_letter, to_retry};
 use super::headers as h;
@@ -11,7 +12,7 @@ use crate::config::{FailurePolicy, MissingKeyPolicy};
 use crate::runtime::{Header, Invocation, Message, Verdict};
 use crate::store::{CommitOutcome, CommitRequest, KvRead, KvWrite, NewOutboxRow};
 use lapin::message::Delivery;
-use lapin::options::{BasicAckOptions, BasicNackOptions};
+use lapin::options::BasicNackOptions;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
@@ -30,7 +31,12 @@ enum Settle {
 }
 
 /// Processes one delivery and settles it. Never panics; every path acks or requeues.
-pub async fn process(ctx: Arc<RouteContext>, publisher: ConfirmedPublisher, delivery: Delivery) {
+pub async fn process(
+    ctx: Arc<RouteContext>,
+    publisher: ConfirmedPublisher,
+    acks: Acks,
+    delivery: Delivery,
+) {
     let (exchange, routing_key) = original_route(&delivery);
     let span = tracing::info_span!(
         "delivery",
@@ -48,11 +54,7 @@ pub async fn process(ctx: Arc<RouteContext>, publisher: ConfirmedPublisher, deli
     match settle {
         Settle::Ack(outcome) => {
             ctx.metrics.delivery(&ctx.queue, outcome, started.elapsed());
-            if let Err(e) = delivery.acker.ack(BasicAckOptions::default()).await {
-                // The channel died after the effects were made durable; the broker will
-                // redeliver and the inbox will absorb the duplicate.
-                tracing::warn!(error = %e, "ack failed; the redelivery will be deduplicated");
-            }
+            acks.ack(delivery.delivery_tag);
         }
         Settle::Requeue(why) => {
             ctx.metrics
@@ -66,6 +68,7 @@ pub async fn process(ctx: Arc<RouteContext>, publisher: ConfirmedPublisher, deli
             if let Err(e) = delivery.acker.nack(requeue).await {
                 tracing::warn!(error = %e, "nack failed; the broker requeues it when the channel closes");
             }
+            acks.settled_elsewhere(delivery.delivery_tag);
         }
     }
 }

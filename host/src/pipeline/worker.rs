@@ -2,6 +2,7 @@
 //! so this loop does: connect, declare, subscribe, process; on any loss, drop the dead
 //! channel's in-flight work (the broker requeues it), back off with jitter, and start over.
 
+use super::acks::Acks;
 use super::archiver;
 use super::context::RouteContext;
 use super::process::process;
@@ -115,6 +116,7 @@ async fn session(
         )
         .await
         .map_err(lost("basic.consume"))?;
+    let (acks, acker) = Acks::start(channel.clone(), ctx.queue.clone());
     let archiver_stop = shutdown.child_token();
     let archiver = tokio::spawn(archiver::run(
         ctx.clone(),
@@ -132,7 +134,7 @@ async fn session(
             _ = shutdown.cancelled() => break Ok(()),
             next = consumer.next() => match next {
                 Some(Ok(delivery)) => {
-                    in_flight.spawn(process(ctx.clone(), publisher.clone(), delivery));
+                    in_flight.spawn(process(ctx.clone(), publisher.clone(), acks.clone(), delivery));
                 }
                 Some(Err(e)) => break Err(SessionError::Lost(format!("consumer error: {e}"))),
                 None => break Err(SessionError::Lost("the broker cancelled the consumer".into())),
@@ -146,6 +148,8 @@ async fn session(
         }
     };
     archiver_stop.cancel();
+    // The acker stops once the in-flight deliveries, the last holders, are gone.
+    drop(acks);
 
     if outcome.is_ok() {
         // Graceful stop: no new deliveries; let in-flight ones finish and ack.
@@ -159,6 +163,14 @@ async fn session(
         if drained.is_err() {
             tracing::warn!(queue = %ctx.queue, left = in_flight.len(), "grace period over; unfinished deliveries return to the queue");
             in_flight.abort_all();
+            while in_flight.join_next().await.is_some() {}
+        }
+        // Every ack given to the acker goes out before the channel closes.
+        if tokio::time::timeout(Duration::from_secs(5), acker)
+            .await
+            .is_err()
+        {
+            tracing::warn!(queue = %ctx.queue, "acks not sent within 5 s; those deliveries return to the queue");
         }
         let _ = channel.close(200, "shutdown".into()).await;
         let _ = conn.close(200, "shutdown".into()).await;
@@ -167,6 +179,7 @@ async fn session(
         // The channel is dead: its unacked deliveries are back in the queue already, so
         // in-flight work can only fail to ack. Stop it now rather than race redeliveries.
         in_flight.abort_all();
+        acker.abort();
     }
     let _ = archiver.await;
     ctx.metrics.set_connected(&ctx.queue, false);

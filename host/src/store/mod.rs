@@ -103,6 +103,11 @@ impl Store {
         let pool = AnyPoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(ACQUIRE_TIMEOUT)
+            // No ping before each use: it cost a round trip (a thread hand-off on SQLite) per
+            // batch. A connection that died meanwhile fails its statement instead; callers
+            // already treat that as a store failure (requeue, pause, retry) and sqlx drops
+            // the broken connection, so the next attempt gets a fresh one.
+            .test_before_acquire(false)
             .after_connect(move |conn, _| {
                 Box::pin(async move {
                     if backend == Backend::Postgres {
