@@ -2,7 +2,7 @@
 //! fresh database, exchange and sink queue per run), on SQLite and PostgreSQL.
 //!
 //! (a) Drain rate: `BENCH_RELAY_ROWS` (default 20,000) rows are committed with
-//!     `commit_batch` (50 ordering keys), then the publisher runs until nothing is pending.
+//!     `commit_batch` (`BENCH_RELAY_KEYS` ordering keys, default 50), then the publisher runs until nothing is pending.
 //!     Rows/s, every row confirmed by the broker.
 //! (b) Commit-to-publish latency: one row at a time is committed through a `GroupCommitter`
 //!     at a steady rate (`BENCH_LATENCY_RATE`/s, default 200, for `BENCH_LATENCY_SECS`,
@@ -14,8 +14,11 @@
 //!   `outbox_committed()` notify, 1 s poll backstop (the default).
 //! - `lanes` (drain only): no store at all, just the ceiling of the relay's publishing rule on
 //!   this box: one task per ordering key publishing its rows one after another through a
-//!   `ConfirmedPublisher` (one message per lane at a time, 64 lanes), each awaiting its own
-//!   confirm before the next. The relay cannot drain faster than this.
+//!   `ConfirmedPublisher` sized like the relay's, each row awaiting its own confirm before
+//!   the next. The relay cannot drain faster than this.
+//! - `pipelined` (drain only, opt-in): no store and no ordering rule, `BENCH_PIPE_CHANNELS`
+//!   (4) channels publishing batches of `BENCH_PIPE_BATCH` (64) back to back: what the
+//!   broker and lapin take on this box at all.
 //! - `poller`: the classic approach, implemented here: every 1 s select the unpublished rows
 //!   (id order, up to 5,000), publish them all, wait for every confirm, then mark the batch
 //!   published with one UPDATE. When draining a backlog it loops without sleeping while a
@@ -26,7 +29,7 @@
 //! Knobs: `BENCH_ROUNDS` (default 3), `BENCH_BACKENDS` (default `sqlite,postgres`),
 //! `BENCH_RELAY_ROWS`, `BENCH_LATENCY_RATE`, `BENCH_LATENCY_SECS`, `BENCH_RELAY_PARTS`
 //! (default `drain,latency`), `BENCH_MAX_IN_FLIGHT` (the relay's window, default 256),
-//! `BENCH_DRAIN_SYSTEMS` (default `relay,lanes,poller`).
+//! `BENCH_DRAIN_SYSTEMS` (default `relay,lanes,poller`; also `pipelined`), `BENCH_RELAY_KEYS`.
 
 use carteiro::metrics::Metrics;
 use carteiro::relay::Relay;
@@ -457,7 +460,7 @@ async fn lanes_run(s: &Settings, backend: Backend) -> f64 {
     );
     let publisher = carteiro::broker::ConfirmedPublisher::open(
         conn.clone(),
-        carteiro::broker::PublisherOptions { lanes: 64 },
+        carteiro::broker::PublisherOptions::for_in_flight(s.max_in_flight),
     )
     .await
     .expect("publisher");
@@ -501,7 +504,7 @@ async fn lanes_run(s: &Settings, backend: Backend) -> f64 {
     s.rows as f64 / elapsed.as_secs_f64()
 }
 
-/// Experiment: batches pipelined on a few confirm channels, no store.
+/// Batches pipelined on a few confirm channels, no store, no ordering: the box's ceiling.
 async fn pipelined_run(s: &Settings, backend: Backend) -> f64 {
     let f = Fixture::new(s, backend).await;
     let conn = Connection::connect(&s.amqp, ConnectionProperties::default())

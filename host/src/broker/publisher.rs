@@ -1,28 +1,39 @@
 //! Publishing with publisher confirms, one result per message.
 //!
-//! Each publish runs on a "lane": a confirm-mode channel that carries one message at a time.
-//! Why not pipeline everything on one channel? lapin 4.12 hands a `basic.return` to whichever
-//! pending confirm it completes first when the broker acks several delivery tags at once
-//! (`multiple = true`), and its pending confirms live in a `HashMap`. With concurrent
-//! mandatory publishes on one channel, an unroutable message could then look confirmed while
-//! a routable sibling looks returned; the relay would mark an outbox row published that no
-//! queue received. One message per lane makes every return belong to its lane's message;
-//! concurrency comes from many lanes (channels are cheap), and a publish to a missing
-//! exchange (a channel error) fails only its own lane.
+//! Messages queue up and go out in batches: each lane (a confirm-mode channel) takes up to
+//! [`MAX_BATCH`] queued messages, publishes them back to back, waits for all their confirms
+//! and hands each caller its own message's outcome. A lane carries one batch at a time, so
+//! every confirm and every `basic.return` on it belongs to that batch.
+//!
+//! Why not take the return lapin attaches to a confirm? lapin 4.12 hands a `basic.return`
+//! to whichever pending confirm it completes first when the broker acks several delivery
+//! tags at once (`multiple = true`). A return is therefore matched to its message by
+//! `message_id` instead: a batch holds messages with distinct ids only (a message without
+//! one goes alone), and all of the batch's returns have arrived once all of its confirms
+//! have (the broker sends a message's return before its ack). A batch also holds messages
+//! for one exchange only: a publish to a missing exchange closes the lane's channel, and
+//! that must fail only messages that went to the same missing exchange.
 
 use std::{
+    collections::{HashMap, HashSet, VecDeque},
     sync::{Arc, Mutex},
     time::Duration,
 };
 
+use futures::future::join_all;
 use lapin::{
     BasicProperties, Channel, Confirmation, Connection,
     options::{BasicPublishOptions, ConfirmSelectOptions},
     types::ShortString,
 };
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::BrokerError;
+
+/// Most messages one lane publishes before awaiting their confirms.
+pub const MAX_BATCH: usize = 64;
 
 /// One message to publish.
 #[derive(Debug, Clone, Default)]
@@ -43,20 +54,29 @@ pub struct Outgoing {
 /// Sizing of a [`ConfirmedPublisher`].
 #[derive(Debug, Clone)]
 pub struct PublisherOptions {
-    /// Messages awaiting their confirm at once, i.e. channels opened at most. Throughput is
-    /// about `lanes / confirm latency`.
+    /// Channels publishing at once, each carrying a batch of up to [`MAX_BATCH`] messages.
     pub lanes: usize,
 }
 
 impl Default for PublisherOptions {
     fn default() -> Self {
-        Self { lanes: 64 }
+        Self { lanes: 4 }
+    }
+}
+
+impl PublisherOptions {
+    /// Enough lanes for about `messages` awaiting their confirms at once (at least two, so
+    /// one slow batch never holds up every publish).
+    pub fn for_in_flight(messages: usize) -> Self {
+        Self {
+            lanes: messages.div_ceil(MAX_BATCH).clamp(2, 16),
+        }
     }
 }
 
 /// Why a message was not confirmed. Only [`PublishError::Invalid`] is permanent; after the
 /// others, publishing the same message again later may succeed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum PublishError {
     /// The broker accepted the message but no queue was bound for its exchange and routing
     /// key (mandatory publish): it was dropped.
@@ -88,24 +108,47 @@ pub enum PublishError {
 
 /// Publishes with publisher confirms and reports each message's own outcome.
 ///
-/// Cheap to clone; clones share the lanes. Needs the connection by `Arc` because lanes are
-/// reopened on demand after a channel error.
+/// Cheap to clone; clones share the lanes, which stop when the last clone is dropped.
 #[derive(Clone)]
 pub struct ConfirmedPublisher {
-    inner: Arc<Inner>,
+    inner: Arc<Handle>,
 }
 
-struct Inner {
+/// Stops the lanes when the last publisher clone goes.
+struct Handle {
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+struct Shared {
     conn: Arc<Connection>,
-    idle: Mutex<Vec<Channel>>,
-    lanes: Semaphore,
+    queue: Mutex<VecDeque<Job>>,
+    ready: Notify,
+}
+
+/// A message waiting for a lane, and where its outcome goes.
+struct Job {
+    exchange: ShortString,
+    routing_key: ShortString,
+    options: BasicPublishOptions,
+    body: Vec<u8>,
+    properties: BasicProperties,
+    /// The caller gives up then; the lane waits for the confirm at most until then.
+    deadline: Instant,
+    reply: oneshot::Sender<Result<(), PublishError>>,
 }
 
 impl std::fmt::Debug for ConfirmedPublisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConfirmedPublisher")
             .field("connected", &self.is_connected())
-            .field("free_lanes", &self.inner.lanes.available_permits())
+            .field("queued", &self.inner.shared.lock_queue().len())
             .finish()
     }
 }
@@ -116,23 +159,29 @@ impl ConfirmedPublisher {
         let first = open_lane(&conn)
             .await
             .map_err(|e| BrokerError::Channel(format!("opening a publisher channel: {e}")))?;
+        let shared = Arc::new(Shared {
+            conn,
+            queue: Mutex::new(VecDeque::new()),
+            ready: Notify::new(),
+        });
+        let stop = CancellationToken::new();
+        let mut first = Some(first);
+        for _ in 0..opts.lanes.max(1) {
+            tokio::spawn(run_lane(shared.clone(), first.take(), stop.clone()));
+        }
         Ok(Self {
-            inner: Arc::new(Inner {
-                conn,
-                idle: Mutex::new(vec![first]),
-                lanes: Semaphore::new(opts.lanes.max(1)),
-            }),
+            inner: Arc::new(Handle { shared, stop }),
         })
     }
 
-    /// Whether the underlying connection is up. A closed lane is reopened by the next
-    /// publish; a closed connection needs a new publisher on a new connection.
+    /// Whether the underlying connection is up. A closed lane is reopened by its next
+    /// batch; a closed connection needs a new publisher on a new connection.
     pub fn is_connected(&self) -> bool {
-        self.inner.conn.status().connected()
+        self.inner.shared.conn.status().connected()
     }
 
     /// Publishes `msg` and waits for the broker's confirm of this very message, at most
-    /// `timeout` (including waiting for a free lane).
+    /// `timeout` (including waiting for a lane).
     pub async fn publish(&self, msg: Outgoing, timeout: Duration) -> Result<(), PublishError> {
         let exchange = ShortString::try_new(msg.exchange)
             .map_err(|e| PublishError::Invalid(format!("exchange name: {e}")))?;
@@ -143,71 +192,215 @@ impl ConfirmedPublisher {
             // a fast local confirm could otherwise still win. Never publish without a budget.
             return Err(PublishError::Timeout);
         }
-        let options = BasicPublishOptions {
-            mandatory: msg.mandatory,
-            immediate: false,
-        };
-        let attempt =
-            self.publish_on_a_lane(exchange, routing_key, options, &msg.body, msg.properties);
-        // On timeout the lane is dropped mid-flight, which closes its channel: a late return
-        // or confirm can never be taken for the next message's.
-        tokio::time::timeout(timeout, attempt)
-            .await
-            .unwrap_or(Err(PublishError::Timeout))
-    }
-
-    async fn publish_on_a_lane(
-        &self,
-        exchange: ShortString,
-        routing_key: ShortString,
-        options: BasicPublishOptions,
-        body: &[u8],
-        properties: BasicProperties,
-    ) -> Result<(), PublishError> {
-        let _permit = self
-            .inner
-            .lanes
-            .acquire()
-            .await
-            .map_err(|_| PublishError::ChannelClosed("publisher shut down".to_owned()))?;
-        let lane = self.take_lane().await?;
-        let confirm = lane
-            .basic_publish(exchange, routing_key, options, body, properties)
-            .await
-            .map_err(closed)?;
-        let outcome = match confirm.await.map_err(closed)? {
-            Confirmation::Ack(None) => Ok(()),
-            Confirmation::Ack(Some(returned)) => Err(PublishError::Returned {
-                reply_code: returned.reply_code,
-                reply_text: returned.reply_text.to_string(),
-            }),
-            Confirmation::Nack(_) => Err(PublishError::Nacked),
-            Confirmation::NotRequested => Err(PublishError::ChannelClosed(
-                "channel is not in confirm mode".to_owned(),
+        let deadline = Instant::now() + timeout;
+        let (reply, outcome) = oneshot::channel();
+        let shared = &self.inner.shared;
+        shared.lock_queue().push_back(Job {
+            exchange,
+            routing_key,
+            options: BasicPublishOptions {
+                mandatory: msg.mandatory,
+                immediate: false,
+            },
+            body: msg.body,
+            properties: msg.properties,
+            deadline,
+            reply,
+        });
+        shared.ready.notify_one();
+        match tokio::time::timeout_at(deadline, outcome).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(PublishError::ChannelClosed(
+                "publisher shut down before the confirm".to_owned(),
             )),
-        };
-        // Back to the pool only once its one message is settled.
-        self.lock_idle().push(lane);
-        outcome
+            Err(_) => Err(PublishError::Timeout),
+        }
+    }
+}
+
+impl Shared {
+    fn lock_queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Job>> {
+        // A panic elsewhere while holding the lock leaves a plain queue behind: still usable.
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// An idle open lane, or a new one. Lanes closed by the broker are discarded here.
-    async fn take_lane(&self) -> Result<Channel, PublishError> {
-        loop {
-            let Some(lane) = self.lock_idle().pop() else {
-                break;
-            };
-            if lane.status().connected() {
-                return Ok(lane);
+    /// The next batch: the oldest job, and later jobs for the same exchange with distinct
+    /// message ids (see the module doc). Jobs whose caller gave up are dropped here.
+    fn take_batch(&self) -> Vec<Job> {
+        let mut queue = self.lock_queue();
+        queue.retain(|job| !job.reply.is_closed());
+        let Some(first) = queue.pop_front() else {
+            return Vec::new();
+        };
+        let mut ids = HashSet::new();
+        let batchable = match message_id(&first.properties) {
+            Some(id) => ids.insert(id.to_owned()),
+            None => false,
+        };
+        let exchange = first.exchange.clone();
+        let mut batch = vec![first];
+        if batchable {
+            let mut rest = VecDeque::with_capacity(queue.len());
+            while let Some(job) = queue.pop_front() {
+                let joins = batch.len() < MAX_BATCH
+                    && job.exchange == exchange
+                    && message_id(&job.properties).is_some_and(|id| ids.insert(id.to_owned()));
+                if joins {
+                    batch.push(job);
+                } else {
+                    rest.push_back(job);
+                }
+            }
+            *queue = rest;
+        }
+        if !queue.is_empty() {
+            // More work: wake another lane rather than leave it for this one's next turn.
+            self.ready.notify_one();
+        }
+        batch
+    }
+}
+
+fn message_id(properties: &BasicProperties) -> Option<&str> {
+    properties
+        .message_id()
+        .as_ref()
+        .map(|id| id.as_str())
+        .filter(|id| !id.is_empty())
+}
+
+/// One lane: takes batches off the queue until the publisher is dropped.
+async fn run_lane(shared: Arc<Shared>, mut channel: Option<Channel>, stop: CancellationToken) {
+    loop {
+        let batch = shared.take_batch();
+        if batch.is_empty() {
+            tokio::select! {
+                () = shared.ready.notified() => continue,
+                () = stop.cancelled() => break,
             }
         }
-        open_lane(&self.inner.conn).await.map_err(closed)
+        let lane = match channel.take().filter(|c| c.status().connected()) {
+            Some(lane) => lane,
+            None => match open_lane(&shared.conn).await {
+                Ok(lane) => lane,
+                Err(e) => {
+                    let error = closed(e);
+                    for job in batch {
+                        let _ = job.reply.send(Err(error.clone()));
+                    }
+                    continue;
+                }
+            },
+        };
+        if publish_batch(&lane, batch).await {
+            channel = Some(lane);
+        } else {
+            // Confirms still outstanding: a late confirm or return on this channel could be
+            // taken for the next batch's. Close it; the next batch opens a fresh one.
+            tokio::spawn(async move {
+                let _ = lane.close(200, "confirm timeout".into()).await;
+            });
+        }
     }
+    if let Some(lane) = channel {
+        let _ = lane.close(200, "publisher dropped".into()).await;
+    }
+}
 
-    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Channel>> {
-        // A panic elsewhere while holding the lock leaves a plain Vec behind: still usable.
-        self.inner.idle.lock().unwrap_or_else(|e| e.into_inner())
+/// Publishes a batch and replies to each job. Returns false if the lane must be dropped
+/// (some confirm did not arrive before its caller's deadline).
+async fn publish_batch(lane: &Channel, batch: Vec<Job>) -> bool {
+    let deadline = batch
+        .iter()
+        .map(|j| j.deadline)
+        .max()
+        .unwrap_or_else(Instant::now);
+    let mut ids = Vec::with_capacity(batch.len());
+    let mut replies = Vec::with_capacity(batch.len());
+    let mut confirms = Vec::with_capacity(batch.len());
+    for job in batch {
+        let id = message_id(&job.properties).map(str::to_owned);
+        let published = lane
+            .basic_publish(
+                job.exchange,
+                job.routing_key,
+                job.options,
+                &job.body,
+                job.properties,
+            )
+            .await;
+        match published {
+            Ok(confirm) => {
+                ids.push(id);
+                replies.push(job.reply);
+                confirms.push(confirm);
+            }
+            Err(e) => {
+                let _ = job.reply.send(Err(closed(e)));
+            }
+        }
     }
+    let Ok(confirmations) = tokio::time::timeout_at(deadline, join_all(confirms)).await else {
+        for reply in replies {
+            let _ = reply.send(Err(PublishError::Timeout));
+        }
+        return false;
+    };
+    let outcomes = attribute(&ids, confirmations);
+    for (reply, outcome) in replies.into_iter().zip(outcomes) {
+        let _ = reply.send(outcome);
+    }
+    true
+}
+
+/// Each message's outcome from the batch's confirms, with returns matched by message id.
+fn attribute(
+    ids: &[Option<String>],
+    confirmations: Vec<lapin::Result<Confirmation>>,
+) -> Vec<Result<(), PublishError>> {
+    let mut returned: HashMap<Option<String>, PublishError> = HashMap::new();
+    let mut acked = Vec::with_capacity(confirmations.len());
+    for confirmation in confirmations {
+        let (outcome, message) = match confirmation {
+            Ok(Confirmation::Ack(message)) => (Ok(()), message),
+            Ok(Confirmation::Nack(message)) => (Err(PublishError::Nacked), message),
+            Ok(Confirmation::NotRequested) => (
+                Err(PublishError::ChannelClosed(
+                    "channel is not in confirm mode".to_owned(),
+                )),
+                None,
+            ),
+            Err(e) => (Err(closed(e)), None),
+        };
+        if let Some(message) = message {
+            let id = message_id(&message.properties).map(str::to_owned);
+            returned.insert(
+                id,
+                PublishError::Returned {
+                    reply_code: message.reply_code,
+                    reply_text: message.reply_text.to_string(),
+                },
+            );
+        }
+        acked.push(outcome);
+    }
+    // A return whose id matches no message of the batch cannot be placed: then no ack in
+    // this batch can be trusted to mean "routed" (never the case with distinct ids).
+    let stray = returned
+        .iter()
+        .find(|(id, _)| !ids.contains(id))
+        .map(|(_, error)| error.clone());
+    ids.iter()
+        .zip(acked)
+        .map(|(id, outcome)| match (outcome, &stray) {
+            (Ok(()), Some(error)) => Err(error.clone()),
+            (Ok(()), None) => match returned.get(id) {
+                Some(error) => Err(error.clone()),
+                None => Ok(()),
+            },
+            (Err(e), _) => Err(e),
+        })
+        .collect()
 }
 
 async fn open_lane(conn: &Connection) -> lapin::Result<Channel> {
@@ -322,8 +515,19 @@ mod tests {
         assert!(publisher.is_connected());
     }
 
+    /// Distinct ids: the messages share batches, and returns are matched by id.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn concurrent_publishes_each_get_their_own_confirm() {
+    async fn concurrent_publishes_with_ids_each_get_their_own_confirm() {
+        concurrent_publishes(true).await;
+    }
+
+    /// Without ids every message goes alone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_publishes_without_ids_each_get_their_own_confirm() {
+        concurrent_publishes(false).await;
+    }
+
+    async fn concurrent_publishes(with_ids: bool) {
         let (publisher, admin, queue) = setup().await;
         let missing = unique_name("nowhere");
         let tasks: Vec<_> = (0..200)
@@ -337,12 +541,13 @@ mod tests {
                 };
                 tokio::spawn(async move {
                     let body = format!("message {i}").into_bytes();
-                    (
-                        i,
-                        publisher
-                            .publish(to("", &target, &body), Duration::from_secs(30))
-                            .await,
-                    )
+                    let mut msg = to("", &target, &body);
+                    if with_ids {
+                        msg.properties = msg
+                            .properties
+                            .with_message_id(uuid::Uuid::now_v7().to_string().into());
+                    }
+                    (i, publisher.publish(msg, Duration::from_secs(30)).await)
                 })
             })
             .collect();

@@ -97,8 +97,8 @@ async fn session(
                 SessionError::Lost(source.to_string())
             }
         })?;
-    let lanes = usize::from(ctx.prefetch).clamp(1, 64);
-    let publisher = ConfirmedPublisher::open(conn.clone(), PublisherOptions { lanes })
+    let lanes = PublisherOptions::for_in_flight(usize::from(ctx.prefetch));
+    let publisher = ConfirmedPublisher::open(conn.clone(), lanes)
         .await
         .map_err(|e| SessionError::Lost(e.to_string()))?;
     let channel = conn.create_channel().await.map_err(lost("open channel"))?;

@@ -123,8 +123,8 @@ impl Relay {
 
     async fn open_publisher(&self) -> anyhow::Result<ConfirmedPublisher> {
         let conn = Arc::new(connect(&self.url, &self.connect).await?);
-        let lanes = self.max_in_flight.min(64);
-        Ok(ConfirmedPublisher::open(conn, PublisherOptions { lanes }).await?)
+        let lanes = PublisherOptions::for_in_flight(self.max_in_flight);
+        Ok(ConfirmedPublisher::open(conn, lanes).await?)
     }
 }
 

@@ -9,6 +9,7 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use super::sql::{Placeholders, shaped_chunks};
 use super::{Backend, Store, StoreError, headers_from_json, now_ms, validate};
 
 /// PostgreSQL `NOTIFY` channel signalled by every commit that inserted outbox rows.
@@ -160,18 +161,22 @@ impl Store {
         let now = now_ms();
         let mut tx = self.begin_write().await?;
         let mut changed = 0;
-        for chunk in ids.chunks(ID_CHUNK) {
-            // Integers formatted by us, not text from outside: safe to inline.
+        // Bound ids in statements of a few fixed sizes: the prepared statements are reused
+        // (ids inlined into the text made every mark a new statement to parse, and pushed
+        // the hot statements out of sqlx's cache).
+        for chunk in shaped_chunks(ids) {
+            let mut p = Placeholders::new(self.backend);
             let sql = format!(
-                "UPDATE outbox SET published_at = $1, lease_owner = NULL, lease_until = NULL \
+                "UPDATE outbox SET published_at = {}, lease_owner = NULL, lease_until = NULL \
                  WHERE id IN ({}) AND published_at IS NULL",
-                id_list(chunk)
+                p.next(),
+                p.list(chunk.len())
             );
-            changed += sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(now)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now);
+            for id in chunk {
+                query = query.bind(*id);
+            }
+            changed += query.execute(&mut *tx).await?.rows_affected();
         }
         tx.commit().await?;
         Ok(changed)
@@ -230,7 +235,9 @@ impl Store {
                  WHERE id IN ({}) AND lease_owner = $1 AND published_at IS NULL",
                 id_list(chunk)
             );
+            // A rare path (after a failure) with ids in the text: keep it out of the cache.
             released += sqlx::query(sqlx::AssertSqlSafe(sql))
+                .persistent(false)
                 .bind(owner)
                 .execute(&mut *tx)
                 .await?
