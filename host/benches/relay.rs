@@ -10,7 +10,7 @@
 //!     `message_id` arrives. Latency = arrival − return of `commit`. p50 / p99 / max.
 //!
 //! Compared systems:
-//! - `relay`: `carteiro::relay::Relay` (max_in_flight 256), woken by the committer's
+//! - `relay`: `carteiro::relay::Relay` (max_in_flight 1,024, the default), woken by the committer's
 //!   `outbox_committed()` notify, 1 s poll backstop (the default).
 //! - `lanes` (drain only): no store at all, just the ceiling of the relay's publishing rule on
 //!   this box: one task per ordering key publishing its rows one after another through a
@@ -28,7 +28,7 @@
 //! `CARTEIRO_TEST_AMQP_URL=... CARTEIRO_TEST_POSTGRES_URL=... cargo bench -p carteiro --bench relay`
 //! Knobs: `BENCH_ROUNDS` (default 3), `BENCH_BACKENDS` (default `sqlite,postgres`),
 //! `BENCH_RELAY_ROWS`, `BENCH_LATENCY_RATE`, `BENCH_LATENCY_SECS`, `BENCH_RELAY_PARTS`
-//! (default `drain,latency`), `BENCH_MAX_IN_FLIGHT` (the relay's window, default 256),
+//! (default `drain,latency`), `BENCH_MAX_IN_FLIGHT` (the relay's window, default 1,024),
 //! `BENCH_DRAIN_SYSTEMS` (default `relay,lanes,poller`; also `pipelined`), `BENCH_RELAY_KEYS`.
 
 use carteiro::metrics::Metrics;
@@ -122,7 +122,7 @@ fn settings() -> Settings {
         rows: env_or("BENCH_RELAY_ROWS", 20_000),
         rate: env_or("BENCH_LATENCY_RATE", 200),
         secs: env_or("BENCH_LATENCY_SECS", 10),
-        max_in_flight: env_or("BENCH_MAX_IN_FLIGHT", 256),
+        max_in_flight: env_or("BENCH_MAX_IN_FLIGHT", 1024),
         keys: env_or("BENCH_RELAY_KEYS", 50usize).max(1),
         drain_systems: std::env::var("BENCH_DRAIN_SYSTEMS")
             .unwrap_or_else(|_| "relay,lanes,poller".into())
