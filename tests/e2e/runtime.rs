@@ -113,6 +113,30 @@ async fn enrollment_retries_while_content_service_is_down() {
     }
 }
 
+/// G5: a fresh instance per delivery. Pool slots keep their memory mapped between
+/// instances (reset page by page), so prove that no static or heap state of an earlier run
+/// is visible to a later one, on one slot and across several.
+#[tokio::test]
+async fn no_guest_state_survives_from_one_delivery_to_the_next() {
+    let runtime = Runtime::new(2).expect("runtime");
+    let plugin = load(&runtime, "fixture-mixed", &[]);
+    for round in 0..20 {
+        let out = run(&plugin, "remember").await.expect("no failure");
+        match out.verdict {
+            Verdict::DeadLetter(reason) => assert_eq!(reason, "runs 1 1", "run {round}"),
+            other => panic!("expected the fixture's report, got {other:?}"),
+        }
+    }
+    let runs: Vec<_> = (0..8).map(|_| run(&plugin, "remember")).collect();
+    for out in futures::future::join_all(runs).await {
+        let verdict = out.expect("no failure").verdict;
+        assert!(
+            matches!(&verdict, Verdict::DeadLetter(r) if r == "runs 1 1"),
+            "{verdict:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn fixtures_fail_classified_and_the_host_stays_healthy() {
     let runtime = Runtime::new(8).expect("runtime");

@@ -134,6 +134,8 @@ struct Shared {
 
 /// A message waiting for a lane, and where its outcome goes.
 struct Job {
+    /// The message's non-empty `message_id`, by which a return is matched to it.
+    id: Option<String>,
     exchange: ShortString,
     routing_key: ShortString,
     options: BasicPublishOptions,
@@ -196,6 +198,7 @@ impl ConfirmedPublisher {
         let (reply, outcome) = oneshot::channel();
         let shared = &self.inner.shared;
         shared.lock_queue().push_back(Job {
+            id: message_id(&msg.properties).map(str::to_owned),
             exchange,
             routing_key,
             options: BasicPublishOptions {
@@ -233,8 +236,8 @@ impl Shared {
             return Vec::new();
         };
         let mut ids = HashSet::new();
-        let batchable = match message_id(&first.properties) {
-            Some(id) => ids.insert(id.to_owned()),
+        let batchable = match &first.id {
+            Some(id) => ids.insert(id.clone()),
             None => false,
         };
         let exchange = first.exchange.clone();
@@ -244,7 +247,7 @@ impl Shared {
             while let Some(job) = queue.pop_front() {
                 let joins = batch.len() < MAX_BATCH
                     && job.exchange == exchange
-                    && message_id(&job.properties).is_some_and(|id| ids.insert(id.to_owned()));
+                    && job.id.as_ref().is_some_and(|id| ids.insert(id.clone()));
                 if joins {
                     batch.push(job);
                 } else {
@@ -319,7 +322,6 @@ async fn publish_batch(lane: &Channel, batch: Vec<Job>) -> bool {
     let mut replies = Vec::with_capacity(batch.len());
     let mut confirms = Vec::with_capacity(batch.len());
     for job in batch {
-        let id = message_id(&job.properties).map(str::to_owned);
         let published = lane
             .basic_publish(
                 job.exchange,
@@ -331,7 +333,7 @@ async fn publish_batch(lane: &Channel, batch: Vec<Job>) -> bool {
             .await;
         match published {
             Ok(confirm) => {
-                ids.push(id);
+                ids.push(job.id);
                 replies.push(job.reply);
                 confirms.push(confirm);
             }

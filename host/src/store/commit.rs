@@ -227,11 +227,7 @@ async fn apply(
     }
 
     for write in last_write_per_key(&req.writes) {
-        let observed = req
-            .reads
-            .iter()
-            .find(|r| r.key == write.key)
-            .map(|r| r.observed_version);
+        let observed = observed_version(req, &write.key);
         let key = write.key.as_str();
         let changed = match (&write.value, observed) {
             // Read as absent: create, or revive a tombstone; a live row (a concurrent
@@ -348,6 +344,14 @@ pub(super) async fn lock_kv_keys<'a>(
     }
     query.execute(&mut *conn).await?;
     Ok(())
+}
+
+/// The version `req` read of `key`, if it read it (`Some(None)`: read as absent).
+pub(super) fn observed_version(req: &CommitRequest, key: &str) -> Option<Option<i64>> {
+    req.reads
+        .iter()
+        .find(|r| r.key == key)
+        .map(|r| r.observed_version)
 }
 
 /// Several writes to one key in a request: only the last counts (keeps the version checks

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use sqlx::{AnyConnection, AssertSqlSafe, Row};
 
-use super::commit::{check, last_write_per_key, lock_kv_keys};
+use super::commit::{check, last_write_per_key, lock_kv_keys, observed_version};
 use super::error::{Class, classify};
 use super::inbox::present_keys;
 use super::sql::{Placeholders, shaped_chunks};
@@ -179,11 +179,7 @@ fn plan<'a>(req: &'a CommitRequest, kv: &KvRows) -> Option<Vec<PlannedWrite<'a>>
     for write in last_write_per_key(&req.writes) {
         let current = state(&write.key);
         let live = Version::live_version(current);
-        let observed = req
-            .reads
-            .iter()
-            .find(|r| r.key == write.key)
-            .map(|r| r.observed_version);
+        let observed = observed_version(req, &write.key);
         let value = write.value.as_deref();
         match (value, observed) {
             // Read as absent: create or revive a tombstone, never overwrite a live row.
