@@ -13,9 +13,12 @@
 //! Knobs: `BENCH_MESSAGES`, `BENCH_ROUNDS` (default 3), `BENCH_PREFETCH` (default 256),
 //! `BENCH_SYSTEMS` (default `sqlite,postgres,baseline`).
 
+mod common;
+
 use carteiro::config::{self, Config};
 use carteiro::metrics::Metrics;
 use carteiro::topology::{self, DeclaredRoute, QueueType, RouteTopology};
+use common::{CpuBudget, CpuSample, create_pg_database, drop_pg_database, env_or, median, unique};
 use futures::StreamExt;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions,
@@ -57,18 +60,11 @@ struct Settings {
 struct Run {
     rate: f64,
     elapsed: Duration,
-    /// CPU seconds this process used during the timed window, per wall second (2 cores = 2.0).
-    cpu: f64,
+    /// Where the CPU went during the timed window, per message.
+    budget: CpuBudget,
     /// Mean seconds per plugin `handle` and per delivery (receipt to settlement).
     handler_mean: Option<f64>,
     delivery_mean: Option<f64>,
-}
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 fn settings() -> Settings {
@@ -97,40 +93,6 @@ fn settings() -> Settings {
         rounds: env_or("BENCH_ROUNDS", 3),
         prefetch: env_or("BENCH_PREFETCH", 256),
         systems,
-    }
-}
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}-{}", uuid::Uuid::now_v7().simple())
-}
-
-/// utime + stime of this process, in seconds.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start after the last ')'.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // state is field 3 overall = index 0 here; utime/stime are fields 14/15 = index 11/12.
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let mid = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[mid]
-    } else {
-        (v[mid - 1] + v[mid]) / 2.0
     }
 }
 
@@ -197,48 +159,6 @@ async fn delete_topology(conn: &Connection, declared: &DeclaredRoute) {
         )
         .await;
     let _ = channel.close(200, "cleanup".into()).await;
-}
-
-/// A fresh PostgreSQL database on the admin server; returns (name, url).
-async fn create_pg_database(admin: &str) -> (String, String) {
-    use sqlx::Connection as _;
-    use sqlx::Executor;
-    let name = format!("bench_{}", uuid::Uuid::now_v7().simple());
-    let mut conn = sqlx::PgConnection::connect(admin)
-        .await
-        .expect("connect to PostgreSQL");
-    conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .await
-        .expect("create database");
-    let _ = conn.close().await;
-    (name.clone(), database_url(admin, &name))
-}
-
-/// `admin` with its database name replaced by `name` (query string kept).
-fn database_url(admin: &str, name: &str) -> String {
-    let (base, query) = match admin.split_once('?') {
-        Some((b, q)) => (b, format!("?{q}")),
-        None => (admin, String::new()),
-    };
-    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
-    let host_part = match base[scheme_end..].find('/') {
-        Some(i) => &base[..scheme_end + i],
-        None => base,
-    };
-    format!("{host_part}/{name}{query}")
-}
-
-async fn drop_pg_database(admin: &str, name: &str) {
-    use sqlx::Connection as _;
-    use sqlx::Executor;
-    if let Ok(mut conn) = sqlx::PgConnection::connect(admin).await {
-        let _ = conn
-            .execute(sqlx::AssertSqlSafe(format!(
-                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-            )))
-            .await;
-        let _ = conn.close().await;
-    }
 }
 
 /// Sum and count of a histogram `family` for `route` in the Prometheus text.
@@ -339,7 +259,7 @@ async fn gateway_run(s: &Settings, system: System) -> Run {
     )
     .await;
     assert!(!gateway.is_finished(), "the gateway stopped early");
-    let (started, cpu_start) = (Instant::now(), cpu_seconds());
+    let (started, cpu_start) = (Instant::now(), CpuSample::now());
     let deadline = started + Duration::from_secs(900);
     while metrics.delivered(&queue, "acked") < n {
         if Instant::now() > deadline || gateway.is_finished() {
@@ -355,7 +275,7 @@ async fn gateway_run(s: &Settings, system: System) -> Run {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let elapsed = started.elapsed();
-    let cpu = (cpu_seconds() - cpu_start) / elapsed.as_secs_f64();
+    let budget = cpu_start.until(&CpuSample::now(), elapsed, s.messages - 1);
     let text = metrics.encode();
     let _ = stop.send(());
     match tokio::time::timeout(Duration::from_secs(60), gateway).await {
@@ -371,7 +291,7 @@ async fn gateway_run(s: &Settings, system: System) -> Run {
         // The first message was already handled when the clock started.
         rate: (s.messages - 1) as f64 / elapsed.as_secs_f64(),
         elapsed,
-        cpu,
+        budget,
         handler_mean: histogram_mean(&text, "handler_seconds", &queue),
         delivery_mean: histogram_mean(&text, "delivery_seconds", &queue),
     }
@@ -410,7 +330,7 @@ async fn baseline_run(s: &Settings) -> Run {
         .await
         .expect("consume");
     let mut acked = 0usize;
-    let mut clock: Option<(Instant, f64)> = None;
+    let mut clock: Option<(Instant, CpuSample)> = None;
     while acked < s.messages {
         let delivery = tokio::time::timeout(Duration::from_secs(60), consumer.next())
             .await
@@ -418,7 +338,7 @@ async fn baseline_run(s: &Settings) -> Run {
             .expect("consumer open")
             .expect("delivery");
         if clock.is_none() {
-            clock = Some((Instant::now(), cpu_seconds()));
+            clock = Some((Instant::now(), CpuSample::now()));
         }
         delivery
             .acker
@@ -429,14 +349,14 @@ async fn baseline_run(s: &Settings) -> Run {
     }
     let (started, cpu_start) = clock.expect("started");
     let elapsed = started.elapsed();
-    let cpu = (cpu_seconds() - cpu_start) / elapsed.as_secs_f64();
+    let budget = cpu_start.until(&CpuSample::now(), elapsed, s.messages - 1);
     let _ = channel.close(200, "done".into()).await;
     delete_topology(&conn, &declared).await;
     let _ = conn.close(200, "done".into()).await;
     Run {
         rate: (s.messages - 1) as f64 / elapsed.as_secs_f64(),
         elapsed,
-        cpu,
+        budget,
         handler_mean: None,
         delivery_mean: None,
     }
@@ -470,13 +390,14 @@ async fn main() {
                 other => gateway_run(&s, other).await,
             };
             println!(
-                "round {round} {:<9} {:>9.0} msg/s  ({:>6.2} s, host cpu {:.2} cores, handler mean {}, delivery mean {})",
+                "round {round} {:<9} {:>9.0} msg/s  ({:>6.2} s, host cpu {:.2} cores, handler mean {}, delivery mean {})\n        {}",
                 system.name(),
                 run.rate,
                 run.elapsed.as_secs_f64(),
-                run.cpu,
+                run.budget.own_cores,
                 ms(run.handler_mean),
                 ms(run.delivery_mean),
+                run.budget,
             );
             rates.push(run.rate);
         }

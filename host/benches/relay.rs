@@ -31,9 +31,12 @@
 //! (default `drain,latency`), `BENCH_MAX_IN_FLIGHT` (the relay's window, default 1,024),
 //! `BENCH_DRAIN_SYSTEMS` (default `relay,lanes,poller`; also `pipelined`), `BENCH_RELAY_KEYS`.
 
+mod common;
+
 use carteiro::metrics::Metrics;
 use carteiro::relay::Relay;
 use carteiro::store::{CommitOutcome, CommitRequest, GroupCommitter, NewOutboxRow, Store};
+use common::{CpuBudget, CpuSample, create_pg_database, drop_pg_database, env_or, median, unique};
 use futures::StreamExt;
 use lapin::options::{
     BasicConsumeOptions, BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions,
@@ -89,13 +92,6 @@ struct Settings {
     drain_systems: Vec<Publisher>,
 }
 
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn settings() -> Settings {
     let amqp = std::env::var("CARTEIRO_TEST_AMQP_URL").unwrap_or_else(|_| {
         panic!("CARTEIRO_TEST_AMQP_URL is not set: run bench/run.sh (or scripts/rabbitmq.sh start and export the URL)")
@@ -136,24 +132,6 @@ fn settings() -> Settings {
             })
             .collect(),
         parts: std::env::var("BENCH_RELAY_PARTS").unwrap_or_else(|_| "drain,latency".into()),
-    }
-}
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}-{}", uuid::Uuid::now_v7().simple())
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let mid = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[mid]
-    } else {
-        (v[mid - 1] + v[mid]) / 2.0
     }
 }
 
@@ -287,47 +265,6 @@ impl Fixture {
     }
 }
 
-async fn create_pg_database(admin: &str) -> (String, String) {
-    use sqlx::Connection as _;
-    use sqlx::Executor;
-    let name = format!("bench_{}", uuid::Uuid::now_v7().simple());
-    let mut conn = sqlx::PgConnection::connect(admin)
-        .await
-        .expect("connect to PostgreSQL");
-    conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .await
-        .expect("create database");
-    let _ = conn.close().await;
-    (name.clone(), database_url(admin, &name))
-}
-
-/// `admin` with its database name replaced by `name` (query string kept).
-fn database_url(admin: &str, name: &str) -> String {
-    let (base, query) = match admin.split_once('?') {
-        Some((b, q)) => (b, format!("?{q}")),
-        None => (admin, String::new()),
-    };
-    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
-    let host_part = match base[scheme_end..].find('/') {
-        Some(i) => &base[..scheme_end + i],
-        None => base,
-    };
-    format!("{host_part}/{name}{query}")
-}
-
-async fn drop_pg_database(admin: &str, name: &str) {
-    use sqlx::Connection as _;
-    use sqlx::Executor;
-    if let Ok(mut conn) = sqlx::PgConnection::connect(admin).await {
-        let _ = conn
-            .execute(sqlx::AssertSqlSafe(format!(
-                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-            )))
-            .await;
-        let _ = conn.close().await;
-    }
-}
-
 fn row(exchange: &str, keys: usize, i: usize) -> CommitRequest {
     let key = format!("key-{}", i % keys);
     CommitRequest {
@@ -451,7 +388,7 @@ async fn run_poller(store_url: String, amqp: String, stop: CancellationToken) {
 
 /// The publishing rule alone, no store: one task per ordering key publishes its share of
 /// `rows` one message after another, each awaiting its own confirm. Returns rows/s.
-async fn lanes_run(s: &Settings, backend: Backend) -> f64 {
+async fn lanes_run(s: &Settings, backend: Backend) -> (f64, CpuBudget) {
     let f = Fixture::new(s, backend).await;
     let conn = Arc::new(
         Connection::connect(&s.amqp, ConnectionProperties::default())
@@ -464,7 +401,7 @@ async fn lanes_run(s: &Settings, backend: Backend) -> f64 {
     )
     .await
     .expect("publisher");
-    let started = Instant::now();
+    let (started, cpu) = (Instant::now(), CpuSample::now());
     let tasks: Vec<_> = (0..s.keys)
         .map(|k| {
             let publisher = publisher.clone();
@@ -494,6 +431,7 @@ async fn lanes_run(s: &Settings, backend: Backend) -> f64 {
         t.await.expect("lane task");
     }
     let elapsed = started.elapsed();
+    let budget = cpu.until(&CpuSample::now(), elapsed, s.rows);
     let _ = conn.close(200, "done".into()).await;
     let depth = f.sink_depth().await;
     assert!(
@@ -501,11 +439,11 @@ async fn lanes_run(s: &Settings, backend: Backend) -> f64 {
         "lanes: only {depth} rows reached the sink"
     );
     f.close(s).await;
-    s.rows as f64 / elapsed.as_secs_f64()
+    (s.rows as f64 / elapsed.as_secs_f64(), budget)
 }
 
 /// Batches pipelined on a few confirm channels, no store, no ordering: the box's ceiling.
-async fn pipelined_run(s: &Settings, backend: Backend) -> f64 {
+async fn pipelined_run(s: &Settings, backend: Backend) -> (f64, CpuBudget) {
     let f = Fixture::new(s, backend).await;
     let conn = Connection::connect(&s.amqp, ConnectionProperties::default())
         .await
@@ -513,7 +451,7 @@ async fn pipelined_run(s: &Settings, backend: Backend) -> f64 {
     let channels: usize = env_or("BENCH_PIPE_CHANNELS", 4);
     let batch: usize = env_or("BENCH_PIPE_BATCH", 64);
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let started = Instant::now();
+    let (started, cpu) = (Instant::now(), CpuSample::now());
     let mut tasks = Vec::new();
     for _ in 0..channels {
         let ch = conn.create_channel().await.expect("channel");
@@ -561,11 +499,12 @@ async fn pipelined_run(s: &Settings, backend: Backend) -> f64 {
         t.await.expect("task");
     }
     let elapsed = started.elapsed();
+    let budget = cpu.until(&CpuSample::now(), elapsed, s.rows);
     let _ = conn.close(200, "done".into()).await;
     let depth = f.sink_depth().await;
     assert!(depth as usize >= s.rows, "pipelined: only {depth}");
     f.close(s).await;
-    s.rows as f64 / elapsed.as_secs_f64()
+    (s.rows as f64 / elapsed.as_secs_f64(), budget)
 }
 
 /// Starts `which` on the fixture; returns its stop token and task.
@@ -609,7 +548,7 @@ async fn finish(publisher: (CancellationToken, tokio::task::JoinHandle<()>)) {
 
 // ---------------------------------------------------------------- (a) drain
 
-async fn drain_run(s: &Settings, backend: Backend, which: Publisher) -> f64 {
+async fn drain_run(s: &Settings, backend: Backend, which: Publisher) -> (f64, CpuBudget) {
     let f = Fixture::new(s, backend).await;
     let mut batch = Vec::with_capacity(256);
     for i in 0..s.rows {
@@ -631,7 +570,7 @@ async fn drain_run(s: &Settings, backend: Backend, which: Publisher) -> f64 {
         .connect(&f.store_url)
         .await
         .expect("probe connects to the store");
-    let started = Instant::now();
+    let (started, cpu) = (Instant::now(), CpuSample::now());
     let publisher = start(which, &f, &s.amqp, None);
     let deadline = started + Duration::from_secs(600);
     loop {
@@ -650,6 +589,7 @@ async fn drain_run(s: &Settings, backend: Backend, which: Publisher) -> f64 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let elapsed = started.elapsed();
+    let budget = cpu.until(&CpuSample::now(), elapsed, s.rows);
     probe.close().await;
     assert_eq!(f.store.outbox_status().await.expect("status").pending, 0);
     finish(publisher).await;
@@ -660,7 +600,7 @@ async fn drain_run(s: &Settings, backend: Backend, which: Publisher) -> f64 {
         s.rows
     );
     f.close(s).await;
-    s.rows as f64 / elapsed.as_secs_f64()
+    (s.rows as f64 / elapsed.as_secs_f64(), budget)
 }
 
 // ---------------------------------------------------------------- (b) latency
@@ -782,12 +722,15 @@ async fn drain(s: &Settings, backend: Backend, b: &str) {
     let mut drain: HashMap<&str, Vec<f64>> = HashMap::new();
     for round in 1..=s.rounds {
         for which in s.drain_systems.iter().copied() {
-            let rate = match which {
+            let (rate, budget) = match which {
                 Publisher::Lanes => lanes_run(s, backend).await,
                 Publisher::Pipelined => pipelined_run(s, backend).await,
                 _ => drain_run(s, backend, which).await,
             };
-            println!("round {round} {:<7} {rate:>9.0} rows/s", which.name());
+            println!(
+                "round {round} {:<7} {rate:>9.0} rows/s  ({budget})",
+                which.name()
+            );
             drain.entry(which.name()).or_default().push(rate);
         }
     }

@@ -106,6 +106,7 @@ impl Store {
         if let Some(p) = &dl.plugin {
             validate::text("plugin", p)?;
         }
+        let mut tx = self.begin_write().await?;
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO dead_letters (route, queue, reason, plugin, attempts, headers, body, \
              first_failed_at, dead_lettered_at, replay_count) \
@@ -120,8 +121,9 @@ impl Store {
         .bind(dl.body.as_slice())
         .bind(dl.first_failed_at)
         .bind(dl.dead_lettered_at)
-        .fetch_one(self.pool())
+        .fetch_one(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(id)
     }
 
@@ -175,14 +177,16 @@ impl Store {
 
     /// Records a replay of `id` (after the copy was republished and confirmed).
     pub async fn dead_letter_mark_replayed(&self, id: i64) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "UPDATE dead_letters SET replayed_at = $2, replay_count = replay_count + 1 \
              WHERE id = $1",
         )
         .bind(id)
         .bind(now_ms())
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::Invalid(format!("no dead letter with id {id}")));
         }
@@ -199,7 +203,10 @@ impl Store {
                 Arg::Text(t) => query.bind(t),
             };
         }
-        Ok(query.execute(self.pool()).await?.rows_affected())
+        let mut tx = self.begin_write().await?;
+        let purged = query.execute(&mut *tx).await?.rows_affected();
+        tx.commit().await?;
+        Ok(purged)
     }
 
     /// `{head} FROM dead_letters WHERE ...` with `$n` placeholders; values stay bound.

@@ -64,10 +64,12 @@ impl Store {
     /// Retention for delete tombstones older than `cutoff_ms`. Keep them longer than any
     /// handler run: a read older than a purged tombstone could pass its version check.
     pub async fn kv_purge_tombstones_before(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
+        let mut tx = self.begin_write().await?;
         let done = sqlx::query("DELETE FROM kv WHERE value IS NULL AND updated_at < $1")
             .bind(cutoff_ms)
-            .execute(self.pool())
+            .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
         Ok(done.rows_affected())
     }
 }

@@ -34,7 +34,11 @@ fn random_request(rng: &mut Rng, n: usize) -> CommitRequest {
     }
     for _ in 0..rng.below(3) {
         let key = KEYS[rng.below(4) as usize];
-        let value = (rng.below(3) != 0).then(|| vec![b'0' + rng.below(10) as u8]);
+        let value = match rng.below(4) {
+            0 => None,
+            1 => Some(Vec::new()), // live but empty: must not turn into a tombstone
+            _ => Some(vec![b'0' + rng.below(10) as u8]),
+        };
         req.writes.push(write(key, value.as_deref()));
     }
     for _ in 0..rng.below(2) {
