@@ -57,6 +57,7 @@ pub mod kv;
 pub mod log;
 mod message;
 pub mod outbox;
+pub mod rules;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
 mod verdict;

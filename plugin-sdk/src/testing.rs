@@ -75,10 +75,10 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_key_len: 1024,
-            max_value_len: 4 << 20,
+            max_key_len: crate::rules::MAX_KV_KEY_BYTES,
+            max_value_len: crate::rules::MAX_KV_VALUE_BYTES,
             max_events: 100,
-            max_payload_len: 8 << 20,
+            max_payload_len: crate::rules::MAX_EVENT_PAYLOAD_BYTES,
             max_host_calls: 10_000,
         }
     }

@@ -10,14 +10,10 @@ use std::sync::Arc;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-/// Longest kv key, in bytes.
-pub const MAX_KV_KEY_BYTES: usize = 1024;
-/// Largest kv value, in bytes.
-pub const MAX_KV_VALUE_BYTES: usize = 4 << 20;
-/// Largest outbox payload, in bytes.
-pub const MAX_EVENT_PAYLOAD_BYTES: usize = 8 << 20;
-/// AMQP short strings (exchange, routing key) are at most 255 bytes.
-const MAX_SHORT_STRING: usize = 255;
+// The limits and checks live in the SDK, whose mock host applies the same ones: a handler's
+// unit tests refuse exactly what this host refuses.
+pub use carteiro_sdk::rules::{MAX_EVENT_PAYLOAD_BYTES, MAX_KV_KEY_BYTES, MAX_KV_VALUE_BYTES};
+use carteiro_sdk::rules::{event_problem, kv_key_problem};
 
 /// Static facts about the plugin a store runs.
 #[derive(Debug)]
@@ -82,21 +78,10 @@ impl WasiView for HostState {
 }
 
 fn check_key(key: &str) -> Result<(), kv::KvError> {
-    if key.is_empty() {
-        return Err(kv::KvError::InvalidKey("kv keys must not be empty".into()));
+    match kv_key_problem(key, MAX_KV_KEY_BYTES) {
+        Some(why) => Err(kv::KvError::InvalidKey(why)),
+        None => Ok(()),
     }
-    if key.len() > MAX_KV_KEY_BYTES {
-        return Err(kv::KvError::InvalidKey(format!(
-            "kv key is {} bytes; at most {MAX_KV_KEY_BYTES}",
-            key.len()
-        )));
-    }
-    if key.contains('\0') {
-        return Err(kv::KvError::InvalidKey(
-            "kv keys must not contain NUL".into(),
-        ));
-    }
-    Ok(())
 }
 
 impl types::Host for HostState {}
@@ -153,28 +138,12 @@ impl kv::Host for HostState {
 }
 
 fn check_event(event: &outbox::Event) -> Result<(), outbox::OutboxError> {
-    let invalid = |m: String| Err(outbox::OutboxError::InvalidEvent(m));
-    for (what, text) in [
-        ("exchange", &event.exchange),
-        ("routing key", &event.routing_key),
-    ] {
-        if text.len() > MAX_SHORT_STRING {
-            return invalid(format!("{what} is {} bytes; AMQP allows 255", text.len()));
-        }
-        if text.contains('\0') {
-            return invalid(format!("{what} must not contain NUL"));
-        }
-    }
-    for header in &event.headers {
-        if header.name.is_empty() || header.name.len() > MAX_SHORT_STRING {
-            return invalid("header names must be 1-255 bytes".into());
-        }
-        if header.name.contains('\0') || header.value.contains('\0') {
-            return invalid(format!(
-                "header `{}` must not contain NUL",
-                header.name.replace('\0', "\\0")
-            ));
-        }
+    let headers = event
+        .headers
+        .iter()
+        .map(|h| (h.name.as_str(), h.value.as_str()));
+    if let Some(why) = event_problem(&event.exchange, &event.routing_key, headers) {
+        return Err(outbox::OutboxError::InvalidEvent(why));
     }
     if event.payload.len() > MAX_EVENT_PAYLOAD_BYTES {
         return Err(outbox::OutboxError::PayloadTooLarge(

@@ -7,10 +7,7 @@ use std::collections::BTreeMap;
 use crate::log::Level;
 use crate::outbox::{Event, EventId};
 use crate::testing::{EmittedEvent, Limits, LogRecord};
-use crate::{KvError, OutboxError};
-
-/// AMQP short strings (exchange, routing key, header names) are at most 255 bytes.
-const MAX_SHORT_STRING: usize = 255;
+use crate::{KvError, OutboxError, rules};
 
 /// Everything the mock host holds for one thread.
 #[derive(Debug, Default)]
@@ -53,20 +50,10 @@ fn host_call(state: &mut State) {
 }
 
 fn check_key(state: &State, key: &str) -> Result<(), KvError> {
-    if key.is_empty() {
-        return Err(KvError::InvalidKey("kv keys must not be empty".into()));
+    match rules::kv_key_problem(key, state.limits.max_key_len) {
+        Some(why) => Err(KvError::InvalidKey(why)),
+        None => Ok(()),
     }
-    if key.len() > state.limits.max_key_len {
-        return Err(KvError::InvalidKey(format!(
-            "kv key is {} bytes; at most {}",
-            key.len(),
-            state.limits.max_key_len
-        )));
-    }
-    if key.contains('\0') {
-        return Err(KvError::InvalidKey("kv keys must not contain NUL".into()));
-    }
-    Ok(())
 }
 
 pub(crate) fn kv_get(key: &str) -> Result<Option<Vec<u8>>, KvError> {
@@ -103,28 +90,12 @@ pub(crate) fn kv_delete(key: &str) -> Result<(), KvError> {
 }
 
 fn check_event(event: &Event, max_payload_len: usize) -> Result<(), OutboxError> {
-    let invalid = |m: String| Err(OutboxError::InvalidEvent(m));
-    for (what, text) in [
-        ("exchange", &event.exchange),
-        ("routing key", &event.routing_key),
-    ] {
-        if text.len() > MAX_SHORT_STRING {
-            return invalid(format!("{what} is {} bytes; AMQP allows 255", text.len()));
-        }
-        if text.contains('\0') {
-            return invalid(format!("{what} must not contain NUL"));
-        }
-    }
-    for header in &event.headers {
-        if header.name.is_empty() || header.name.len() > MAX_SHORT_STRING {
-            return invalid("header names must be 1-255 bytes".into());
-        }
-        if header.name.contains('\0') || header.value.contains('\0') {
-            return invalid(format!(
-                "header `{}` must not contain NUL",
-                header.name.replace('\0', "\\0")
-            ));
-        }
+    let headers = event
+        .headers
+        .iter()
+        .map(|h| (h.name.as_str(), h.value.as_str()));
+    if let Some(why) = rules::event_problem(&event.exchange, &event.routing_key, headers) {
+        return Err(OutboxError::InvalidEvent(why));
     }
     if event.payload.len() > max_payload_len {
         return Err(OutboxError::PayloadTooLarge(max_payload_len as u64));
