@@ -427,19 +427,7 @@ async fn lanes_run(s: &Settings, backend: Backend) -> (f64, CpuBudget) {
             })
         })
         .collect();
-    for t in tasks {
-        t.await.expect("lane task");
-    }
-    let elapsed = started.elapsed();
-    let budget = cpu.until(&CpuSample::now(), elapsed, s.rows);
-    let _ = conn.close(200, "done".into()).await;
-    let depth = f.sink_depth().await;
-    assert!(
-        depth as usize >= s.rows,
-        "lanes: only {depth} rows reached the sink"
-    );
-    f.close(s).await;
-    (s.rows as f64 / elapsed.as_secs_f64(), budget)
+    finish_storeless("lanes", s, f, &conn, tasks, (started, cpu)).await
 }
 
 /// Batches pipelined on a few confirm channels, no store, no ordering: the box's ceiling.
@@ -495,14 +483,31 @@ async fn pipelined_run(s: &Settings, backend: Backend) -> (f64, CpuBudget) {
             }
         }));
     }
+    finish_storeless("pipelined", s, f, &conn, tasks, (started, cpu)).await
+}
+
+/// Ends a run with no store: waits for its publishing tasks, stops the clock, checks every
+/// row reached the sink. Returns rows/s and the CPU budget.
+async fn finish_storeless(
+    name: &str,
+    s: &Settings,
+    f: Fixture,
+    conn: &Connection,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    (started, cpu): (Instant, CpuSample),
+) -> (f64, CpuBudget) {
     for t in tasks {
-        t.await.expect("task");
+        t.await.expect("publishing task");
     }
     let elapsed = started.elapsed();
     let budget = cpu.until(&CpuSample::now(), elapsed, s.rows);
     let _ = conn.close(200, "done".into()).await;
     let depth = f.sink_depth().await;
-    assert!(depth as usize >= s.rows, "pipelined: only {depth}");
+    assert!(
+        depth as usize >= s.rows,
+        "{name}: only {depth} of {} rows reached the sink",
+        s.rows
+    );
     f.close(s).await;
     (s.rows as f64 / elapsed.as_secs_f64(), budget)
 }
