@@ -16,6 +16,9 @@
 //!   this box: one task per ordering key publishing its rows one after another through a
 //!   `ConfirmedPublisher` sized like the relay's, each row awaiting its own confirm before
 //!   the next. The relay cannot drain faster than this.
+//!
+//! Every system publishes the same messages as the relay (`message_id`, persistent, the
+//! commit time, the row's one header, the content type; see `event_properties`).
 //! - `pipelined` (drain only, opt-in): no store and no ordering rule, `BENCH_PIPE_CHANNELS`
 //!   (4) channels publishing batches of `BENCH_PIPE_BATCH` (64) back to back: what the
 //!   broker and lapin take on this box at all.
@@ -287,6 +290,30 @@ fn row(exchange: &str, keys: usize, i: usize) -> CommitRequest {
     }
 }
 
+/// The properties the relay gives a row (`event_id` as `message_id`, persistent, the commit
+/// time, the row's headers; the caller adds the content type). Every compared system sends
+/// exactly these: a header table alone costs the broker ~20 µs a message here, so lighter
+/// messages would flatter the systems without a store.
+fn event_properties(
+    message_id: &str,
+    created_at_ms: i64,
+    headers: Vec<(String, String)>,
+) -> BasicProperties {
+    BasicProperties::default()
+        .with_message_id(message_id.into())
+        .with_delivery_mode(2)
+        .with_timestamp(u64::try_from(created_at_ms / 1000).unwrap_or(0))
+        .with_headers(
+            carteiro::broker::headers::table_from_text(headers).expect("bench header names fit"),
+        )
+}
+
+fn unix_ms_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 // ---------------------------------------------------------------- the polling baseline
 
 /// The classic polling publisher: every `POLL_INTERVAL`, take the unpublished rows in id
@@ -315,8 +342,8 @@ async fn run_poller(store_url: String, amqp: String, stop: CancellationToken) {
         }
         loop {
             let rows = sqlx::query(
-                "SELECT id, event_id, exchange, routing_key, content_type, payload FROM outbox \
-                 WHERE published_at IS NULL ORDER BY id LIMIT $1",
+                "SELECT id, event_id, exchange, routing_key, headers, content_type, payload, \
+                 created_at FROM outbox WHERE published_at IS NULL ORDER BY id LIMIT $1",
             )
             .bind(POLL_LIMIT)
             .fetch_all(&pool)
@@ -332,11 +359,13 @@ async fn run_poller(store_url: String, amqp: String, stop: CancellationToken) {
                 let event_id: String = r.get("event_id");
                 let exchange: String = r.get("exchange");
                 let routing_key: String = r.get("routing_key");
+                let headers: String = r.get("headers");
+                let headers: Vec<(String, String)> =
+                    serde_json::from_str(&headers).expect("stored headers are JSON");
                 let content_type: Option<String> = r.get("content_type");
                 let payload: Vec<u8> = r.get("payload");
-                let mut props = BasicProperties::default()
-                    .with_message_id(event_id.into())
-                    .with_delivery_mode(2);
+                let created_at: i64 = r.get("created_at");
+                let mut props = event_properties(&event_id, created_at, headers);
                 if let Some(ct) = content_type {
                     props = props.with_content_type(ct.into());
                 }
@@ -412,10 +441,12 @@ async fn lanes_run(s: &Settings, backend: Backend) -> (f64, CpuBudget) {
                     let msg = carteiro::broker::Outgoing {
                         exchange: exchange.clone(),
                         routing_key: "bench.event".into(),
-                        properties: BasicProperties::default()
-                            .with_message_id(uuid::Uuid::now_v7().to_string().into())
-                            .with_delivery_mode(2)
-                            .with_content_type("application/json".into()),
+                        properties: event_properties(
+                            &uuid::Uuid::now_v7().to_string(),
+                            unix_ms_now(),
+                            vec![("x-seq".into(), i.to_string())],
+                        )
+                        .with_content_type("application/json".into()),
                         body: format!(r#"{{"key":"key-{k}","seq":{i}}}"#).into_bytes(),
                         mandatory: true,
                     };
@@ -457,10 +488,12 @@ async fn pipelined_run(s: &Settings, backend: Backend) -> (f64, CpuBudget) {
                 }
                 let mut confirms = Vec::new();
                 for i in from..(from + batch).min(rows) {
-                    let props = BasicProperties::default()
-                        .with_message_id(uuid::Uuid::now_v7().to_string().into())
-                        .with_delivery_mode(2)
-                        .with_content_type("application/json".into());
+                    let props = event_properties(
+                        &uuid::Uuid::now_v7().to_string(),
+                        unix_ms_now(),
+                        vec![("x-seq".into(), i.to_string())],
+                    )
+                    .with_content_type("application/json".into());
                     let body = format!(r#"{{"seq":{i}}}"#).into_bytes();
                     confirms.push(
                         ch.basic_publish(
