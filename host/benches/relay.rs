@@ -16,9 +16,6 @@
 //!   this box: one task per ordering key publishing its rows one after another through a
 //!   `ConfirmedPublisher` sized like the relay's, each row awaiting its own confirm before
 //!   the next. The relay cannot drain faster than this.
-//!
-//! Every system publishes the same messages as the relay (`message_id`, persistent, the
-//! commit time, the row's one header, the content type; see `event_properties`).
 //! - `pipelined` (drain only, opt-in): no store and no ordering rule, `BENCH_PIPE_CHANNELS`
 //!   (4) channels publishing batches of `BENCH_PIPE_BATCH` (64) back to back: what the
 //!   broker and lapin take on this box at all.
@@ -26,6 +23,9 @@
 //!   (id order, up to 5,000), publish them all, wait for every confirm, then mark the batch
 //!   published with one UPDATE. When draining a backlog it loops without sleeping while a
 //!   poll came back full.
+//!
+//! Every system publishes the messages the relay would (`message_id`, persistent, the commit
+//! time, the row's headers, the content type; see `event_properties`).
 //!
 //! Run: `bench/run.sh`, or with the services up and the URLs exported:
 //! `CARTEIRO_TEST_AMQP_URL=... CARTEIRO_TEST_POSTGRES_URL=... cargo bench -p carteiro --bench relay`
