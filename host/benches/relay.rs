@@ -25,7 +25,8 @@
 //!   poll came back full.
 //!
 //! Every system publishes the messages the relay would (`message_id`, persistent, the commit
-//! time, the row's headers, the content type; see `event_properties`).
+//! time, the row's headers, the content type: `carteiro::relay::event_properties`, the
+//! relay's own function), since a header table alone costs the broker ~20 µs a message here.
 //!
 //! Run: `bench/run.sh`, or with the services up and the URLs exported:
 //! `CARTEIRO_TEST_AMQP_URL=... CARTEIRO_TEST_POSTGRES_URL=... cargo bench -p carteiro --bench relay`
@@ -37,7 +38,7 @@
 mod common;
 
 use carteiro::metrics::Metrics;
-use carteiro::relay::Relay;
+use carteiro::relay::{Relay, event_properties};
 use carteiro::store::{CommitOutcome, CommitRequest, GroupCommitter, NewOutboxRow, Store};
 use common::{CpuBudget, CpuSample, create_pg_database, drop_pg_database, env_or, median, unique};
 use futures::StreamExt;
@@ -46,7 +47,7 @@ use lapin::options::{
     ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Connection, ConnectionProperties, ExchangeKind};
+use lapin::{Connection, ConnectionProperties, ExchangeKind};
 use sqlx::Row;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -290,24 +291,6 @@ fn row(exchange: &str, keys: usize, i: usize) -> CommitRequest {
     }
 }
 
-/// The properties the relay gives a row (`event_id` as `message_id`, persistent, the commit
-/// time, the row's headers; the caller adds the content type). Every compared system sends
-/// exactly these: a header table alone costs the broker ~20 µs a message here, so lighter
-/// messages would flatter the systems without a store.
-fn event_properties(
-    message_id: &str,
-    created_at_ms: i64,
-    headers: Vec<(String, String)>,
-) -> BasicProperties {
-    BasicProperties::default()
-        .with_message_id(message_id.into())
-        .with_delivery_mode(2)
-        .with_timestamp(u64::try_from(created_at_ms / 1000).unwrap_or(0))
-        .with_headers(
-            carteiro::broker::headers::table_from_text(headers).expect("bench header names fit"),
-        )
-}
-
 fn unix_ms_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -365,10 +348,8 @@ async fn run_poller(store_url: String, amqp: String, stop: CancellationToken) {
                 let content_type: Option<String> = r.get("content_type");
                 let payload: Vec<u8> = r.get("payload");
                 let created_at: i64 = r.get("created_at");
-                let mut props = event_properties(&event_id, created_at, headers);
-                if let Some(ct) = content_type {
-                    props = props.with_content_type(ct.into());
-                }
+                let props =
+                    event_properties(&event_id, created_at, &headers, content_type.as_deref());
                 let confirm = channel
                     .basic_publish(
                         exchange.into(),
@@ -444,9 +425,9 @@ async fn lanes_run(s: &Settings, backend: Backend) -> (f64, CpuBudget) {
                         properties: event_properties(
                             &uuid::Uuid::now_v7().to_string(),
                             unix_ms_now(),
-                            vec![("x-seq".into(), i.to_string())],
-                        )
-                        .with_content_type("application/json".into()),
+                            &[("x-seq".into(), i.to_string())],
+                            Some("application/json"),
+                        ),
                         body: format!(r#"{{"key":"key-{k}","seq":{i}}}"#).into_bytes(),
                         mandatory: true,
                     };
@@ -491,9 +472,9 @@ async fn pipelined_run(s: &Settings, backend: Backend) -> (f64, CpuBudget) {
                     let props = event_properties(
                         &uuid::Uuid::now_v7().to_string(),
                         unix_ms_now(),
-                        vec![("x-seq".into(), i.to_string())],
-                    )
-                    .with_content_type("application/json".into());
+                        &[("x-seq".into(), i.to_string())],
+                        Some("application/json"),
+                    );
                     let body = format!(r#"{{"seq":{i}}}"#).into_bytes();
                     confirms.push(
                         ch.basic_publish(

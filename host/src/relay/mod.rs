@@ -130,23 +130,40 @@ impl Relay {
 
 /// The AMQP message for a row: `event_id` is the `message_id`.
 fn outgoing(row: &OutboxRow) -> Outgoing {
-    let mut properties = BasicProperties::default()
-        .with_message_id(row.event_id.to_string().as_str().into())
-        .with_delivery_mode(2)
-        .with_timestamp(u64::try_from(row.created_at / 1000).unwrap_or(0));
-    if let Ok(headers) = table_from_text(row.headers.iter().cloned()) {
-        properties = properties.with_headers(headers);
-    }
-    if let Some(ct) = &row.content_type {
-        properties = properties.with_content_type(ct.as_str().into());
-    }
     Outgoing {
         exchange: row.exchange.clone(),
         routing_key: row.routing_key.clone(),
-        properties,
+        properties: event_properties(
+            &row.event_id.to_string(),
+            row.created_at,
+            &row.headers,
+            row.content_type.as_deref(),
+        ),
         body: row.payload.clone(),
         mandatory: true,
     }
+}
+
+/// The AMQP properties the relay publishes an outbox row with: `event_id` as `message_id`,
+/// persistent, the commit time (unix ms, sent in seconds), the row's headers, its content
+/// type. Public so the benchmarks publish exactly the relay's messages.
+pub fn event_properties(
+    event_id: &str,
+    created_at_ms: i64,
+    headers: &[(String, String)],
+    content_type: Option<&str>,
+) -> BasicProperties {
+    let mut properties = BasicProperties::default()
+        .with_message_id(event_id.into())
+        .with_delivery_mode(2)
+        .with_timestamp(u64::try_from(created_at_ms / 1000).unwrap_or(0));
+    if let Ok(headers) = table_from_text(headers.iter().map(|(k, v)| (k, v))) {
+        properties = properties.with_headers(headers);
+    }
+    if let Some(ct) = content_type {
+        properties = properties.with_content_type(ct.into());
+    }
+    properties
 }
 
 async fn sleep_or_stop(delay: Duration, stop: &CancellationToken) {
@@ -178,5 +195,67 @@ async fn listen_for_commits(url: String, wake: Arc<Notify>, stop: CancellationTo
             }
         }
         sleep_or_stop(Duration::from_secs(1), &stop).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::broker::headers::to_text_pairs;
+
+    #[test]
+    fn a_row_goes_out_with_its_event_id_headers_content_type_and_commit_time() {
+        let row = OutboxRow {
+            id: 7,
+            event_id: uuid::Uuid::now_v7(),
+            route: "r".into(),
+            plugin: "p".into(),
+            exchange: "events".into(),
+            routing_key: "acesso.liberado".into(),
+            headers: vec![
+                ("x-causation-id".into(), "m-1".into()),
+                ("traceparent".into(), "00-abc-def-01".into()),
+            ],
+            content_type: Some("application/json".into()),
+            payload: b"{}".to_vec(),
+            ordering_key: "k".into(),
+            created_at: 1_700_000_123_456,
+            attempts: 0,
+            last_error: None,
+        };
+        let out = outgoing(&row);
+        let p = &out.properties;
+        assert_eq!(
+            p.message_id().as_ref().map(|s| s.to_string()),
+            Some(row.event_id.to_string())
+        );
+        assert_eq!(*p.delivery_mode(), Some(2), "persistent");
+        assert_eq!(
+            *p.timestamp(),
+            Some(1_700_000_123),
+            "commit time in seconds"
+        );
+        // An AMQP field table keeps its names sorted (lapin's `FieldTable` is a map).
+        let mut sent_headers = row.headers.clone();
+        sent_headers.sort();
+        assert_eq!(to_text_pairs(p.headers().as_ref().unwrap()), sent_headers);
+        assert_eq!(
+            p.content_type().as_ref().map(|s| s.to_string()),
+            Some("application/json".to_owned())
+        );
+        assert!(
+            out.mandatory,
+            "an unroutable row must come back as a failure"
+        );
+        assert_eq!(
+            (
+                out.exchange.as_str(),
+                out.routing_key.as_str(),
+                out.body.as_slice()
+            ),
+            ("events", "acesso.liberado", b"{}".as_slice())
+        );
     }
 }
