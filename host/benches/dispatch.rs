@@ -60,6 +60,7 @@ async fn main() {
         memory_bytes: 64 << 20,
         max_host_calls: 10_000,
         max_events: 100,
+        totals: carteiro::runtime::DeliveryTotals::default(),
     };
     let iterations = std::env::var("DISPATCH_ITERATIONS")
         .ok()

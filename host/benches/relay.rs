@@ -349,7 +349,8 @@ async fn run_poller(store_url: String, amqp: String, stop: CancellationToken) {
                 let payload: Vec<u8> = r.get("payload");
                 let created_at: i64 = r.get("created_at");
                 let props =
-                    event_properties(&event_id, created_at, &headers, content_type.as_deref());
+                    event_properties(&event_id, created_at, &headers, content_type.as_deref())
+                        .expect("bench rows are publishable");
                 let confirm = channel
                     .basic_publish(
                         exchange.into(),
@@ -427,7 +428,8 @@ async fn lanes_run(s: &Settings, backend: Backend) -> (f64, CpuBudget) {
                             unix_ms_now(),
                             &[("x-seq".into(), i.to_string())],
                             Some("application/json"),
-                        ),
+                        )
+                        .expect("bench rows are publishable"),
                         body: format!(r#"{{"key":"key-{k}","seq":{i}}}"#).into_bytes(),
                         mandatory: true,
                     };
@@ -474,7 +476,8 @@ async fn pipelined_run(s: &Settings, backend: Backend) -> (f64, CpuBudget) {
                         unix_ms_now(),
                         &[("x-seq".into(), i.to_string())],
                         Some("application/json"),
-                    );
+                    )
+                    .expect("bench rows are publishable");
                     let body = format!(r#"{{"seq":{i}}}"#).into_bytes();
                     confirms.push(
                         ch.basic_publish(

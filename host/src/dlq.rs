@@ -1,11 +1,11 @@
 //! Dead letters for people: JSON views and replay (back onto the route's work queue with a
 //! fresh attempt counter, via a confirmed publish, then marked replayed).
 
-use crate::broker::headers::table_from_text;
+use crate::broker::outgoing::replay_properties;
+use crate::broker::seal::SealKey;
 use crate::broker::{ConfirmedPublisher, Outgoing, PublisherOptions};
-use crate::pipeline::{PROP_CONTENT_TYPE, PROP_CORRELATION_ID, PROP_MESSAGE_ID};
+use crate::common::headers::{PROP_CONTENT_TYPE, PROP_CORRELATION_ID, PROP_MESSAGE_ID};
 use crate::store::{DeadLetter, Store};
-use lapin::BasicProperties;
 use std::time::Duration;
 
 fn body_preview(body: &[u8]) -> serde_json::Value {
@@ -43,8 +43,8 @@ pub fn detail_json(d: &DeadLetter) -> serde_json::Value {
 /// Headers a replay must not carry: our failure story and the broker's death records.
 fn is_failure_header(name: &str) -> bool {
     (name.starts_with("x-carteiro-")
-        && name != crate::pipeline::headers::ORIGINAL_EXCHANGE
-        && name != crate::pipeline::headers::ORIGINAL_ROUTING_KEY)
+        && name != crate::common::headers::ORIGINAL_EXCHANGE
+        && name != crate::common::headers::ORIGINAL_ROUTING_KEY)
         || name.starts_with("x-death")
         || name.starts_with("x-first-death")
         || name.starts_with("x-last-death")
@@ -55,6 +55,7 @@ fn is_failure_header(name: &str) -> bool {
 pub async fn replay(
     store: &Store,
     publisher: &ConfirmedPublisher,
+    seal: &SealKey,
     d: &DeadLetter,
     timeout: Duration,
 ) -> anyhow::Result<()> {
@@ -64,24 +65,21 @@ pub async fn replay(
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.clone())
     };
-    let headers = table_from_text(
-        d.headers
-            .iter()
-            .filter(|(k, _)| !is_failure_header(k))
-            .cloned(),
-    )?;
-    let mut properties = BasicProperties::default()
-        .with_headers(headers)
-        .with_delivery_mode(2);
-    if let Some(id) = prop(PROP_MESSAGE_ID) {
-        properties = properties.with_message_id(id.as_str().into());
-    }
-    if let Some(ct) = prop(PROP_CONTENT_TYPE) {
-        properties = properties.with_content_type(ct.as_str().into());
-    }
-    if let Some(c) = prop(PROP_CORRELATION_ID) {
-        properties = properties.with_correlation_id(c.as_str().into());
-    }
+    let pairs: Vec<(String, String)> = d
+        .headers
+        .iter()
+        .filter(|(k, _)| !is_failure_header(k))
+        .cloned()
+        .collect();
+    let properties = replay_properties(
+        &pairs,
+        prop(PROP_MESSAGE_ID).as_deref(),
+        prop(PROP_CONTENT_TYPE).as_deref(),
+        prop(PROP_CORRELATION_ID).as_deref(),
+    )
+    .map_err(|e| anyhow::anyhow!("dead letter {} cannot be replayed: {e}", d.id))?;
+    // Sealed, so the route believes the original exchange and routing key it carries.
+    let properties = seal.seal(&d.route, properties, &d.body);
     publisher
         .publish(
             Outgoing {

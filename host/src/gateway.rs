@@ -1,6 +1,7 @@
 //! `carteiro run`: load everything, start every route, the relay and the admin server, and
 //! stop cleanly when `shutdown` resolves (mini-redis style `run(config, shutdown)`).
 
+use crate::broker::seal::SealKey;
 use crate::broker::{ConnectOptions, redact_url};
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -28,6 +29,11 @@ pub fn load_plugins(config: &Config) -> anyhow::Result<(Arc<Runtime>, Plugins)> 
             memory_bytes: p.memory,
             max_host_calls: p.max_host_calls,
             max_events: p.max_events,
+            totals: crate::runtime::DeliveryTotals {
+                kv_bytes: p.max_kv_bytes,
+                event_bytes: p.max_event_bytes,
+                log_bytes: p.max_log_bytes,
+            },
         };
         let plugin = Plugin::load(
             &runtime,
@@ -53,6 +59,15 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
         .await
         .context("cannot apply database migrations")?;
     Ok(store)
+}
+
+/// The key that seals Carteiro's headers, shared through the store by every gateway on it.
+pub async fn seal_key(store: &Store) -> anyhow::Result<SealKey> {
+    let secret = store
+        .header_seal_secret()
+        .await
+        .context("cannot read the header-seal key from the store")?;
+    Ok(SealKey::new(&secret))
 }
 
 /// Broker settings from the config.
@@ -90,6 +105,7 @@ pub async fn run_with_metrics(
 ) -> anyhow::Result<()> {
     let (_runtime, plugins) = load_plugins(&config)?;
     let store = open_store(&config).await?;
+    let seal = seal_key(&store).await?;
     let committer = GroupCommitter::spawn(store.clone(), config.store.commit_batch);
     let reads = BatchedReads::spawn(store.clone());
     let gate = StoreGate::new(store.clone());
@@ -116,6 +132,7 @@ pub async fn run_with_metrics(
             gate.clone(),
             publish_timeout,
             metrics.clone(),
+            seal.clone(),
         )
         .map_err(|e| anyhow::anyhow!("route `{}`: {e}", route.queue))?;
         let settings = broker_settings(&config, &format!("carteiro route {}", route.queue));

@@ -1,8 +1,8 @@
 //! Retention: idempotency records and published outbox rows are deleted after their
 //! configured periods, once a minute.
 
+use crate::common::now_ms;
 use crate::config::Config;
-use crate::pipeline::headers::now_ms;
 use crate::store::Store;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;

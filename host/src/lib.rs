@@ -7,7 +7,9 @@
 //! - [`config`]: the operator's TOML — types, validation, `${VAR}` interpolation.
 //! - [`cli`]: the `carteiro` command line.
 //! - [`runtime`]: the wasmtime sandbox — engine, limits, host imports, one call of `handle`.
-//! - [`broker`]: AMQP connections, confirmed publishing, backoff, header conversion.
+//! - [`common`]: time, test-only fault points, Carteiro's header names (used by many).
+//! - [`broker`]: AMQP connections, confirmed publishing, backoff, header conversion, the
+//!   builder of everything Carteiro publishes, and the seal on Carteiro's own headers.
 //! - [`topology`]: declare and verify a route's queues and exchanges.
 //! - [`pipeline`]: one delivery from receipt to ack, and the supervised consumers.
 //! - [`store`]: sqlx on SQLite or PostgreSQL — inbox, kv, outbox, dead letters, group commit.
@@ -20,6 +22,7 @@
 pub mod admin;
 pub mod broker;
 pub mod cli;
+pub mod common;
 pub mod config;
 pub mod dlq;
 pub mod gateway;

@@ -32,10 +32,28 @@ async fn shutdown_signal() {
     }
 }
 
+/// SIGHUP's default action ends the process. Until live reload exists, a SIGHUP (a habit of
+/// operators and of some supervisors) is logged and otherwise ignored.
+fn ignore_sighup() {
+    match signal(SignalKind::hangup()) {
+        Ok(mut hup) => {
+            tokio::spawn(async move {
+                while hup.recv().await.is_some() {
+                    tracing::warn!(
+                        "SIGHUP received: live reload is not supported yet; ignoring it (restart to apply a new config)"
+                    );
+                }
+            });
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot handle SIGHUP; it would end the process"),
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();
     init_tracing(cli.log_json);
+    ignore_sighup();
     let code = match run(cli, shutdown_signal()).await {
         Ok(code) => code,
         Err(error) => {

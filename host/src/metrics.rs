@@ -36,6 +36,8 @@ pub struct Metrics {
     handler_runs: Family<Route, Counter>,
     conflicts: Family<Route, Counter>,
     dead_letters_archived: Family<Route, Counter>,
+    dead_letters_parked: Family<Route, Counter>,
+    panics: Family<Route, Counter>,
     connected: Family<Route, Gauge>,
     /// Outbox rows published (confirmed) by the relay.
     pub outbox_published: Counter,
@@ -61,6 +63,8 @@ impl Default for Metrics {
         let handler_runs = Family::<Route, Counter>::default();
         let conflicts = Family::<Route, Counter>::default();
         let dead_letters_archived = Family::<Route, Counter>::default();
+        let dead_letters_parked = Family::<Route, Counter>::default();
+        let panics = Family::<Route, Counter>::default();
         let connected = Family::<Route, Gauge>::default();
         let outbox_published = Counter::default();
         let outbox_failed = Counter::default();
@@ -95,6 +99,16 @@ impl Default for Metrics {
             dead_letters_archived.clone(),
         );
         registry.register(
+            "dead_letters_parked",
+            "Dead letters the store refused even in fallback form, left unacked in Q.dlq",
+            dead_letters_parked.clone(),
+        );
+        registry.register(
+            "delivery_panics",
+            "Panics caught while processing a delivery",
+            panics.clone(),
+        );
+        registry.register(
             "route_connected",
             "1 while the route is consuming",
             connected.clone(),
@@ -118,6 +132,8 @@ impl Default for Metrics {
             handler_runs,
             conflicts,
             dead_letters_archived,
+            dead_letters_parked,
+            panics,
             connected,
             outbox_published,
             outbox_failed,
@@ -176,6 +192,31 @@ impl Metrics {
                 route: route.into(),
             })
             .inc();
+    }
+
+    pub fn dead_letter_parked(&self, route: &str) {
+        self.dead_letters_parked
+            .get_or_create(&Route {
+                route: route.into(),
+            })
+            .inc();
+    }
+
+    pub fn panic(&self, route: &str) {
+        self.panics
+            .get_or_create(&Route {
+                route: route.into(),
+            })
+            .inc();
+    }
+
+    /// Panics caught on `route` (for tests).
+    pub fn panics(&self, route: &str) -> u64 {
+        self.panics
+            .get_or_create(&Route {
+                route: route.into(),
+            })
+            .get()
     }
 
     pub fn set_connected(&self, route: &str, up: bool) {

@@ -10,6 +10,9 @@ pub const MAX_KV_VALUE_BYTES: usize = 4 << 20;
 pub const MAX_EVENT_PAYLOAD_BYTES: usize = 8 << 20;
 /// AMQP short strings (exchange, routing key, header names) hold at most 255 bytes.
 pub const MAX_SHORT_STRING: usize = 255;
+/// Most bytes of one event's headers (names and values): they travel in one AMQP
+/// content-header frame, which RabbitMQ caps at its `frame_max` (128 KiB by default).
+pub const MAX_EVENT_HEADER_BYTES: usize = 64 << 10;
 
 /// Why `key` cannot be a kv key when keys may be `max_len` bytes long, or `None` if it can.
 pub fn kv_key_problem(key: &str, max_len: usize) -> Option<String> {
@@ -25,13 +28,26 @@ pub fn kv_key_problem(key: &str, max_len: usize) -> Option<String> {
     None
 }
 
-/// Why an event with this exchange, routing key and headers (name, value) cannot be
-/// published, or `None` if it can. The payload's size is checked on its own.
+/// Why an event with this exchange, routing key, content type and headers (name, value)
+/// cannot be published, or `None` if it can. The payload's size is checked on its own.
 pub fn event_problem<'a>(
     exchange: &str,
     routing_key: &str,
+    content_type: Option<&str>,
     headers: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> Option<String> {
+    if let Some(ct) = content_type {
+        if ct.len() > MAX_SHORT_STRING {
+            return Some(format!(
+                "content type is {} bytes; AMQP allows {MAX_SHORT_STRING}",
+                ct.len()
+            ));
+        }
+        if ct.contains('\0') {
+            return Some("content type must not contain NUL".into());
+        }
+    }
+    let mut header_bytes = 0;
     for (what, text) in [("exchange", exchange), ("routing key", routing_key)] {
         if text.len() > MAX_SHORT_STRING {
             return Some(format!(
@@ -44,6 +60,13 @@ pub fn event_problem<'a>(
         }
     }
     for (name, value) in headers {
+        header_bytes += name.len() + value.len();
+        if header_bytes > MAX_EVENT_HEADER_BYTES {
+            return Some(format!(
+                "headers take more than {MAX_EVENT_HEADER_BYTES} bytes; AMQP carries them in one \
+                 frame"
+            ));
+        }
         if name.is_empty() || name.len() > MAX_SHORT_STRING {
             return Some(format!("header names must be 1-{MAX_SHORT_STRING} bytes"));
         }
@@ -77,27 +100,43 @@ mod tests {
     #[test]
     fn events() {
         let long = "x".repeat(MAX_SHORT_STRING + 1);
-        assert_eq!(event_problem("ex", "rk", [("h", "v")]), None);
-        assert_eq!(event_problem("", "", []), None);
+        assert_eq!(event_problem("ex", "rk", None, [("h", "v")]), None);
+        assert_eq!(event_problem("", "", None, []), None);
         assert!(
-            event_problem(&long, "rk", [])
+            event_problem(&long, "rk", None, [])
                 .unwrap()
                 .starts_with("exchange is 256 bytes")
         );
         assert!(
-            event_problem("ex", "r\0k", [])
+            event_problem("ex", "r\0k", None, [])
                 .unwrap()
                 .starts_with("routing key")
         );
         assert!(
-            event_problem("ex", "rk", [("", "v")])
+            event_problem("ex", "rk", None, [("", "v")])
                 .unwrap()
                 .contains("1-255")
         );
         assert!(
-            event_problem("ex", "rk", [("h", "v\0")])
+            event_problem("ex", "rk", None, [("h", "v\0")])
                 .unwrap()
                 .contains("`h`")
+        );
+        assert!(
+            event_problem("ex", "rk", Some(&long), [])
+                .unwrap()
+                .starts_with("content type is 256 bytes")
+        );
+        assert_eq!(
+            event_problem("ex", "rk", Some("application/json"), []),
+            None
+        );
+        let value = "v".repeat(1024);
+        let many: Vec<(&str, &str)> = (0..100).map(|_| ("h", value.as_str())).collect();
+        assert!(
+            event_problem("ex", "rk", None, many)
+                .unwrap()
+                .contains("headers take more than")
         );
     }
 }

@@ -3,6 +3,8 @@
 
 mod exactly_once;
 mod gateway;
+mod hostile;
+mod hostile_props;
 mod outages;
 mod relay;
 mod resilience;

@@ -8,6 +8,7 @@
 //! (`scripts/rabbitmq.sh`), and clean both up on drop, also when a test fails.
 
 mod broker;
+mod hostile;
 mod process;
 
 use crate::support::{Client, unique};

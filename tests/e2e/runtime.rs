@@ -16,6 +16,7 @@ fn limits(timeout_ms: u64) -> PluginLimits {
         memory_bytes: 32 << 20,
         max_host_calls: 1_000,
         max_events: 10,
+        totals: carteiro::runtime::DeliveryTotals::default(),
     }
 }
 

@@ -6,11 +6,15 @@
 //! - [`JitteredBackoff`]: delays for the supervisors that reconnect and resubscribe, since
 //!   lapin does not recover consumers for us.
 //! - [`headers`]: AMQP field tables to text pairs and back.
+//! - [`outgoing`]: the one builder of what Carteiro publishes, and AMQP's limits on it.
+//! - [`seal`]: which `x-carteiro-*` headers to believe (HMAC-sealed copies only).
 
 mod backoff;
 mod connection;
 pub mod headers;
+pub mod outgoing;
 mod publisher;
+pub mod seal;
 #[cfg(test)]
 pub(crate) mod testing;
 

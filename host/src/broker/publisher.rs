@@ -101,7 +101,8 @@ pub enum PublishError {
     /// `NOT_FOUND - no exchange ...`.
     #[error("publish failed, channel closed: {0}")]
     ChannelClosed(String),
-    /// The message cannot be expressed in AMQP (exchange or routing key over 255 bytes).
+    /// The message cannot be expressed in AMQP (exchange or routing key over 255 bytes,
+    /// headers over the connection's `frame_max`). Publishing it again never helps.
     #[error("message cannot be published: {0}")]
     Invalid(String),
 }
@@ -189,6 +190,12 @@ impl ConfirmedPublisher {
             .map_err(|e| PublishError::Invalid(format!("exchange name: {e}")))?;
         let routing_key = ShortString::try_new(msg.routing_key)
             .map_err(|e| PublishError::Invalid(format!("routing key: {e}")))?;
+        // Every message Carteiro publishes passes here: a header frame over the broker's
+        // frame_max would close the whole connection, so it is refused before it goes out.
+        let frame_max = usize::try_from(self.inner.shared.conn.configuration().frame_max())
+            .unwrap_or(usize::MAX);
+        super::outgoing::check_header_frame(&msg.properties, frame_max)
+            .map_err(|e| PublishError::Invalid(e.to_string()))?;
         if timeout.is_zero() {
             // No budget at all: tokio's timer rounds a zero deadline up to its next tick, so
             // a fast local confirm could otherwise still win. Never publish without a budget.

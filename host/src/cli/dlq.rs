@@ -29,8 +29,7 @@ impl FilterArgs {
             route: self.route.clone(),
             reason_contains: self.reason.clone(),
             since_ms: self.since.map(|d| {
-                crate::pipeline::headers::now_ms()
-                    - i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+                crate::common::now_ms() - i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
             }),
             limit: Some(self.limit),
             ..Default::default()
@@ -110,8 +109,10 @@ pub async fn run(config_path: &Path, command: DlqCommand) -> anyhow::Result<i32>
             let settings = broker_settings(&config, "carteiro dlq replay");
             let conn = std::sync::Arc::new(connect(&settings.url, &settings.connect).await?);
             let publisher = crate::dlq::replay_publisher(conn).await?;
+            let seal = gateway::seal_key(&store).await?;
             for d in &rows {
-                crate::dlq::replay(&store, &publisher, d, config.broker.publish_timeout).await?;
+                crate::dlq::replay(&store, &publisher, &seal, d, config.broker.publish_timeout)
+                    .await?;
                 println!("replayed #{} to queue {}", d.id, d.route);
             }
             println!("{} replayed", rows.len());

@@ -164,6 +164,7 @@ pub async fn run(args: PluginTestArgs) -> anyhow::Result<i32> {
         memory_bytes: args.memory,
         max_host_calls: 10_000,
         max_events: 100,
+        totals: crate::runtime::DeliveryTotals::default(),
     };
     let name = args
         .wasm

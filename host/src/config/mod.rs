@@ -228,6 +228,15 @@ pub struct PluginConfig {
     /// Outbox events one delivery may emit.
     #[serde(default = "default_max_events")]
     pub max_events: u32,
+    /// Total bytes of kv keys and values one delivery may write (overwrites count again).
+    #[serde(default = "default_max_kv_bytes", with = "units::size")]
+    pub max_kv_bytes: u64,
+    /// Total bytes of outbox events (payloads, headers, names) one delivery may emit.
+    #[serde(default = "default_max_event_bytes", with = "units::size")]
+    pub max_event_bytes: u64,
+    /// Total bytes of log messages one delivery may write through the `log` import.
+    #[serde(default = "default_max_log_bytes", with = "units::size")]
+    pub max_log_bytes: u64,
     /// Variables the plugin reads through the `config` import; `${VAR}` allowed.
     #[serde(default)]
     pub variables: BTreeMap<String, String>,
@@ -244,6 +253,15 @@ fn default_max_host_calls() -> u32 {
 }
 fn default_max_events() -> u32 {
     100
+}
+fn default_max_kv_bytes() -> u64 {
+    crate::runtime::DeliveryTotals::default().kv_bytes
+}
+fn default_max_event_bytes() -> u64 {
+    crate::runtime::DeliveryTotals::default().event_bytes
+}
+fn default_max_log_bytes() -> u64 {
+    crate::runtime::DeliveryTotals::default().log_bytes
 }
 
 /// `[[routes]]`

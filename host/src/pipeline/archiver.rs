@@ -1,24 +1,29 @@
 //! Moves dead letters from `Q.dlq` into the `dead_letters` table (queryable, replayable),
-//! acking each only after its row is committed. Messages the broker dead-lettered itself
-//! (TTL, max-length, reject, delivery limit) get a reason from `x-first-death-reason`.
+//! acking each only after its row is committed. Carteiro's own story (reason, plugin,
+//! attempts) is believed only from a copy sealed for this route; messages the broker
+//! dead-lettered itself (TTL, max-length, reject, delivery limit) get a reason from
+//! `x-first-death-reason`, and anything else published straight to `Q.dlx` is archived as
+//! such.
+//!
+//! Only store trouble makes the archiver wait and retry. Data the store refuses is archived
+//! in a plain fallback form; if even that is refused, the message is *parked*: left unacked
+//! in `Q.dlq` (visible there), counted in `carteiro_dead_letters_parked_total` and logged,
+//! never retried in a loop and never a reason to pause the routes.
 
 use super::context::RouteContext;
-use super::headers as h;
 use crate::broker::headers::{header_int, header_text, to_text_pairs};
+use crate::broker::seal;
+use crate::common::{headers as h, now_ms};
 use crate::store::NewDeadLetter;
 use crate::topology::dlq_name;
 use futures::StreamExt;
+use lapin::BasicProperties;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-/// Pseudo-headers under which AMQP properties are kept, so a replay restores them.
-pub const PROP_MESSAGE_ID: &str = ":message-id";
-pub const PROP_CONTENT_TYPE: &str = ":content-type";
-pub const PROP_CORRELATION_ID: &str = ":correlation-id";
 
 /// Consumes the route's DLQ until `stop` or until the connection dies.
 pub async fn run(ctx: Arc<RouteContext>, conn: Arc<lapin::Connection>, stop: CancellationToken) {
@@ -48,17 +53,21 @@ pub async fn run(ctx: Arc<RouteContext>, conn: Arc<lapin::Connection>, stop: Can
         tokio::select! {
             _ = stop.cancelled() => return,
             next = consumer.next() => match next {
-                Some(Ok(delivery)) => archive(&ctx, delivery).await,
+                Some(Ok(delivery)) => archive(&ctx, delivery, &stop).await,
                 _ => return,
             },
         }
     }
 }
 
-fn broker_reason(delivery: &Delivery) -> String {
-    let headers = delivery.properties.headers().as_ref();
-    let why = header_text(headers, "x-first-death-reason").unwrap_or_else(|| "unknown".into());
-    let queue = header_text(headers, "x-first-death-queue").unwrap_or_default();
+fn broker_reason(table: &FieldTable, dlx: &str) -> String {
+    let Some(why) = header_text(Some(table), "x-first-death-reason") else {
+        return format!(
+            "published straight to the dead-letter exchange `{dlx}` (no Carteiro or broker \
+             dead-letter record)"
+        );
+    };
+    let queue = header_text(Some(table), "x-first-death-queue").unwrap_or_default();
     let text = match why.as_str() {
         "expired" => "message TTL expired",
         "maxlen" => "queue length limit exceeded",
@@ -69,70 +78,135 @@ fn broker_reason(delivery: &Delivery) -> String {
     format!("dead-lettered by the broker: {text} (queue `{queue}`)")
 }
 
-async fn archive(ctx: &RouteContext, delivery: Delivery) {
+/// The archive record of a message: its headers as text, plus its AMQP properties as
+/// pseudo-headers so a replay restores them.
+#[allow(clippy::too_many_arguments)]
+pub fn record(
+    ctx: &RouteContext,
+    queue: String,
+    reason: String,
+    plugin: Option<String>,
+    attempts: i64,
+    table: &FieldTable,
+    props: &BasicProperties,
+    body: Vec<u8>,
+    first_failed_at: Option<i64>,
+    dead_lettered_at: i64,
+) -> NewDeadLetter {
+    let mut pairs = to_text_pairs(table);
+    let properties = [
+        (h::PROP_MESSAGE_ID, props.message_id().as_ref()),
+        (h::PROP_CONTENT_TYPE, props.content_type().as_ref()),
+        (h::PROP_CORRELATION_ID, props.correlation_id().as_ref()),
+    ];
+    for (name, value) in properties {
+        if let Some(value) = value {
+            pairs.push((name.to_owned(), value.as_str().to_owned()));
+        }
+    }
+    NewDeadLetter {
+        route: ctx.queue.clone(),
+        queue,
+        reason,
+        plugin,
+        attempts,
+        headers: pairs,
+        body,
+        first_failed_at,
+        dead_lettered_at,
+    }
+}
+
+fn record_of(ctx: &RouteContext, delivery: &Delivery) -> NewDeadLetter {
     let props = &delivery.properties;
-    let headers = props.headers().as_ref();
-    let ours = header_text(headers, h::REASON);
+    let trusted = seal::has_ours(props) && ctx.seal.verify(&ctx.queue, props, &delivery.data);
+    let table = seal::sanitize(&props.headers().clone().unwrap_or_default(), trusted);
+    // After `sanitize`, Carteiro headers are left only on a sealed copy.
+    let ours = header_text(Some(&table), h::REASON);
     // Our own dead letters failed on the route's queue; the broker's name the queue they
     // died in (retry tiers add `x-death` records too, so only trust them for the broker's).
     let queue = match ours {
         Some(_) => ctx.queue.clone(),
-        None => header_text(headers, "x-first-death-queue").unwrap_or_else(|| ctx.queue.clone()),
-    };
-    let reason = ours.unwrap_or_else(|| broker_reason(&delivery));
-    let mut pairs = headers.map(to_text_pairs).unwrap_or_default();
-    let properties = [
-        (
-            PROP_MESSAGE_ID,
-            props.message_id().as_ref().map(|s| s.as_str().to_owned()),
-        ),
-        (
-            PROP_CONTENT_TYPE,
-            props.content_type().as_ref().map(|s| s.as_str().to_owned()),
-        ),
-        (
-            PROP_CORRELATION_ID,
-            props
-                .correlation_id()
-                .as_ref()
-                .map(|s| s.as_str().to_owned()),
-        ),
-    ];
-    for (name, value) in properties {
-        if let Some(value) = value {
-            pairs.push((name.to_owned(), value));
+        None => {
+            header_text(Some(&table), "x-first-death-queue").unwrap_or_else(|| ctx.queue.clone())
         }
-    }
-    let record = NewDeadLetter {
-        route: ctx.queue.clone(),
+    };
+    let reason = ours.unwrap_or_else(|| broker_reason(&table, &ctx.dlx()));
+    let attempts = header_int(Some(&table), h::ATTEMPTS)
+        .or_else(|| header_int(Some(&table), h::ATTEMPT))
+        .unwrap_or(0);
+    record(
+        ctx,
         queue,
-        reason,
-        plugin: header_text(headers, h::PLUGIN),
-        attempts: header_int(headers, h::ATTEMPTS).unwrap_or(0),
-        headers: pairs,
-        body: delivery.data.clone(),
-        first_failed_at: header_int(headers, h::FIRST_FAILURE_AT),
-        dead_lettered_at: header_int(headers, h::DEAD_LETTERED_AT).unwrap_or_else(h::now_ms),
-    };
-    ctx.gate.wait_healthy().await;
-    match ctx.store.dead_letter_insert(&record).await {
-        Ok(id) => {
-            ctx.metrics.dead_letter_archived(&ctx.queue);
-            tracing::info!(id, route = %ctx.queue, reason = %record.reason, "dead letter archived");
-            if let Err(e) = delivery.acker.ack(BasicAckOptions::default()).await {
-                tracing::warn!(error = %e, "dead letter archived but not acked; it may be archived twice");
-            }
+        crate::broker::outgoing::cap_reason(&reason),
+        header_text(Some(&table), h::PLUGIN),
+        attempts,
+        &table,
+        props,
+        delivery.data.clone(),
+        header_int(Some(&table), h::FIRST_FAILURE_AT),
+        header_int(Some(&table), h::DEAD_LETTERED_AT).unwrap_or_else(now_ms),
+    )
+}
+
+/// The same dead letter in plain ASCII text: every header packed as hex-encoded JSON into
+/// one, the reason saying why. Only the body stays as it came.
+fn fallback(record: &NewDeadLetter, refused: &str) -> NewDeadLetter {
+    let packed = hex::encode(crate::store::headers_to_json(&record.headers));
+    NewDeadLetter {
+        reason: crate::broker::outgoing::cap_reason(&format!(
+            "archived in fallback form (the store refused it as received: {refused}); \
+             reason as received (escaped): {}",
+            record.reason.escape_default()
+        )),
+        plugin: None,
+        queue: record.route.clone(),
+        headers: vec![("x-carteiro-archived-headers-hex-json".to_owned(), packed)],
+        ..record.clone()
+    }
+}
+
+async fn archive(ctx: &RouteContext, delivery: Delivery, stop: &CancellationToken) {
+    let mut attempt = record_of(ctx, &delivery);
+    let mut fell_back = false;
+    loop {
+        tokio::select! {
+            () = ctx.gate.wait_healthy() => {}
+            // Unacked: the broker keeps it in Q.dlq for the next start.
+            () = stop.cancelled() => return,
         }
-        Err(e) => {
-            ctx.gate.report_failure(&e.to_string());
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let _ = delivery
-                .acker
-                .nack(BasicNackOptions {
+        match ctx.store.dead_letter_insert(&attempt).await {
+            Ok(id) => {
+                ctx.metrics.dead_letter_archived(&ctx.queue);
+                tracing::info!(id, route = %ctx.queue, reason = %attempt.reason, "dead letter archived");
+                if let Err(e) = delivery.acker.ack(BasicAckOptions::default()).await {
+                    tracing::warn!(error = %e, "dead letter archived but not acked; it may be archived twice");
+                }
+                return;
+            }
+            Err(e) if e.is_transient() => {
+                ctx.gate.report_failure(&e.to_string());
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    () = stop.cancelled() => {}
+                }
+                let requeue = BasicNackOptions {
                     requeue: true,
                     ..Default::default()
-                })
-                .await;
+                };
+                let _ = delivery.acker.nack(requeue).await;
+                return;
+            }
+            Err(e) if !fell_back => {
+                tracing::warn!(route = %ctx.queue, error = %e, "the store refused a dead letter as received; archiving it in fallback form");
+                attempt = fallback(&attempt, &e.to_string());
+                fell_back = true;
+            }
+            Err(e) => {
+                ctx.metrics.dead_letter_parked(&ctx.queue);
+                tracing::error!(route = %ctx.queue, error = %e, "the store refused a dead letter even in fallback form; it stays parked (unacked) in the dead-letter queue until the gateway restarts");
+                return;
+            }
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Everything one route's deliveries need, built once at start-up.
 
 use super::gate::StoreGate;
+use crate::broker::seal::SealKey;
+use crate::common::FaultPoint;
 use crate::config::{FailurePolicy, KeySource, MissingKeyPolicy, RetryConfig, RouteConfig};
 use crate::metrics::Metrics;
 use crate::runtime::{KvFuture, KvSource, KvValue, Plugin};
@@ -8,27 +10,6 @@ use crate::store::{BatchedReads, CommitterHandle, Store};
 use crate::topology::{self, RouteTopology};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Test-only crash points (`CARTEIRO_FAULT`), used by the SIGKILL tests: the process stops
-/// dead (no ack, no cleanup) right before or right after the commit of the first delivery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FaultPoint {
-    HangBeforeCommit,
-    HangAfterCommit,
-    /// The relay stops after a row's confirm, before marking it published.
-    RelayHangAfterConfirm,
-}
-
-impl FaultPoint {
-    pub fn from_env() -> Option<Self> {
-        match std::env::var("CARTEIRO_FAULT").ok()?.as_str() {
-            "hang-before-commit" => Some(Self::HangBeforeCommit),
-            "hang-after-commit" => Some(Self::HangAfterCommit),
-            "relay-hang-after-confirm" => Some(Self::RelayHangAfterConfirm),
-            _ => None,
-        }
-    }
-}
 
 /// One route, ready to process deliveries.
 pub struct RouteContext {
@@ -51,6 +32,8 @@ pub struct RouteContext {
     pub publish_timeout: Duration,
     pub metrics: Arc<Metrics>,
     pub fault: Option<FaultPoint>,
+    /// Seals the Carteiro headers of this route's copies, and checks incoming ones.
+    pub seal: SealKey,
     /// Turn-taking for handler re-runs after kv conflicts (see `process`).
     pub rerun_turn: tokio::sync::Mutex<()>,
 }
@@ -66,6 +49,7 @@ impl RouteContext {
         gate: StoreGate,
         publish_timeout: Duration,
         metrics: Arc<Metrics>,
+        seal: SealKey,
     ) -> Result<Self, String> {
         let key_source = KeySource::parse(&route.idempotency_key)?;
         let topology = RouteTopology::for_route(route);
@@ -88,6 +72,7 @@ impl RouteContext {
             publish_timeout,
             metrics,
             fault: FaultPoint::from_env(),
+            seal,
             rerun_turn: tokio::sync::Mutex::new(()),
         })
     }

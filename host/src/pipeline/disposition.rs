@@ -1,42 +1,36 @@
-//! Handing a delivery on: to a retry tier or to the dead-letter exchange, each a confirmed
-//! publish that must succeed before the original is acked (G1).
+//! Handing a delivery on: to a retry tier or to the dead-letter exchange, each a sealed,
+//! confirmed copy that must succeed before the original is acked (G1). A copy AMQP cannot
+//! carry (its headers would not fit the broker's frame) is archived straight into the
+//! store instead, with a reason saying so: never a loop of failing publishes.
 
+use super::archiver;
 use super::context::RouteContext;
-use super::headers as h;
-use crate::broker::headers::{header_int, header_text, insert};
+use super::plan::Outcome;
+use super::received::Received;
+use crate::broker::headers::header_int;
+use crate::broker::outgoing::{copy_properties, set_int, set_text};
 use crate::broker::{ConfirmedPublisher, Outgoing, PublishError};
+use crate::common::{headers as h, now_ms};
 use lapin::message::Delivery;
-use lapin::types::{AMQPValue, FieldTable, LongString};
+use lapin::types::FieldTable;
 use std::time::Duration;
 
-/// Where the message came from before Carteiro's retry tiers re-routed it.
-pub fn original_route(delivery: &Delivery) -> (String, String) {
-    let headers = delivery.properties.headers().as_ref();
-    (
-        header_text(headers, h::ORIGINAL_EXCHANGE)
-            .unwrap_or_else(|| delivery.exchange.as_str().to_owned()),
-        header_text(headers, h::ORIGINAL_ROUTING_KEY)
-            .unwrap_or_else(|| delivery.routing_key.as_str().to_owned()),
-    )
-}
-
-fn set_text(table: &mut FieldTable, name: &str, value: &str) {
-    // Names here are our own constants, always under 255 bytes.
-    let _ = insert(table, name, AMQPValue::LongString(LongString::from(value)));
-}
-
-fn set_int(table: &mut FieldTable, name: &str, value: i64) {
-    let _ = insert(table, name, AMQPValue::LongLongInt(value));
+/// What a copy is made from.
+pub struct Copy<'a> {
+    pub publisher: &'a ConfirmedPublisher,
+    pub ctx: &'a RouteContext,
+    pub delivery: &'a Delivery,
+    pub received: &'a Received,
 }
 
 /// Headers common to retries and dead letters: original route and failure times.
-fn failure_headers(delivery: &Delivery, reason: &str) -> FieldTable {
-    let mut table = delivery.properties.headers().clone().unwrap_or_default();
-    let (exchange, routing_key) = original_route(delivery);
-    let now = h::now_ms();
+fn failure_headers(received: &Received, reason: &str) -> FieldTable {
+    let mut table = received.table.clone();
+    let now = now_ms();
+    // Only a sealed copy still has a Carteiro first-failure time (others were renamed).
     let first = header_int(Some(&table), h::FIRST_FAILURE_AT).unwrap_or(now);
-    set_text(&mut table, h::ORIGINAL_EXCHANGE, &exchange);
-    set_text(&mut table, h::ORIGINAL_ROUTING_KEY, &routing_key);
+    set_text(&mut table, h::ORIGINAL_EXCHANGE, &received.exchange);
+    set_text(&mut table, h::ORIGINAL_ROUTING_KEY, &received.routing_key);
     set_int(&mut table, h::FIRST_FAILURE_AT, first);
     set_int(&mut table, h::LAST_FAILURE_AT, now);
     set_text(&mut table, h::LAST_REASON, reason);
@@ -44,25 +38,24 @@ fn failure_headers(delivery: &Delivery, reason: &str) -> FieldTable {
 }
 
 async fn publish(
-    publisher: &ConfirmedPublisher,
-    ctx: &RouteContext,
-    delivery: &Delivery,
+    copy: &Copy<'_>,
     exchange: String,
     routing_key: String,
     headers: FieldTable,
 ) -> Result<(), PublishError> {
-    let properties = delivery
-        .properties
-        .clone()
-        .with_headers(headers)
-        .with_delivery_mode(2);
-    publisher
+    let ctx = copy.ctx;
+    let properties = ctx.seal.seal(
+        &ctx.queue,
+        copy_properties(&copy.delivery.properties, headers),
+        &copy.delivery.data,
+    );
+    copy.publisher
         .publish(
             Outgoing {
                 exchange,
                 routing_key,
                 properties,
-                body: delivery.data.clone(),
+                body: copy.delivery.data.clone(),
                 mandatory: true,
             },
             ctx.publish_timeout,
@@ -71,51 +64,77 @@ async fn publish(
 }
 
 /// Publishes a copy to the retry tier for `delay`, with the attempt counter incremented.
-pub async fn to_retry(
-    publisher: &ConfirmedPublisher,
-    ctx: &RouteContext,
-    delivery: &Delivery,
-    attempt: u32,
-    delay: Duration,
-    reason: &str,
-) -> Result<(), PublishError> {
-    let mut headers = failure_headers(delivery, reason);
-    set_int(&mut headers, h::ATTEMPT, i64::from(attempt) + 1);
-    publish(
-        publisher,
-        ctx,
-        delivery,
-        String::new(),
-        ctx.retry_queue(delay),
-        headers,
-    )
-    .await
+pub async fn to_retry(copy: &Copy<'_>, delay: Duration, reason: &str) -> Result<Outcome, String> {
+    let mut headers = failure_headers(copy.received, reason);
+    set_int(
+        &mut headers,
+        h::ATTEMPT,
+        i64::from(copy.received.attempt) + 1,
+    );
+    let queue = copy.ctx.retry_queue(delay);
+    match publish(copy, String::new(), queue, headers).await {
+        Ok(()) => Ok(Outcome::Retried),
+        Err(PublishError::Invalid(why)) => {
+            let reason = format!(
+                "a retry copy cannot be published ({why}); archived instead of retried; the \
+                 handler's reason: {reason}"
+            );
+            archive_directly(copy, &reason, "unpublishable").await
+        }
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Publishes to the route's dead-letter exchange with the reason and the plugin's identity.
-pub async fn to_dead_letter(
-    publisher: &ConfirmedPublisher,
-    ctx: &RouteContext,
-    delivery: &Delivery,
-    attempt: u32,
-    reason: &str,
-    kind: &str,
-) -> Result<(), PublishError> {
-    let mut headers = failure_headers(delivery, reason);
+pub async fn to_dead_letter(copy: &Copy<'_>, reason: &str, kind: &str) -> Result<Outcome, String> {
+    let ctx = copy.ctx;
+    let mut headers = failure_headers(copy.received, reason);
     set_text(&mut headers, h::REASON, reason);
     set_text(&mut headers, h::FAILURE_KIND, kind);
     set_text(&mut headers, h::PLUGIN, ctx.plugin.name());
     set_text(&mut headers, h::PLUGIN_SHA256, ctx.plugin.digest());
-    set_int(&mut headers, h::ATTEMPTS, i64::from(attempt));
+    set_int(&mut headers, h::ATTEMPTS, i64::from(copy.received.attempt));
     set_text(&mut headers, h::ROUTE, &ctx.queue);
-    set_int(&mut headers, h::DEAD_LETTERED_AT, h::now_ms());
-    publish(
-        publisher,
+    set_int(&mut headers, h::DEAD_LETTERED_AT, now_ms());
+    match publish(copy, ctx.dlx(), ctx.queue.clone(), headers).await {
+        Ok(()) => Ok(Outcome::DeadLettered),
+        Err(PublishError::Invalid(why)) => {
+            let reason = format!(
+                "{reason} (archived directly: the dead-letter copy cannot be published: {why})"
+            );
+            archive_directly(copy, &reason, kind).await
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Writes the dead letter into the archive without the broker's help.
+async fn archive_directly(copy: &Copy<'_>, reason: &str, kind: &str) -> Result<Outcome, String> {
+    let ctx = copy.ctx;
+    tracing::warn!(%reason, kind, "archiving the dead letter directly into the store");
+    let record = archiver::record(
         ctx,
-        delivery,
-        ctx.dlx(),
         ctx.queue.clone(),
-        headers,
-    )
-    .await
+        crate::broker::outgoing::cap_reason(reason),
+        Some(ctx.plugin.name().to_owned()),
+        i64::from(copy.received.attempt),
+        &copy.received.table,
+        &copy.delivery.properties,
+        copy.delivery.data.clone(),
+        header_int(Some(&copy.received.table), h::FIRST_FAILURE_AT),
+        now_ms(),
+    );
+    match ctx.store.dead_letter_insert(&record).await {
+        Ok(id) => {
+            ctx.metrics.dead_letter_archived(&ctx.queue);
+            tracing::info!(id, route = %ctx.queue, "dead letter archived directly");
+            Ok(Outcome::Archived)
+        }
+        Err(e) => {
+            if e.is_transient() {
+                ctx.gate.report_failure(&e.to_string());
+            }
+            Err(format!("archiving directly failed: {e}"))
+        }
+    }
 }

@@ -27,14 +27,28 @@ pub fn extract(
         }
     };
     match found {
-        Some(key) if !key.is_empty() && !key.contains('\0') && key.len() <= 1024 => Ok(key),
-        Some(key) if key.contains('\0') => Err("invalid idempotency key: contains NUL".into()),
-        Some(key) if key.len() > 1024 => Err(format!(
-            "invalid idempotency key: {} bytes, at most 1024",
-            key.len()
-        )),
+        Some(key) if !key.is_empty() => Ok(storable(&key)),
         _ => Err(format!("missing idempotency key ({})", describe(source))),
     }
+}
+
+/// Longest key stored as it is; longer ones are stored by digest.
+pub const MAX_PLAIN_KEY_BYTES: usize = 512;
+/// Prefix of a key stored by its digest.
+pub const DIGEST_PREFIX: &str = "sha256:";
+
+/// The key as the inbox stores it: as it came when the store can hold it as text and index
+/// it; otherwise (NUL bytes, over [`MAX_PLAIN_KEY_BYTES`]) `sha256:<hex>` of its bytes. A key
+/// that already starts with `sha256:` is digested too, so two different keys never meet.
+pub fn storable(key: &str) -> String {
+    if key.len() <= MAX_PLAIN_KEY_BYTES && !key.contains('\0') && !key.starts_with(DIGEST_PREFIX) {
+        return key.to_owned();
+    }
+    use sha2::Digest;
+    format!(
+        "{DIGEST_PREFIX}{}",
+        hex::encode(sha2::Sha256::digest(key.as_bytes()))
+    )
 }
 
 fn describe(source: &KeySource) -> String {
@@ -88,10 +102,29 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn keys_the_store_cannot_hold_are_stored_by_digest() {
+        let nul = extract(&KeySource::MessageId, Some("a\0b"), &[], b"").unwrap();
         assert!(
-            extract(&KeySource::MessageId, Some("a\0b"), &[], b"")
-                .unwrap_err()
-                .contains("NUL")
+            nul.starts_with(DIGEST_PREFIX) && !nul.contains('\0'),
+            "{nul}"
+        );
+        let other = extract(&KeySource::MessageId, Some("a\0c"), &[], b"").unwrap();
+        assert_ne!(nul, other, "different keys stay different");
+        let long = "k".repeat(MAX_PLAIN_KEY_BYTES + 1);
+        let digested = storable(&long);
+        assert_eq!(digested.len(), DIGEST_PREFIX.len() + 64);
+        assert_eq!(
+            storable(&"k".repeat(MAX_PLAIN_KEY_BYTES)).len(),
+            MAX_PLAIN_KEY_BYTES
+        );
+        // A key that looks like a digest is digested again, so it cannot collide with one.
+        assert_ne!(storable(&digested), digested);
+        assert_eq!(
+            storable("order-1; DROP TABLE inbox;--"),
+            "order-1; DROP TABLE inbox;--"
         );
     }
 }

@@ -2,25 +2,26 @@
 //!
 //! - `context`: a route's settings, plugin, store handles, built once.
 //! - `worker`: connect, declare, consume, reconnect — one supervisor per route.
-//! - `process`: one delivery from receipt to ack (the heart).
+//! - `received`: what a delivery says, its Carteiro headers believed only when sealed.
+//! - `plan`: what to do with a delivery, decided as data (pure, unit-tested).
+//! - `process`: one delivery from receipt to ack (the heart): carries the plan out.
 //! - `acks`: acks of settled deliveries, sent in runs (`multiple`).
 //! - `disposition`: confirmed hand-off to a retry tier or the dead-letter exchange.
 //! - `archiver`: `Q.dlq` → `dead_letters` table.
 //! - `gate`: pause consumption while the store is down.
-//! - `key`, `headers`: idempotency keys and Carteiro's own AMQP headers.
+//! - `key`: idempotency keys.
 
 mod acks;
 mod archiver;
 mod context;
 mod disposition;
 mod gate;
-pub mod headers;
 mod key;
+pub mod plan;
 mod process;
+mod received;
 mod worker;
 
-pub use archiver::{PROP_CONTENT_TYPE, PROP_CORRELATION_ID, PROP_MESSAGE_ID};
-pub use context::{FaultPoint, RouteContext};
+pub use context::RouteContext;
 pub use gate::StoreGate;
-pub(crate) use process::hang_if;
 pub use worker::{BrokerSettings, RouteError, run_route};

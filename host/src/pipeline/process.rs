@@ -1,64 +1,99 @@
-//! One delivery from receipt to ack (DESIGN.md "One delivery"): guards, attempt, key,
-//! inbox check, handler, verdict, commit or hand-off, and only then `basic.ack`.
+//! One delivery from receipt to ack (DESIGN.md "One delivery"): what the delivery says
+//! ([`Received`]), guards, key, inbox check, handler, then the [`Plan`] (decided by
+//! `plan`, a pure function) carried out here — the one place that talks to the publisher,
+//! the committer, the acks and the metrics — and only then `basic.ack`.
+//!
+//! Store trouble never sends a delivery back to the broker at once: the delivery waits here
+//! for the store (the gate pauses the routes meanwhile) and is processed again, so an
+//! outage does not count against a quorum queue's delivery limit. A panic while processing
+//! is caught: the delivery is requeued once, and rejected to the dead-letter exchange if it
+//! panics again on redelivery.
 
 use super::acks::Acks;
-use super::context::{FaultPoint, RouteContext};
-use super::disposition::{original_route, to_dead_letter, to_retry};
-use super::headers as h;
+use super::context::RouteContext;
+use super::disposition::{Copy, to_dead_letter, to_retry};
 use super::key;
+use super::plan::{self, Outcome, Plan};
+use super::received::Received;
 use crate::broker::ConfirmedPublisher;
-use crate::broker::headers::{header_int, to_text_pairs};
-use crate::config::{FailurePolicy, MissingKeyPolicy};
-use crate::runtime::{Header, Invocation, Message, Verdict};
+use crate::common::{FaultPoint, hang_if};
+use crate::config::MissingKeyPolicy;
+use crate::runtime::{Invocation, Message};
 use crate::store::{CommitOutcome, CommitRequest, KvRead, KvWrite, NewOutboxRow};
+use futures::FutureExt;
 use lapin::message::Delivery;
-use lapin::options::BasicNackOptions;
+use lapin::options::{BasicNackOptions, BasicRejectOptions};
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 /// Handler re-runs allowed when its kv reads conflict with a concurrent commit.
 const MAX_CONFLICT_RERUNS: u32 = 100;
-/// Wait before requeueing a delivery we could not settle (store or broker trouble).
+/// Wait before requeueing a delivery we could not settle (broker trouble).
 const REQUEUE_DELAY: Duration = Duration::from_millis(500);
+/// Rounds of "store failed, wait for it, process again" before the delivery is requeued.
+const MAX_STORE_ROUNDS: u32 = 10;
 
 /// How a delivery is settled with the broker.
 enum Settle {
-    /// Effects committed, handed to a retry tier or the DLX, or a duplicate: ack.
-    Ack(&'static str),
+    /// Effects committed, handed to a retry tier or the DLX, archived, or a duplicate: ack.
+    Ack(Outcome),
     /// Nothing durable happened: give it back to the broker.
     Requeue(String),
+    /// Give it to the route's dead-letter exchange through the broker (reject, no requeue).
+    Reject(String),
 }
 
-/// Processes one delivery and settles it. Never panics; every path acks or requeues.
+/// One step of processing: settled, or the store failed and the delivery should wait.
+enum Step {
+    Done(Settle),
+    StoreTrouble(String),
+}
+
+/// Processes one delivery and settles it. Every path acks, requeues or rejects, panics
+/// included.
 pub async fn process(
     ctx: Arc<RouteContext>,
     publisher: ConfirmedPublisher,
     acks: Acks,
     delivery: Delivery,
 ) {
-    let (exchange, routing_key) = original_route(&delivery);
+    let started = Instant::now();
     let span = tracing::info_span!(
         "delivery",
         messaging.system = "rabbitmq",
         messaging.destination.name = %ctx.queue,
-        messaging.rabbitmq.destination.routing_key = %routing_key,
+        messaging.rabbitmq.destination.routing_key = %delivery.routing_key,
         messaging.message.id = delivery.properties.message_id().as_ref().map(|s| s.as_str()).unwrap_or(""),
         plugin = ctx.plugin.name(),
     );
-    let started = Instant::now();
-    let settle = decide(&ctx, &publisher, &delivery, exchange, routing_key)
+    let run = AssertUnwindSafe(settle(&ctx, &publisher, &delivery))
+        .catch_unwind()
         .instrument(span.clone())
         .await;
     let _entered = span.enter();
+    let settle = run.unwrap_or_else(|panic| {
+        let what = panic_text(panic.as_ref());
+        ctx.metrics.panic(&ctx.queue);
+        if delivery.redelivered {
+            tracing::error!(panic = %what, "the gateway panicked processing this delivery again; rejecting it to the dead-letter exchange");
+            Settle::Reject(what)
+        } else {
+            tracing::error!(panic = %what, "the gateway panicked processing this delivery; requeueing it once");
+            Settle::Requeue(format!("panic: {what}"))
+        }
+    });
+    let tag = delivery.delivery_tag;
     match settle {
         Settle::Ack(outcome) => {
-            ctx.metrics.delivery(&ctx.queue, outcome, started.elapsed());
-            acks.ack(delivery.delivery_tag);
+            ctx.metrics
+                .delivery(&ctx.queue, outcome.label(), started.elapsed());
+            acks.ack(tag);
         }
         Settle::Requeue(why) => {
             ctx.metrics
-                .delivery(&ctx.queue, "requeued", started.elapsed());
+                .delivery(&ctx.queue, Outcome::Requeued.label(), started.elapsed());
             tracing::warn!(reason = %why, "requeueing delivery; nothing was committed");
             tokio::time::sleep(REQUEUE_DELAY).await;
             let requeue = BasicNackOptions {
@@ -68,65 +103,86 @@ pub async fn process(
             if let Err(e) = delivery.acker.nack(requeue).await {
                 tracing::warn!(error = %e, "nack failed; the broker requeues it when the channel closes");
             }
-            acks.settled_elsewhere(delivery.delivery_tag);
+            acks.settled_elsewhere(tag);
+        }
+        Settle::Reject(why) => {
+            ctx.metrics
+                .delivery(&ctx.queue, Outcome::DeadLettered.label(), started.elapsed());
+            tracing::warn!(reason = %why, "rejecting delivery to the dead-letter exchange");
+            if let Err(e) = delivery
+                .acker
+                .reject(BasicRejectOptions { requeue: false })
+                .await
+            {
+                tracing::warn!(error = %e, "reject failed; the broker requeues it when the channel closes");
+            }
+            acks.settled_elsewhere(tag);
         }
     }
 }
 
-async fn decide(
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}
+
+/// Processes until settled; waits for the store (in place) when it fails.
+async fn settle(ctx: &RouteContext, publisher: &ConfirmedPublisher, delivery: &Delivery) -> Settle {
+    let received = Received::new(ctx, delivery);
+    if ctx.fault == Some(FaultPoint::PanicOnBody) && delivery.data.starts_with(b"panic") {
+        panic!("fault injection: panic while processing a delivery");
+    }
+    let mut round = 0;
+    loop {
+        round += 1;
+        match step(ctx, publisher, delivery, &received).await {
+            Step::Done(settle) => return settle,
+            Step::StoreTrouble(why) => {
+                ctx.gate.report_failure(&why);
+                if round >= MAX_STORE_ROUNDS {
+                    return Settle::Requeue(format!(
+                        "the store failed {round} times processing this delivery: {why}"
+                    ));
+                }
+                tracing::warn!(reason = %why, round, "store trouble: holding the delivery until the store answers");
+                ctx.gate.wait_healthy().await;
+            }
+        }
+    }
+}
+
+async fn step(
     ctx: &RouteContext,
     publisher: &ConfirmedPublisher,
     delivery: &Delivery,
-    exchange: String,
-    routing_key: String,
-) -> Settle {
-    let props = &delivery.properties;
-    let attempt = header_int(props.headers().as_ref(), h::ATTEMPT)
-        .and_then(|n| u32::try_from(n).ok())
-        .unwrap_or(1)
-        .max(1);
-    let dead_letter = |reason: String, kind: &'static str| async move {
-        tracing::warn!(%reason, kind, "dead-lettering");
-        match to_dead_letter(publisher, ctx, delivery, attempt, &reason, kind).await {
-            Ok(()) => Settle::Ack("dead_lettered"),
-            Err(e) => Settle::Requeue(format!("dead-letter publish failed: {e}")),
-        }
+    received: &Received,
+) -> Step {
+    let copy = Copy {
+        publisher,
+        ctx,
+        delivery,
+        received,
     };
-
     // 1. Guards, before any plugin code runs.
-    let size = delivery.data.len() as u64;
-    if size > ctx.max_body_size {
-        let reason = format!(
-            "body of {size} bytes exceeds the route's max_body_size of {}",
-            ctx.max_body_size
-        );
-        return dead_letter(reason, "rejected").await;
-    }
-    let content_type = props.content_type().as_ref().map(|c| c.as_str().to_owned());
-    if let Some(required) = &ctx.content_type
-        && content_type.as_deref() != Some(required.as_str())
-    {
-        let reason =
-            format!("content type {content_type:?} is not the route's required `{required}`");
-        return dead_letter(reason, "rejected").await;
+    if let Some(reason) = received.guard(ctx) {
+        return Step::Done(carry_out(&copy, plan::dead_letter(reason, "rejected")).await);
     }
 
-    // 2-3. Attempt and idempotency key.
-    let headers = props
-        .headers()
-        .as_ref()
-        .map(to_text_pairs)
-        .unwrap_or_default();
-    let message_id = props.message_id().as_ref().map(|s| s.as_str().to_owned());
+    // 2-3. Attempt (in `received`) and idempotency key.
     let inbox_key = match key::extract(
         &ctx.key_source,
-        message_id.as_deref(),
-        &headers,
+        received.message_id.as_deref(),
+        &received.headers,
         &delivery.data,
     ) {
         Ok(key) => key,
         Err(why) => match ctx.on_missing_key {
-            MissingKeyPolicy::DeadLetter => return dead_letter(why, "missing-key").await,
+            MissingKeyPolicy::DeadLetter => {
+                return Step::Done(carry_out(&copy, plan::dead_letter(why, "missing-key")).await);
+            }
             MissingKeyPolicy::Process => format!("unkeyed:{}", uuid::Uuid::now_v7()),
         },
     };
@@ -136,29 +192,14 @@ async fn decide(
     match ctx.reads.inbox_contains(&ctx.queue, &inbox_key).await {
         Ok(true) => {
             tracing::info!(key = %inbox_key, "duplicate: already processed, acking without running the handler");
-            return Settle::Ack("duplicate");
+            return Step::Done(Settle::Ack(Outcome::Duplicate));
         }
         Ok(false) => {}
-        Err(e) => {
-            ctx.gate.report_failure(&e.to_string());
-            return Settle::Requeue(format!("store unavailable: {e}"));
-        }
+        Err(e) => return Step::StoreTrouble(format!("inbox check failed: {e}")),
     }
 
     // 5-6. Run the handler; re-run it if its reads conflict at commit.
-    let message = Message {
-        id: message_id,
-        exchange,
-        routing_key,
-        headers: headers
-            .into_iter()
-            .map(|(name, value)| Header { name, value })
-            .collect(),
-        content_type,
-        body: delivery.data.clone(),
-        attempt,
-        redelivered: delivery.redelivered,
-    };
+    let message = received.message(delivery);
     // Held from the first conflict on: re-runs of contended deliveries take turns, so a hot
     // key makes progress one commit at a time instead of livelocking in optimistic retries.
     let mut serialized = None;
@@ -166,100 +207,84 @@ async fn decide(
         let started = Instant::now();
         let result = ctx.plugin.handle(&message, ctx.kv.clone()).await;
         ctx.metrics.handler_duration(&ctx.queue, started.elapsed());
-        let invocation = match result {
-            Ok(invocation) => invocation,
-            Err(failure) => {
-                ctx.metrics.plugin_failure(&ctx.queue, failure.kind());
-                let reason = failure.to_string();
-                return match ctx.on_plugin_failure {
-                    FailurePolicy::Retry => {
-                        retry_or_exhaust(
-                            ctx,
-                            publisher,
-                            delivery,
-                            attempt,
-                            None,
-                            &reason,
-                            failure.kind(),
-                        )
-                        .await
-                    }
-                    FailurePolicy::DeadLetter => dead_letter(reason, failure.kind()).await,
-                };
-            }
-        };
-        if let Some(error) = &invocation.store_error {
-            ctx.gate.report_failure(error);
-            return Settle::Requeue(format!("store unavailable during the handler: {error}"));
+        if let Err(failure) = &result {
+            ctx.metrics.plugin_failure(&ctx.queue, failure.kind());
         }
-        match &invocation.verdict {
-            Verdict::Ack => {
-                match commit(ctx, &inbox_key, trace_context(&message), invocation).await {
-                    Ok(CommitOutcome::Committed) => return Settle::Ack("acked"),
-                    Ok(CommitOutcome::Duplicate) => return Settle::Ack("duplicate"),
-                    Ok(CommitOutcome::Conflict) => {
-                        ctx.metrics.conflict(&ctx.queue);
-                        if serialized.is_none() {
-                            serialized = Some(ctx.rerun_turn.lock().await);
-                        }
-                        continue;
-                    }
-                    Ok(CommitOutcome::Rejected(why)) => {
-                        return dead_letter(
-                            format!("the store refused the handler's effects: {why}"),
-                            "rejected",
-                        )
-                        .await;
-                    }
-                    Err(e) => {
-                        ctx.gate.report_failure(&e);
-                        return Settle::Requeue(format!("commit failed: {e}"));
-                    }
+        let (plan, invocation) = match result {
+            Ok(invocation) => {
+                let facts = Ok((invocation.verdict.clone(), invocation.store_error.clone()));
+                let plan = plan::after_handler(
+                    received.attempt,
+                    &ctx.retry,
+                    ctx.on_plugin_failure,
+                    &facts,
+                );
+                (plan, Some(invocation))
+            }
+            Err(failure) => (
+                plan::after_handler(
+                    received.attempt,
+                    &ctx.retry,
+                    ctx.on_plugin_failure,
+                    &Err(failure),
+                ),
+                None,
+            ),
+        };
+        let invocation = match (plan, invocation) {
+            (Plan::Commit, Some(invocation)) => invocation,
+            (Plan::StoreTrouble(error), _) => {
+                return Step::StoreTrouble(format!(
+                    "store unavailable during the handler: {error}"
+                ));
+            }
+            (plan, _) => return Step::Done(carry_out(&copy, plan).await),
+        };
+        match commit(ctx, &inbox_key, trace_context(&message), invocation).await {
+            Ok(CommitOutcome::Committed) => return Step::Done(Settle::Ack(Outcome::Acked)),
+            Ok(CommitOutcome::Duplicate) => return Step::Done(Settle::Ack(Outcome::Duplicate)),
+            Ok(CommitOutcome::Conflict) => {
+                ctx.metrics.conflict(&ctx.queue);
+                if serialized.is_none() {
+                    serialized = Some(ctx.rerun_turn.lock().await);
                 }
             }
-            Verdict::Retry(request) => {
-                let delay = request.delay_ms.map(Duration::from_millis);
-                return retry_or_exhaust(
-                    ctx,
-                    publisher,
-                    delivery,
-                    attempt,
-                    delay,
-                    &request.reason,
-                    "retry",
-                )
-                .await;
+            Ok(CommitOutcome::Rejected(why)) => {
+                let plan = plan::dead_letter(
+                    format!("the store refused the handler's effects: {why}"),
+                    "rejected",
+                );
+                return Step::Done(carry_out(&copy, plan).await);
             }
-            Verdict::DeadLetter(reason) => return dead_letter(reason.clone(), "dead-letter").await,
+            Err(e) => return Step::StoreTrouble(format!("commit failed: {e}")),
         }
     }
-    Settle::Requeue(format!(
+    Step::Done(Settle::Requeue(format!(
         "kv conflicts persisted over {MAX_CONFLICT_RERUNS} handler runs"
-    ))
+    )))
 }
 
-async fn retry_or_exhaust(
-    ctx: &RouteContext,
-    publisher: &ConfirmedPublisher,
-    delivery: &Delivery,
-    attempt: u32,
-    requested: Option<Duration>,
-    reason: &str,
-    kind: &'static str,
-) -> Settle {
-    if attempt >= ctx.retry.max_attempts {
-        let reason = format!("retries exhausted after {attempt} attempts: {reason}");
-        tracing::warn!(%reason, "dead-lettering");
-        return match to_dead_letter(publisher, ctx, delivery, attempt, &reason, kind).await {
-            Ok(()) => Settle::Ack("dead_lettered"),
-            Err(e) => Settle::Requeue(format!("dead-letter publish failed: {e}")),
-        };
-    }
-    let delay = requested.unwrap_or_else(|| ctx.retry.delay_after(attempt));
-    tracing::info!(attempt, ?delay, reason, "scheduling retry");
-    match to_retry(publisher, ctx, delivery, attempt, delay, reason).await {
-        Ok(()) => Settle::Ack("retried"),
-        Err(e) => Settle::Requeue(format!("retry publish failed: {e}")),
+/// Carries out a retry or dead-letter plan: a confirmed copy, then ack.
+async fn carry_out(copy: &Copy<'_>, plan: Plan) -> Settle {
+    match plan {
+        Plan::Retry { delay, reason } => {
+            tracing::info!(attempt = copy.received.attempt, ?delay, %reason, "scheduling retry");
+            match to_retry(copy, delay, &reason).await {
+                Ok(outcome) => Settle::Ack(outcome),
+                Err(e) => Settle::Requeue(format!("retry publish failed: {e}")),
+            }
+        }
+        Plan::DeadLetter { reason, kind } => {
+            tracing::warn!(%reason, kind, "dead-lettering");
+            match to_dead_letter(copy, &reason, kind).await {
+                Ok(outcome) => Settle::Ack(outcome),
+                Err(e) => Settle::Requeue(format!("dead-letter failed: {e}")),
+            }
+        }
+        // `step` handles these itself; never reached.
+        Plan::Commit | Plan::StoreTrouble(_) => {
+            Settle::Requeue("internal: nothing to carry out".to_owned())
+        }
     }
 }
 
@@ -333,12 +358,4 @@ async fn commit(
         .map_err(|e| e.to_string())?;
     hang_if(ctx.fault, FaultPoint::HangAfterCommit).await;
     Ok(outcome)
-}
-
-/// Test-only: stop here forever so the test can SIGKILL the process at this exact point.
-pub(crate) async fn hang_if(fault: Option<FaultPoint>, point: FaultPoint) {
-    if fault == Some(point) {
-        tracing::warn!(?point, "fault injection: hanging until killed");
-        std::future::pending::<()>().await;
-    }
 }

@@ -15,15 +15,15 @@ mod chains;
 mod marker;
 mod session;
 
-use crate::broker::headers::table_from_text;
+use crate::broker::outgoing::Unpublishable;
+pub use crate::broker::outgoing::event_properties;
 use crate::broker::{
     ConfirmedPublisher, ConnectOptions, JitteredBackoff, Outgoing, PublisherOptions, connect,
 };
+use crate::common::FaultPoint;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::pipeline::FaultPoint;
 use crate::store::{Backend, OUTBOX_NOTIFY_CHANNEL, OutboxRow, Store};
-use lapin::BasicProperties;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -128,9 +128,10 @@ impl Relay {
     }
 }
 
-/// The AMQP message for a row: `event_id` is the `message_id`.
-fn outgoing(row: &OutboxRow) -> Outgoing {
-    Outgoing {
+/// The AMQP message for a row: `event_id` is the `message_id`. `Err`: AMQP cannot carry
+/// it (a row written before the host checked events, or by hand); it never will.
+fn outgoing(row: &OutboxRow) -> Result<Outgoing, Unpublishable> {
+    Ok(Outgoing {
         exchange: row.exchange.clone(),
         routing_key: row.routing_key.clone(),
         properties: event_properties(
@@ -138,32 +139,10 @@ fn outgoing(row: &OutboxRow) -> Outgoing {
             row.created_at,
             &row.headers,
             row.content_type.as_deref(),
-        ),
+        )?,
         body: row.payload.clone(),
         mandatory: true,
-    }
-}
-
-/// The AMQP properties the relay publishes an outbox row with: `event_id` as `message_id`,
-/// persistent, the commit time (unix ms, sent in seconds), the row's headers, its content
-/// type. Public so the benchmarks publish exactly the relay's messages.
-pub fn event_properties(
-    event_id: &str,
-    created_at_ms: i64,
-    headers: &[(String, String)],
-    content_type: Option<&str>,
-) -> BasicProperties {
-    let mut properties = BasicProperties::default()
-        .with_message_id(event_id.into())
-        .with_delivery_mode(2)
-        .with_timestamp(u64::try_from(created_at_ms / 1000).unwrap_or(0));
-    if let Ok(headers) = table_from_text(headers.iter().map(|(k, v)| (k, v))) {
-        properties = properties.with_headers(headers);
-    }
-    if let Some(ct) = content_type {
-        properties = properties.with_content_type(ct.into());
-    }
-    properties
+    })
 }
 
 async fn sleep_or_stop(delay: Duration, stop: &CancellationToken) {
@@ -225,7 +204,7 @@ mod tests {
             attempts: 0,
             last_error: None,
         };
-        let out = outgoing(&row);
+        let out = outgoing(&row).expect("a publishable row");
         let p = &out.properties;
         assert_eq!(
             p.message_id().as_ref().map(|s| s.to_string()),

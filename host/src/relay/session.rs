@@ -25,8 +25,7 @@ use super::chains::{Chains, Leased};
 use super::marker::{MarkSender, Marker};
 use super::{Relay, outgoing};
 use crate::broker::{ConfirmedPublisher, PublishError};
-use crate::pipeline::headers::now_ms;
-use crate::pipeline::{FaultPoint, hang_if};
+use crate::common::{FaultPoint, hang_if, now_ms};
 use crate::store::{OutboxRow, StoreError};
 
 /// Why a session ended.
@@ -222,7 +221,13 @@ impl<'a> Session<'a> {
                 let error = if std::time::Instant::now() > leased.start_by {
                     None
                 } else {
-                    match publisher.publish(outgoing(&leased.row), timeout).await {
+                    let message =
+                        outgoing(&leased.row).map_err(|e| PublishError::Invalid(e.to_string()));
+                    let published = match message {
+                        Ok(message) => publisher.publish(message, timeout).await,
+                        Err(e) => Err(e),
+                    };
+                    match published {
                         Ok(()) => {
                             // Test-only: stop dead after this row's confirm, before its mark.
                             hang_if(fault, FaultPoint::RelayHangAfterConfirm).await;
@@ -348,6 +353,16 @@ async fn record_failure(
 ) -> Result<(), StoreError> {
     relay.metrics.outbox_failed.inc();
     let attempts = row.attempts + 1;
+    if let PublishError::Invalid(why) = error {
+        // Publishing it again can never help: park the row (it keeps holding its ordering
+        // key) with the reason, for `carteiro outbox status` and the operator.
+        tracing::error!(event_id = %row.event_id, exchange = %row.exchange, routing_key = %row.routing_key, %why, "outbox row can never be published; parked with its error");
+        let error = format!("permanent: cannot be published: {why}");
+        return relay
+            .store
+            .outbox_mark_failed(row.id, &error, i64::MAX)
+            .await;
+    }
     let delay_ms = (500_i64 << attempts.clamp(0, 7)).min(60_000);
     tracing::warn!(event_id = %row.event_id, exchange = %row.exchange, routing_key = %row.routing_key, attempts, %error, "outbox publish failed; the row stays pending");
     relay

@@ -4,7 +4,7 @@
 
 use super::bindings::{config, kv, log, outbox, types};
 use super::effects::{Effects, EmittedEvent, KvSource};
-use super::limits::{HostCallLimitExceeded, Limiter};
+use super::limits::{DeliveryTotals, HostCallLimitExceeded, Limiter, TotalExceeded};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use wasmtime::component::ResourceTable;
@@ -22,6 +22,7 @@ pub struct PluginIdentity {
     pub variables: BTreeMap<String, String>,
     pub max_host_calls: u32,
     pub max_events: u32,
+    pub totals: DeliveryTotals,
 }
 
 /// Everything a plugin's `Store` holds for one delivery.
@@ -32,6 +33,8 @@ pub struct HostState {
     plugin: Arc<PluginIdentity>,
     kv: Arc<dyn KvSource>,
     host_calls: u32,
+    /// Bytes handed over so far, against `plugin.totals`.
+    used: DeliveryTotals,
     pub(super) effects: Effects,
     /// Set when a kv read failed because the store is down: the pipeline must then not
     /// trust the verdict and requeues the delivery instead.
@@ -52,6 +55,11 @@ impl HostState {
             plugin,
             kv,
             host_calls: 0,
+            used: DeliveryTotals {
+                kv_bytes: 0,
+                event_bytes: 0,
+                log_bytes: 0,
+            },
             effects: Effects::default(),
             store_error: None,
         }
@@ -63,6 +71,20 @@ impl HostState {
             return Err(wasmtime::Error::new(HostCallLimitExceeded(
                 self.plugin.max_host_calls,
             )));
+        }
+        Ok(())
+    }
+
+    /// Counts `bytes` against one of the delivery's totals; traps past it.
+    fn spend(&mut self, what: &'static str, bytes: usize) -> wasmtime::Result<()> {
+        let (used, limit) = match what {
+            "kv" => (&mut self.used.kv_bytes, self.plugin.totals.kv_bytes),
+            "event" => (&mut self.used.event_bytes, self.plugin.totals.event_bytes),
+            _ => (&mut self.used.log_bytes, self.plugin.totals.log_bytes),
+        };
+        *used = used.saturating_add(bytes as u64);
+        if *used > limit {
+            return Err(wasmtime::Error::new(TotalExceeded { what, limit }));
         }
         Ok(())
     }
@@ -123,6 +145,7 @@ impl kv::Host for HostState {
         if value.len() > MAX_KV_VALUE_BYTES {
             return Ok(Err(kv::KvError::ValueTooLarge(MAX_KV_VALUE_BYTES as u64)));
         }
+        self.spend("kv", key.len() + value.len())?;
         self.effects.writes.insert(key, Some(value));
         Ok(Ok(()))
     }
@@ -132,6 +155,7 @@ impl kv::Host for HostState {
         if let Err(e) = check_key(&key) {
             return Ok(Err(e));
         }
+        self.spend("kv", key.len())?;
         self.effects.writes.insert(key, None);
         Ok(Ok(()))
     }
@@ -142,7 +166,8 @@ fn check_event(event: &outbox::Event) -> Result<(), outbox::OutboxError> {
         .headers
         .iter()
         .map(|h| (h.name.as_str(), h.value.as_str()));
-    if let Some(why) = event_problem(&event.exchange, &event.routing_key, headers) {
+    let content_type = event.content_type.as_deref();
+    if let Some(why) = event_problem(&event.exchange, &event.routing_key, content_type, headers) {
         return Err(outbox::OutboxError::InvalidEvent(why));
     }
     if event.payload.len() > MAX_EVENT_PAYLOAD_BYTES {
@@ -167,6 +192,16 @@ impl outbox::Host for HostState {
         if let Err(e) = check_event(&event) {
             return Ok(Err(e));
         }
+        let bytes = event.payload.len()
+            + event.exchange.len()
+            + event.routing_key.len()
+            + event.content_type.as_ref().map_or(0, String::len)
+            + event
+                .headers
+                .iter()
+                .map(|h| h.name.len() + h.value.len())
+                .sum::<usize>();
+        self.spend("event", bytes)?;
         let event_id = uuid::Uuid::now_v7();
         self.effects.events.push(EmittedEvent {
             event_id,
@@ -187,6 +222,7 @@ impl outbox::Host for HostState {
 impl log::Host for HostState {
     async fn log(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {
         self.count_call()?;
+        self.spend("log", message.len())?;
         let plugin = self.plugin.name.as_str();
         match level {
             log::Level::Trace => tracing::trace!(plugin, "{message}"),

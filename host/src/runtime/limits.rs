@@ -16,6 +16,37 @@ pub struct MemoryLimitExceeded {
 #[error("host-call limit of {0} per delivery exceeded")]
 pub struct HostCallLimitExceeded(pub u32);
 
+/// Totals one delivery may hand the host, whatever the number of calls: each kv value and
+/// event is capped on its own too, but without totals 10,000 host calls of 4 MiB each would
+/// make the host hold about 40 GiB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeliveryTotals {
+    /// Bytes of kv keys and values written (overwrites count again).
+    pub kv_bytes: u64,
+    /// Bytes of outbox events emitted: payload, headers, exchange, routing key, content type.
+    pub event_bytes: u64,
+    /// Bytes of log messages.
+    pub log_bytes: u64,
+}
+
+impl Default for DeliveryTotals {
+    fn default() -> Self {
+        Self {
+            kv_bytes: 16 << 20,
+            event_bytes: 16 << 20,
+            log_bytes: 1 << 20,
+        }
+    }
+}
+
+/// The plugin handed the host more than one delivery's total allows.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} total of {limit} bytes per delivery exceeded")]
+pub struct TotalExceeded {
+    pub what: &'static str,
+    pub limit: u64,
+}
+
 /// Caps memory and table growth for one store.
 pub struct Limiter {
     pub memory_bytes: usize,

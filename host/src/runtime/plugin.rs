@@ -4,7 +4,9 @@ use super::Runtime;
 use super::bindings::{HandlerPre, types};
 use super::effects::{Effects, KvSource};
 use super::host::{HostState, PluginIdentity};
-use super::limits::{HostCallLimitExceeded, Limiter, MemoryLimitExceeded};
+use super::limits::{
+    DeliveryTotals, HostCallLimitExceeded, Limiter, MemoryLimitExceeded, TotalExceeded,
+};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -25,6 +27,8 @@ pub struct PluginLimits {
     pub memory_bytes: u64,
     pub max_host_calls: u32,
     pub max_events: u32,
+    /// Totals of kv, event and log bytes per delivery.
+    pub totals: DeliveryTotals,
 }
 
 /// Why a plugin could not be loaded. The message says which file and what to do.
@@ -77,6 +81,8 @@ pub enum PluginFailure {
     Memory(String),
     #[error("plugin exceeded its host-call limit of {0}")]
     HostCallLimit(u32),
+    #[error("plugin exceeded a per-delivery limit: {0}")]
+    ResourceLimit(String),
     #[error("plugin could not be instantiated: {0}")]
     Instantiate(String),
 }
@@ -89,6 +95,7 @@ impl PluginFailure {
             Self::Timeout(_) => "timeout",
             Self::Memory(_) => "memory",
             Self::HostCallLimit(_) => "host-call-limit",
+            Self::ResourceLimit(_) => "resource-limit",
             Self::Instantiate(_) => "instantiate",
         }
     }
@@ -168,6 +175,7 @@ impl Plugin {
                 variables,
                 max_host_calls: limits.max_host_calls,
                 max_events: limits.max_events,
+                totals: limits.totals,
             }),
             pre,
             limits,
@@ -282,6 +290,9 @@ fn classify(error: wasmtime::Error, timeout: Duration, stderr: &str) -> PluginFa
     if let Some(limit) = error.downcast_ref::<HostCallLimitExceeded>() {
         return PluginFailure::HostCallLimit(limit.0);
     }
+    if let Some(total) = error.downcast_ref::<TotalExceeded>() {
+        return PluginFailure::ResourceLimit(total.to_string());
+    }
     let mut message = match error.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => return PluginFailure::Timeout(timeout),
         Some(Trap::StackOverflow) => "stack overflow".to_owned(),
@@ -306,6 +317,20 @@ fn classify(error: wasmtime::Error, timeout: Duration, stderr: &str) -> PluginFa
         {
             Some(what) => message = format!("{message} ({location} {what})"),
             None => message = format!("{message} ({location})"),
+        }
+    } else {
+        // Other guests (Python, JavaScript) print a traceback or stack: its last lines name
+        // the error and where it was raised.
+        let last: Vec<&str> = lines
+            .iter()
+            .map(|l| l.trim())
+            .filter(|l| !l.is_empty())
+            .rev()
+            .take(3)
+            .collect();
+        if !last.is_empty() {
+            let tail: Vec<&str> = last.into_iter().rev().collect();
+            message = format!("{message} (stderr: {})", tail.join(" | "));
         }
     }
     PluginFailure::Trap(message)

@@ -19,6 +19,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "outbox blocking index",
         include_str!("../../migrations/sqlite/0002_outbox_blocking_index.sql"),
     ),
+    (
+        3,
+        "secrets",
+        include_str!("../../migrations/sqlite/0003_secrets.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str, &str)] = &[
@@ -31,6 +36,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         2,
         "outbox blocking index",
         include_str!("../../migrations/postgres/0002_outbox_blocking_index.sql"),
+    ),
+    (
+        3,
+        "secrets",
+        include_str!("../../migrations/postgres/0003_secrets.sql"),
     ),
 ];
 

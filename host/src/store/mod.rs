@@ -23,6 +23,7 @@ mod kv;
 mod migrations;
 mod outbox;
 mod reads;
+mod secrets;
 mod sql;
 mod validate;
 
@@ -297,7 +298,7 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 /// Headers as JSON text: `[["name","value"], ...]` keeps order and duplicates.
-pub(crate) fn headers_to_json(headers: &[(String, String)]) -> String {
+pub fn headers_to_json(headers: &[(String, String)]) -> String {
     serde_json::to_string(headers).unwrap_or_else(|_| "[]".to_string())
 }
 

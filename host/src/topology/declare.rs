@@ -13,6 +13,9 @@ use super::{
 
 /// RabbitMQ rejects a message TTL above 2^32 - 1 ms.
 const MAX_TTL_MS: u128 = u32::MAX as u128;
+/// The least `x-delivery-limit` set on a quorum queue: redeliveries after crashes and broker
+/// trouble count, store outages do not (deliveries wait for the store instead of going back).
+pub const MIN_QUORUM_DELIVERY_LIMIT: i64 = 20;
 
 /// Declares (or verifies) everything `t` needs. Safe to call at every start and after every
 /// reconnect: declaring what already exists identically is a no-op.
@@ -68,18 +71,12 @@ pub async fn declare_route(
 
     // Dead-letter target first, so nothing the work queue dead-letters is ever dropped.
     declare_exchange(conn, &dlx, ExchangeKind::Fanout).await?;
-    declare_queue(conn, &dlq, queue_args(t.queue_type)).await?;
+    let limit = delivery_limit(t.max_attempts);
+    declare_queue(conn, &dlq, queue_args(t.queue_type, limit)).await?;
     bind(conn, &dlq, &dlx, "").await?;
 
-    let mut args = queue_args(t.queue_type);
+    let mut args = dead_lettering(queue_args(t.queue_type, limit), t.queue_type);
     put(&mut args, "x-dead-letter-exchange", string(&dlx));
-    if t.queue_type == QueueType::Quorum {
-        put(
-            &mut args,
-            "x-delivery-limit",
-            AMQPValue::LongLongInt(i64::from(t.max_attempts) + 2),
-        );
-    }
     if let Some(ttl) = t.message_ttl {
         let ms = ttl.as_millis();
         if ms > MAX_TTL_MS {
@@ -109,7 +106,7 @@ pub async fn declare_route(
     }
 
     for (delay, name) in &retry_queues {
-        let mut args = queue_args(t.queue_type);
+        let mut args = dead_lettering(queue_args(t.queue_type, limit), t.queue_type);
         put(
             &mut args,
             "x-message-ttl",
@@ -129,12 +126,34 @@ pub async fn declare_route(
     })
 }
 
-fn queue_args(queue_type: QueueType) -> FieldTable {
+/// The delivery limit of a route's quorum queues.
+pub fn delivery_limit(max_attempts: u32) -> i64 {
+    (i64::from(max_attempts) + 2).max(MIN_QUORUM_DELIVERY_LIMIT)
+}
+
+fn queue_args(queue_type: QueueType, delivery_limit: i64) -> FieldTable {
     let mut args = FieldTable::default();
     // Classic is the default: leaving the argument out keeps queues created by other tools
     // (without x-queue-type) equivalent.
     if queue_type == QueueType::Quorum {
         put(&mut args, "x-queue-type", string(queue_type.as_str()));
+        // Explicit on every quorum queue: RabbitMQ 4 would otherwise apply its own 20.
+        put(
+            &mut args,
+            "x-delivery-limit",
+            AMQPValue::LongLongInt(delivery_limit),
+        );
+    }
+    args
+}
+
+/// Quorum queues that dead-letter (the work queue, to `Q.dlx`; the retry tiers, back to
+/// `Q`) do so at least once: the message leaves only once the target confirmed it. That
+/// needs `reject-publish` overflow. Classic queues dead-letter at most once (README).
+fn dead_lettering(mut args: FieldTable, queue_type: QueueType) -> FieldTable {
+    if queue_type == QueueType::Quorum {
+        put(&mut args, "x-dead-letter-strategy", string("at-least-once"));
+        put(&mut args, "x-overflow", string("reject-publish"));
     }
     args
 }

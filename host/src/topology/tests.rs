@@ -246,3 +246,76 @@ async fn expired_retry_message_returns_to_the_work_queue() {
     );
     remove(&conn, &declared, &[format!("{q}.events")]).await;
 }
+
+/// Redeclares `queue` with `args` on a fresh channel: the broker's answer tells whether the
+/// arguments match what the topology declared.
+async fn redeclare(conn: &Connection, queue: &str, args: FieldTable) -> lapin::Result<()> {
+    let ch = conn.create_channel().await.expect("channel");
+    let opts = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    ch.queue_declare(queue.into(), opts, args).await.map(drop)
+}
+
+#[tokio::test]
+async fn quorum_queues_dead_letter_at_least_once_with_an_explicit_delivery_limit() {
+    use lapin::types::{AMQPValue, LongString};
+    let conn = test_connection().await;
+    let q = unique_name("qdl");
+    let t = route(&q, QueueType::Quorum);
+    let declared = declare_route(&conn, &t)
+        .await
+        .expect("declare quorum route");
+    let text = |s: &str| AMQPValue::LongString(LongString::from(s));
+    let limit = AMQPValue::LongLongInt(declare::delivery_limit(t.max_attempts));
+    assert_eq!(
+        declare::delivery_limit(5),
+        declare::MIN_QUORUM_DELIVERY_LIMIT
+    );
+
+    // Exactly the arguments Carteiro declared: accepted as equivalent.
+    let mut dlq_args = FieldTable::default();
+    dlq_args.insert("x-queue-type".into(), text("quorum"));
+    dlq_args.insert("x-delivery-limit".into(), limit.clone());
+    redeclare(&conn, &declared.dlq, dlq_args.clone())
+        .await
+        .expect("Q.dlq has an explicit delivery limit");
+    let mut other = dlq_args.clone();
+    other.insert("x-delivery-limit".into(), AMQPValue::LongLongInt(3));
+    let err = redeclare(&conn, &declared.dlq, other)
+        .await
+        .expect_err("limit differs");
+    assert!(err.to_string().contains("x-delivery-limit"), "{err}");
+
+    let mut work = dlq_args.clone();
+    work.insert("x-dead-letter-exchange".into(), text(&declared.dlx));
+    work.insert("x-max-length".into(), AMQPValue::LongLongInt(10_000));
+    work.insert("x-dead-letter-strategy".into(), text("at-least-once"));
+    work.insert("x-overflow".into(), text("reject-publish"));
+    redeclare(&conn, &declared.queue, work.clone())
+        .await
+        .expect("work queue dead-letters at least once");
+    let mut at_most_once = work;
+    at_most_once.insert("x-dead-letter-strategy".into(), text("at-most-once"));
+    let err = redeclare(&conn, &declared.queue, at_most_once)
+        .await
+        .expect_err("strategy differs");
+    assert!(err.to_string().contains("x-dead-letter-strategy"), "{err}");
+
+    for (delay, tier) in &declared.retry_queues {
+        let mut args = dlq_args.clone();
+        args.insert(
+            "x-message-ttl".into(),
+            AMQPValue::LongLongInt(delay.as_millis() as i64),
+        );
+        args.insert("x-dead-letter-exchange".into(), text(""));
+        args.insert("x-dead-letter-routing-key".into(), text(&q));
+        args.insert("x-dead-letter-strategy".into(), text("at-least-once"));
+        args.insert("x-overflow".into(), text("reject-publish"));
+        redeclare(&conn, tier, args)
+            .await
+            .expect("retry tier dead-letters back at least once");
+    }
+    remove(&conn, &declared, &[format!("{q}.events")]).await;
+}

@@ -94,7 +94,10 @@ fn check_event(event: &Event, max_payload_len: usize) -> Result<(), OutboxError>
         .headers
         .iter()
         .map(|h| (h.name.as_str(), h.value.as_str()));
-    if let Some(why) = rules::event_problem(&event.exchange, &event.routing_key, headers) {
+    let content_type = event.content_type.as_deref();
+    if let Some(why) =
+        rules::event_problem(&event.exchange, &event.routing_key, content_type, headers)
+    {
         return Err(OutboxError::InvalidEvent(why));
     }
     if event.payload.len() > max_payload_len {

@@ -1,5 +1,6 @@
 //! Carteiro's own AMQP headers: the attempt counter travels with the message through the
-//! retry tiers (never derived from `x-death`), and dead letters carry their story.
+//! retry tiers (never derived from `x-death`), and dead letters carry their story. All of
+//! them are sealed (`broker::seal`) and believed only when the seal holds.
 
 pub const ATTEMPT: &str = "x-carteiro-attempt";
 pub const FIRST_FAILURE_AT: &str = "x-carteiro-first-failure-at";
@@ -15,10 +16,8 @@ pub const ORIGINAL_EXCHANGE: &str = "x-carteiro-original-exchange";
 pub const ORIGINAL_ROUTING_KEY: &str = "x-carteiro-original-routing-key";
 pub const DEAD_LETTERED_AT: &str = "x-carteiro-dead-lettered-at";
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
+/// Pseudo-headers under which an archived dead letter keeps its AMQP properties, so a
+/// replay restores them.
+pub const PROP_MESSAGE_ID: &str = ":message-id";
+pub const PROP_CONTENT_TYPE: &str = ":content-type";
+pub const PROP_CORRELATION_ID: &str = ":correlation-id";

@@ -1,0 +1,317 @@
+//! The one place that builds what Carteiro publishes — retry copies, dead-letter copies,
+//! replays and outbox events — and enforces AMQP's limits on it, so a hostile header or a
+//! plugin's odd event is a clear error instead of a lapin panic or a broker `FRAME_ERROR`
+//! that kills the connection (and every route on it) and loops on redelivery.
+//!
+//! Limits enforced here:
+//! - short strings (content type, message id, correlation id, header names, ...) at most
+//!   255 bytes ([`MAX_SHORT_STRING`]); lapin's `From<&str>` panics above that;
+//! - the content-header frame within the connection's negotiated `frame_max`
+//!   ([`check_header_frame`], called by the publisher for every message);
+//! - reasons at most [`MAX_REASON_BYTES`] ([`cap_reason`]).
+//!
+//! Copies never carry `expiration` (a dead letter must not expire before it is archived, a
+//! retry copy's delay is its tier's TTL) nor `user-id` (RabbitMQ refuses a `user-id` that is
+//! not the publishing connection's user, which would loop the copy forever).
+
+use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+
+pub use carteiro_sdk::rules::MAX_SHORT_STRING;
+
+/// Longest reason Carteiro records or sends (plugin reasons, panic messages, store errors).
+/// Longer ones are cut at a character boundary and marked with `…`.
+pub const MAX_REASON_BYTES: usize = 4096;
+
+/// Bytes of a content-header frame besides its properties: frame header and end (8), class,
+/// weight and body size (12), property flags (2). Rounded up for safety.
+const HEADER_FRAME_OVERHEAD: usize = 64;
+
+/// A message that AMQP cannot carry, with what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unpublishable {
+    /// A short-string property or header name over 255 bytes.
+    #[error("{what} is {len} bytes; AMQP short strings hold at most {MAX_SHORT_STRING}")]
+    ShortString { what: String, len: usize },
+    /// Headers and properties do not fit in one content-header frame.
+    #[error(
+        "headers and properties take about {size} bytes, over the connection's frame_max of \
+         {frame_max}; send fewer or smaller headers (or raise the broker's frame_max)"
+    )]
+    HeaderFrame { size: usize, frame_max: usize },
+}
+
+/// `text` as a short string, or why it cannot be one.
+pub fn short(what: &str, text: &str) -> Result<ShortString, Unpublishable> {
+    ShortString::try_new(text).map_err(|_| Unpublishable::ShortString {
+        what: what.to_owned(),
+        len: text.len(),
+    })
+}
+
+/// Cuts `reason` to [`MAX_REASON_BYTES`] at a character boundary.
+pub fn cap_reason(reason: &str) -> String {
+    cap(reason, MAX_REASON_BYTES)
+}
+
+/// Cuts `text` to at most `max` bytes (including the marker) at a character boundary.
+pub fn cap(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    const MARK: &str = "…";
+    let mut end = max.saturating_sub(MARK.len());
+    while end > 0 && !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{MARK}", &text[..end])
+}
+
+/// Sets a long-string header; `name` must be one of Carteiro's own (short) names.
+pub fn set_text(table: &mut FieldTable, name: &'static str, value: &str) {
+    table.insert(
+        ShortString::from(name),
+        AMQPValue::LongString(LongString::from(value)),
+    );
+}
+
+/// Sets an integer header; `name` must be one of Carteiro's own (short) names.
+pub fn set_int(table: &mut FieldTable, name: &'static str, value: i64) {
+    table.insert(ShortString::from(name), AMQPValue::LongLongInt(value));
+}
+
+/// The properties of a copy of a received message (retry tier, dead-letter exchange,
+/// replay): everything the publisher set except `expiration` and `user-id`, persistent, with
+/// `headers` in place of the original table.
+pub fn copy_properties(original: &BasicProperties, headers: FieldTable) -> BasicProperties {
+    let mut p = BasicProperties::default()
+        .with_headers(headers)
+        .with_delivery_mode(2);
+    if let Some(v) = original.content_type() {
+        p = p.with_content_type(v.clone());
+    }
+    if let Some(v) = original.content_encoding() {
+        p = p.with_content_encoding(v.clone());
+    }
+    if let Some(v) = original.priority() {
+        p = p.with_priority(*v);
+    }
+    if let Some(v) = original.correlation_id() {
+        p = p.with_correlation_id(v.clone());
+    }
+    if let Some(v) = original.reply_to() {
+        p = p.with_reply_to(v.clone());
+    }
+    if let Some(v) = original.message_id() {
+        p = p.with_message_id(v.clone());
+    }
+    if let Some(v) = original.timestamp() {
+        p = p.with_timestamp(*v);
+    }
+    if let Some(v) = original.kind() {
+        p = p.with_type(v.clone());
+    }
+    if let Some(v) = original.app_id() {
+        p = p.with_app_id(v.clone());
+    }
+    if let Some(v) = original.cluster_id() {
+        p = p.with_cluster_id(v.clone());
+    }
+    p
+}
+
+/// The properties of an outbox event: `event_id` as `message_id`, persistent, the commit
+/// time (unix ms, sent in seconds), the row's headers and content type.
+pub fn event_properties(
+    event_id: &str,
+    created_at_ms: i64,
+    headers: &[(String, String)],
+    content_type: Option<&str>,
+) -> Result<BasicProperties, Unpublishable> {
+    let mut table = FieldTable::default();
+    for (name, value) in headers {
+        table.insert(
+            short("header name", name)?,
+            AMQPValue::LongString(LongString::from(value.as_str())),
+        );
+    }
+    let mut properties = BasicProperties::default()
+        .with_message_id(short("event id", event_id)?)
+        .with_delivery_mode(2)
+        .with_timestamp(u64::try_from(created_at_ms / 1000).unwrap_or(0))
+        .with_headers(table);
+    if let Some(ct) = content_type {
+        properties = properties.with_content_type(short("content type", ct)?);
+    }
+    Ok(properties)
+}
+
+/// The properties of a replayed dead letter: its archived headers (`pairs`, without the
+/// failure story the caller filtered out) and the AMQP properties it kept as pseudo-headers.
+pub fn replay_properties(
+    pairs: &[(String, String)],
+    message_id: Option<&str>,
+    content_type: Option<&str>,
+    correlation_id: Option<&str>,
+) -> Result<BasicProperties, Unpublishable> {
+    let mut table = FieldTable::default();
+    for (name, value) in pairs {
+        table.insert(
+            short("header name", name)?,
+            AMQPValue::LongString(LongString::from(value.as_str())),
+        );
+    }
+    let mut p = BasicProperties::default()
+        .with_headers(table)
+        .with_delivery_mode(2);
+    if let Some(id) = message_id {
+        p = p.with_message_id(short("message id", id)?);
+    }
+    if let Some(ct) = content_type {
+        p = p.with_content_type(short("content type", ct)?);
+    }
+    if let Some(c) = correlation_id {
+        p = p.with_correlation_id(short("correlation id", c)?);
+    }
+    Ok(p)
+}
+
+/// Refuses properties whose content-header frame would exceed `frame_max` (0: no limit).
+pub fn check_header_frame(
+    properties: &BasicProperties,
+    frame_max: usize,
+) -> Result<(), Unpublishable> {
+    if frame_max == 0 {
+        return Ok(());
+    }
+    let size = header_frame_size(properties);
+    if size > frame_max {
+        return Err(Unpublishable::HeaderFrame { size, frame_max });
+    }
+    Ok(())
+}
+
+/// An upper bound of the encoded size of the content-header frame for `p`.
+pub fn header_frame_size(p: &BasicProperties) -> usize {
+    let shorts = [
+        p.content_type(),
+        p.content_encoding(),
+        p.correlation_id(),
+        p.reply_to(),
+        p.expiration(),
+        p.message_id(),
+        p.kind(),
+        p.user_id(),
+        p.app_id(),
+        p.cluster_id(),
+    ];
+    let strings: usize = shorts
+        .iter()
+        .filter_map(|s| s.as_ref())
+        .map(|s| 1 + s.as_str().len())
+        .sum();
+    let table = p.headers().as_ref().map_or(0, table_size);
+    HEADER_FRAME_OVERHEAD + strings + table + 2 + 8
+}
+
+/// Encoded size of a field table: its length prefix and each name, type tag and value.
+fn table_size(table: &FieldTable) -> usize {
+    4 + table
+        .into_iter()
+        .map(|(name, value)| 1 + name.as_str().len() + 1 + value_size(value))
+        .sum::<usize>()
+}
+
+fn value_size(value: &AMQPValue) -> usize {
+    match value {
+        AMQPValue::Boolean(_) | AMQPValue::ShortShortInt(_) | AMQPValue::ShortShortUInt(_) => 1,
+        AMQPValue::ShortInt(_) | AMQPValue::ShortUInt(_) => 2,
+        AMQPValue::LongInt(_) | AMQPValue::LongUInt(_) | AMQPValue::Float(_) => 4,
+        AMQPValue::LongLongInt(_) | AMQPValue::Double(_) | AMQPValue::Timestamp(_) => 8,
+        AMQPValue::DecimalValue(_) => 5,
+        AMQPValue::ShortString(s) => 1 + s.as_str().len(),
+        AMQPValue::LongString(s) => 4 + s.as_bytes().len(),
+        AMQPValue::ByteArray(b) => 4 + b.as_slice().len(),
+        AMQPValue::FieldArray(a) => {
+            4 + a
+                .as_slice()
+                .iter()
+                .map(|v| 1 + value_size(v))
+                .sum::<usize>()
+        }
+        AMQPValue::FieldTable(t) => table_size(t),
+        AMQPValue::Void => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn reasons_are_capped_at_a_char_boundary() {
+        assert_eq!(cap_reason("short"), "short");
+        let long = "é".repeat(MAX_REASON_BYTES);
+        let capped = cap_reason(&long);
+        assert!(capped.len() <= MAX_REASON_BYTES, "{}", capped.len());
+        assert!(capped.ends_with('…'));
+        assert_eq!(cap("abcdef", 4), "a…");
+    }
+
+    #[test]
+    fn long_short_strings_are_errors_not_panics() {
+        let ct = "x".repeat(300);
+        let err = event_properties("id", 0, &[], Some(&ct)).unwrap_err();
+        assert_eq!(
+            err,
+            Unpublishable::ShortString {
+                what: "content type".into(),
+                len: 300
+            }
+        );
+        let name = "h".repeat(256);
+        let err = event_properties("id", 0, &[(name, "v".into())], None).unwrap_err();
+        assert!(
+            err.to_string().contains("header name is 256 bytes"),
+            "{err}"
+        );
+        assert!(event_properties("id", 0, &[("h".into(), "v".into())], Some("a/b")).is_ok());
+    }
+
+    #[test]
+    fn copies_drop_expiration_and_user_id() {
+        let original = BasicProperties::default()
+            .with_expiration("1000".into())
+            .with_user_id("someone".into())
+            .with_message_id("m".into())
+            .with_content_type("application/json".into())
+            .with_priority(3);
+        let copy = copy_properties(&original, FieldTable::default());
+        assert_eq!(copy.expiration(), &None);
+        assert_eq!(copy.user_id(), &None);
+        assert_eq!(copy.message_id().as_ref().map(|s| s.as_str()), Some("m"));
+        assert_eq!(
+            copy.content_type().as_ref().map(|s| s.as_str()),
+            Some("application/json")
+        );
+        assert_eq!(copy.priority(), &Some(3));
+        assert_eq!(copy.delivery_mode(), &Some(2));
+    }
+
+    #[test]
+    fn header_frames_over_frame_max_are_refused() {
+        let mut table = FieldTable::default();
+        set_text(&mut table, "x-carteiro-reason", &"r".repeat(10_000));
+        let p = BasicProperties::default().with_headers(table);
+        let size = header_frame_size(&p);
+        assert!((10_000..10_200).contains(&size), "{size}");
+        assert!(check_header_frame(&p, 131_072).is_ok());
+        assert!(matches!(
+            check_header_frame(&p, 4096),
+            Err(Unpublishable::HeaderFrame { .. })
+        ));
+        assert!(check_header_frame(&p, 0).is_ok(), "0 means no limit");
+    }
+}

@@ -1,0 +1,47 @@
+//! Small pieces shared by the pipeline, the relay, the dead-letter tools and housekeeping,
+//! kept below all of them so none imports another for a utility: time, test-only fault
+//! injection, and Carteiro's own AMQP header names ([`headers`]).
+
+pub mod headers;
+
+/// Milliseconds since the Unix epoch (this process's clock).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Test-only fault points (`CARTEIRO_FAULT`), used by the crash tests: the process stops
+/// dead (no ack, no cleanup) at a chosen point, or panics on chosen messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultPoint {
+    /// Before the commit of the first delivery.
+    HangBeforeCommit,
+    /// After the commit of the first delivery, before its ack.
+    HangAfterCommit,
+    /// The relay stops after a row's confirm, before marking it published.
+    RelayHangAfterConfirm,
+    /// Processing panics for deliveries whose body starts with `panic`.
+    PanicOnBody,
+}
+
+impl FaultPoint {
+    pub fn from_env() -> Option<Self> {
+        match std::env::var("CARTEIRO_FAULT").ok()?.as_str() {
+            "hang-before-commit" => Some(Self::HangBeforeCommit),
+            "hang-after-commit" => Some(Self::HangAfterCommit),
+            "relay-hang-after-confirm" => Some(Self::RelayHangAfterConfirm),
+            "panic-on-body" => Some(Self::PanicOnBody),
+            _ => None,
+        }
+    }
+}
+
+/// Test-only: stop here forever so the test can SIGKILL the process at this exact point.
+pub async fn hang_if(fault: Option<FaultPoint>, point: FaultPoint) {
+    if fault == Some(point) {
+        tracing::warn!(?point, "fault injection: hanging until killed");
+        std::future::pending::<()>().await;
+    }
+}

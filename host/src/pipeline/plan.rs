@@ -1,0 +1,217 @@
+//! Deciding what to do with a delivery, as data: a pure function of the delivery's facts,
+//! the route's policy and the handler's result. `process` carries the plan out; nothing
+//! here touches the broker, the store or the metrics, so every branch is unit-tested.
+
+use crate::broker::outgoing::cap_reason;
+use crate::config::{FailurePolicy, RetryConfig};
+use crate::runtime::{PluginFailure, Verdict};
+use std::time::Duration;
+
+/// How a delivery ended, for metrics and logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Effects committed, then acked.
+    Acked,
+    /// Already processed (inbox record found): acked without running the handler.
+    Duplicate,
+    /// Handed to a retry tier (confirmed), then acked.
+    Retried,
+    /// Handed to the dead-letter exchange (confirmed), then acked.
+    DeadLettered,
+    /// Given back to the broker: nothing durable happened.
+    Requeued,
+    /// Archived straight into the store because no copy of it could be published.
+    Archived,
+}
+
+impl Outcome {
+    /// The `outcome` label of `carteiro_deliveries_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Acked => "acked",
+            Outcome::Duplicate => "duplicate",
+            Outcome::Retried => "retried",
+            Outcome::DeadLettered => "dead_lettered",
+            Outcome::Requeued => "requeued",
+            Outcome::Archived => "archived",
+        }
+    }
+}
+
+/// What to do next with a delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// Commit the handler's effects with the inbox record, then ack.
+    Commit,
+    /// Publish a copy to the retry tier for `delay` with attempt + 1, then ack.
+    Retry { delay: Duration, reason: String },
+    /// Publish a copy to the dead-letter exchange, then ack.
+    DeadLetter { reason: String, kind: &'static str },
+    /// The store failed while the handler ran: wait for it, then process again.
+    StoreTrouble(String),
+}
+
+/// The plan after a handler run. `attempt` is this delivery's (trusted) attempt number.
+pub fn after_handler(
+    attempt: u32,
+    retry: &RetryConfig,
+    on_failure: FailurePolicy,
+    result: &Result<(Verdict, Option<String>), PluginFailure>,
+) -> Plan {
+    match result {
+        Err(failure) => {
+            let reason = failure.to_string();
+            match on_failure {
+                FailurePolicy::Retry => {
+                    retry_or_exhaust(attempt, retry, None, &reason, failure.kind())
+                }
+                FailurePolicy::DeadLetter => dead_letter(reason, failure.kind()),
+            }
+        }
+        Ok((_, Some(store_error))) => Plan::StoreTrouble(store_error.clone()),
+        Ok((Verdict::Ack, None)) => Plan::Commit,
+        Ok((Verdict::Retry(request), None)) => retry_or_exhaust(
+            attempt,
+            retry,
+            request.delay_ms.map(Duration::from_millis),
+            &request.reason,
+            "retry",
+        ),
+        Ok((Verdict::DeadLetter(reason), None)) => dead_letter(reason.clone(), "dead-letter"),
+    }
+}
+
+/// A retry while attempts remain, otherwise a dead letter saying so.
+pub fn retry_or_exhaust(
+    attempt: u32,
+    retry: &RetryConfig,
+    requested: Option<Duration>,
+    reason: &str,
+    kind: &'static str,
+) -> Plan {
+    if attempt >= retry.max_attempts {
+        return dead_letter(
+            format!("retries exhausted after {attempt} attempts: {reason}"),
+            kind,
+        );
+    }
+    Plan::Retry {
+        delay: requested.unwrap_or_else(|| retry.delay_after(attempt)),
+        reason: cap_reason(reason),
+    }
+}
+
+/// A dead letter with its reason capped.
+pub fn dead_letter(reason: String, kind: &'static str) -> Plan {
+    Plan::DeadLetter {
+        reason: cap_reason(&reason),
+        kind,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::outgoing::MAX_REASON_BYTES;
+    use crate::runtime::RetryRequest;
+
+    fn retry_config() -> RetryConfig {
+        RetryConfig {
+            max_attempts: 3,
+            backoff: vec![Duration::from_secs(1), Duration::from_secs(5)],
+        }
+    }
+
+    fn run(attempt: u32, policy: FailurePolicy, result: Result<Verdict, PluginFailure>) -> Plan {
+        after_handler(attempt, &retry_config(), policy, &result.map(|v| (v, None)))
+    }
+
+    #[test]
+    fn ack_commits_and_a_store_error_overrides_the_verdict() {
+        assert_eq!(run(1, FailurePolicy::Retry, Ok(Verdict::Ack)), Plan::Commit);
+        let plan = after_handler(
+            1,
+            &retry_config(),
+            FailurePolicy::Retry,
+            &Ok((Verdict::Ack, Some("db down".into()))),
+        );
+        assert_eq!(plan, Plan::StoreTrouble("db down".into()));
+    }
+
+    #[test]
+    fn retries_follow_the_backoff_until_the_attempt_limit() {
+        let retry = |reason: &str| {
+            Verdict::Retry(RetryRequest {
+                delay_ms: None,
+                reason: reason.into(),
+            })
+        };
+        assert_eq!(
+            run(1, FailurePolicy::Retry, Ok(retry("busy"))),
+            Plan::Retry {
+                delay: Duration::from_secs(1),
+                reason: "busy".into()
+            }
+        );
+        assert_eq!(
+            run(2, FailurePolicy::Retry, Ok(retry("busy"))),
+            Plan::Retry {
+                delay: Duration::from_secs(5),
+                reason: "busy".into()
+            }
+        );
+        assert_eq!(
+            run(3, FailurePolicy::Retry, Ok(retry("busy"))),
+            Plan::DeadLetter {
+                reason: "retries exhausted after 3 attempts: busy".into(),
+                kind: "retry"
+            }
+        );
+        let asked = Verdict::Retry(RetryRequest {
+            delay_ms: Some(250),
+            reason: "later".into(),
+        });
+        assert_eq!(
+            run(1, FailurePolicy::Retry, Ok(asked)),
+            Plan::Retry {
+                delay: Duration::from_millis(250),
+                reason: "later".into()
+            }
+        );
+    }
+
+    #[test]
+    fn plugin_failures_follow_the_route_policy() {
+        let trap = PluginFailure::Trap("boom".into());
+        assert!(matches!(
+            run(1, FailurePolicy::Retry, Err(trap.clone())),
+            Plan::Retry { .. }
+        ));
+        assert_eq!(
+            run(3, FailurePolicy::Retry, Err(trap.clone())),
+            Plan::DeadLetter {
+                reason: "retries exhausted after 3 attempts: plugin trapped: boom".into(),
+                kind: "trap"
+            }
+        );
+        assert_eq!(
+            run(1, FailurePolicy::DeadLetter, Err(trap)),
+            Plan::DeadLetter {
+                reason: "plugin trapped: boom".into(),
+                kind: "trap"
+            }
+        );
+    }
+
+    #[test]
+    fn reasons_are_capped() {
+        let huge = "r".repeat(1 << 20);
+        let Plan::DeadLetter { reason, kind } =
+            run(1, FailurePolicy::Retry, Ok(Verdict::DeadLetter(huge)))
+        else {
+            panic!("dead letter expected");
+        };
+        assert!(reason.len() <= MAX_REASON_BYTES);
+        assert_eq!(kind, "dead-letter");
+    }
+}

@@ -1,0 +1,302 @@
+//! Hostile input (issue 12), against the real broker and both databases: forged Carteiro
+//! headers, dead letters the store cannot hold as they are, copies too large for a frame,
+//! outbox rows AMQP cannot carry, plugins that push every per-delivery total. In each the
+//! hostile message ends somewhere visible with a reason, and good messages keep flowing
+//! within a latency bound meanwhile.
+
+use crate::support::{
+    Client, Gateway, json_props, pg_database, route_config, unique, wait_for, with_store,
+};
+use carteiro::metrics::Metrics;
+use carteiro::store::{DeadLetter, DeadLetterFilter, Store};
+use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(30);
+/// Good messages must be committed within this long of their publish, whatever the
+/// hostile ones beside them do.
+const GOOD_LATENCY: Duration = Duration::from_secs(5);
+
+/// A route of the test's own on the `mixed` (or another) fixture.
+pub struct Route {
+    pub client: Client,
+    pub queue: String,
+    pub exchange: String,
+    pub gw: Gateway,
+}
+
+impl Route {
+    pub async fn start(prefix: &str, plugin: &str, extra: &str, store_url: Option<&str>) -> Self {
+        Self::start_on(prefix, plugin, extra, store_url, Arc::default()).await
+    }
+
+    /// [`Route::start`] on SQLite, recording into `metrics`.
+    pub async fn start_with_metrics(
+        prefix: &str,
+        plugin: &str,
+        extra: &str,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self::start_on(prefix, plugin, extra, None, metrics).await
+    }
+
+    async fn start_on(
+        prefix: &str,
+        plugin: &str,
+        extra: &str,
+        store_url: Option<&str>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let (queue, exchange) = (unique(prefix), unique("in"));
+        let client = Client::connect().await;
+        client.sink(&exchange).await;
+        let mut toml = route_config(&queue, plugin, &exchange, "", extra);
+        if let Some(url) = store_url {
+            toml = with_store(&toml, url);
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let gw = Gateway::start_in(dir, &toml, metrics).await;
+        client.wait_for_consumer(&queue).await;
+        Self {
+            client,
+            queue,
+            exchange,
+            gw,
+        }
+    }
+
+    pub async fn publish(&self, props: BasicProperties, body: &[u8]) {
+        self.client.publish(&self.exchange, "k", props, body).await;
+    }
+
+    /// Publishes `n` good messages one after another and asserts each is committed (kv
+    /// `done/<id>` or `ok/<id>` in `namespace`) within [`GOOD_LATENCY`].
+    pub async fn good_messages_flow(&self, namespace: &str, prefix: &str, n: usize) {
+        for i in 0..n {
+            let id = unique(&format!("good-{i}"));
+            let started = Instant::now();
+            self.publish(json_props(&id), b"fine").await;
+            let key = format!("{prefix}/{id}");
+            wait_for(&format!("good message {id}"), GOOD_LATENCY, || async {
+                self.gw.store.kv_get(namespace, &key).await.ok().flatten()
+            })
+            .await;
+            assert!(started.elapsed() < GOOD_LATENCY);
+        }
+    }
+
+    pub async fn dead_letters(&self, at_least: usize) -> Vec<DeadLetter> {
+        dead_letters(&self.gw.store, &self.queue, at_least).await
+    }
+}
+
+pub async fn dead_letters(store: &Store, route: &str, at_least: usize) -> Vec<DeadLetter> {
+    let filter = DeadLetterFilter {
+        route: Some(route.to_owned()),
+        ..Default::default()
+    };
+    wait_for(
+        &format!("{at_least} dead letters on {route}"),
+        WAIT,
+        || async {
+            let rows = store.dead_letters_list(&filter).await.ok()?;
+            (rows.len() >= at_least).then_some(rows)
+        },
+    )
+    .await
+}
+
+fn text(value: &[u8]) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(value.to_vec()))
+}
+
+fn header(d: &DeadLetter, name: &str) -> Option<String> {
+    d.headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_carteiro_headers_are_kept_renamed_and_never_believed() {
+    let extra = "[routes.retry]\nmax_attempts = 3\nbackoff = [\"100ms\"]";
+    let route = Route::start("forged", "fixture-mixed", extra, None).await;
+    let mut table = FieldTable::default();
+    table.insert("x-carteiro-attempt".into(), AMQPValue::LongLongInt(99));
+    table.insert(
+        "x-carteiro-original-exchange".into(),
+        text(b"forged-exchange"),
+    );
+    table.insert("x-carteiro-seal".into(), text(b"00ff"));
+    table.insert(
+        "x-carteiro-first-failure-at".into(),
+        AMQPValue::LongLongInt(1),
+    );
+    let props = json_props("forged-1").with_headers(table);
+    // Asks for retries until attempt 10: with max_attempts 3 it must run exactly 3 times.
+    route.publish(props, b"retry-until-10").await;
+    route.good_messages_flow("fixture-mixed", "done", 3).await;
+
+    let rows = route.dead_letters(1).await;
+    let d = &rows[0];
+    assert_eq!(d.attempts, 3, "the forged attempt 99 was believed: {d:?}");
+    assert!(
+        d.reason.starts_with("retries exhausted after 3 attempts"),
+        "{}",
+        d.reason
+    );
+    assert_eq!(
+        header(d, "x-untrusted-carteiro-attempt").as_deref(),
+        Some("99")
+    );
+    assert_eq!(
+        header(d, "x-untrusted-carteiro-original-exchange").as_deref(),
+        Some("forged-exchange")
+    );
+    // Carteiro's own story is its own: the original exchange is where it was published.
+    assert_eq!(
+        header(d, "x-carteiro-original-exchange").as_deref(),
+        Some(route.exchange.as_str())
+    );
+    assert_ne!(
+        d.first_failed_at,
+        Some(1),
+        "forged first-failure time believed"
+    );
+    route.gw.stop().await;
+}
+
+async fn hostile_dead_letter_is_archived(store_url: Option<&str>) {
+    let route = Route::start("nuldl", "fixture-mixed", "", store_url).await;
+    let mut table = FieldTable::default();
+    table.insert("x-carteiro-plugin".into(), text(b"plug\0in"));
+    table.insert("x-carteiro-reason".into(), text(b"bad\0reason\xff"));
+    table.insert("x-carteiro-attempts".into(), AMQPValue::LongLongInt(99));
+    table.insert("x-first-death-queue".into(), text(b"q\0ueue"));
+    table.insert("x-na\0me".into(), text(b"v\0alue"));
+    let props = BasicProperties::default()
+        .with_message_id("m\0id".into())
+        .with_headers(table);
+    // Straight to the route's dead-letter exchange, as a hostile client can.
+    route
+        .client
+        .publish(&format!("{}.dlx", route.queue), "", props, b"b\0dy\xfe")
+        .await;
+    route.good_messages_flow("fixture-mixed", "done", 3).await;
+
+    let rows = route.dead_letters(1).await;
+    let d = &rows[0];
+    assert!(
+        d.reason.contains("dead-letter"),
+        "archived with a reason of its own: {}",
+        d.reason
+    );
+    assert_eq!(d.attempts, 0, "unsealed attempts are not believed");
+    assert_eq!(d.plugin, None, "unsealed plugin name is not believed");
+    assert_eq!(d.body, b"b\0dy\xfe", "the body is kept byte for byte");
+    assert!(
+        d.headers
+            .iter()
+            .any(|(k, _)| k.starts_with("x-untrusted-carteiro-reason")),
+        "{:?}",
+        d.headers
+    );
+    // Still archiving: a second one lands too, and good messages still flow.
+    route
+        .client
+        .publish(
+            &format!("{}.dlx", route.queue),
+            "",
+            BasicProperties::default(),
+            b"second",
+        )
+        .await;
+    route.dead_letters(2).await;
+    route.good_messages_flow("fixture-mixed", "done", 2).await;
+    route.gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letter_with_nul_bytes_everywhere_is_archived_on_sqlite() {
+    hostile_dead_letter_is_archived(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letter_with_nul_bytes_everywhere_is_archived_on_postgres() {
+    let url = pg_database().await;
+    hostile_dead_letter_is_archived(Some(&url)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_too_large_for_the_frame_is_archived_directly() {
+    let route = Route::start(
+        "bigframe",
+        "fixture-mixed",
+        "on_plugin_failure = \"dead-letter\"",
+        None,
+    )
+    .await;
+    // Fits the broker's 128 KiB frame as received, but not with a dead letter's headers.
+    let mut table = FieldTable::default();
+    table.insert("x-padding".into(), text(&vec![b'p'; 130_500]));
+    route
+        .publish(json_props("big-1").with_headers(table), b"trap")
+        .await;
+    route.good_messages_flow("fixture-mixed", "done", 3).await;
+    let rows = route.dead_letters(1).await;
+    let d = &rows[0];
+    assert!(d.reason.contains("plugin trapped"), "{}", d.reason);
+    assert!(d.reason.contains("archived directly"), "{}", d.reason);
+    assert_eq!(header(d, "x-padding").map(|v| v.len()), Some(130_500));
+    route.gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_row_amqp_cannot_carry_is_parked_and_the_relay_goes_on() {
+    let events = unique("events");
+    let route = Route::start("parkrow", "fixture-hostile", "", None).await;
+    let sink = route.client.sink(&events).await;
+    // A row written before the host refused such events (or by hand): 300-byte content type.
+    let mut bad = crate::support::seed_request(&events, "bad-key", 0);
+    bad.outbox[0].content_type = Some("x".repeat(300));
+    let good: Vec<_> = (0..5)
+        .map(|i| crate::support::seed_request(&events, &format!("good-{i}"), 0))
+        .collect();
+    let mut batch = vec![bad];
+    batch.extend(good);
+    route.gw.store.commit_batch(&batch).await.expect("seed");
+    let deadline = Instant::now() + WAIT;
+    let mut all = Vec::new();
+    let status = loop {
+        all.extend(route.client.drain(&sink).await);
+        let status = route.gw.store.outbox_status().await.expect("outbox status");
+        if status.with_errors == 1 && all.len() >= 5 {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "good rows relayed and the bad one parked: {} relayed, {status:?}",
+            all.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // A moment more: the bad row must not go out late either.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    all.extend(route.client.drain(&sink).await);
+    assert_eq!(status.pending, 1, "only the bad row is left");
+    assert_eq!(all.len(), 5, "each good row once, the bad one never");
+    // The plugin path: the host refuses such an event at emit, with the reason.
+    route
+        .publish(json_props("ct-1"), b"long-content-type")
+        .await;
+    let rows = route.dead_letters(1).await;
+    assert!(
+        rows[0].reason.contains("content type is 300 bytes"),
+        "{}",
+        rows[0].reason
+    );
+    route.good_messages_flow("fixture-hostile", "ok", 3).await;
+    route.gw.stop().await;
+}
