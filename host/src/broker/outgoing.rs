@@ -80,6 +80,31 @@ pub fn set_int(table: &mut FieldTable, name: &'static str, value: i64) {
     table.insert(ShortString::from(name), AMQPValue::LongLongInt(value));
 }
 
+/// The broker's own bookkeeping headers (`x-death`, `x-first-death-*`, `x-last-death-*`).
+/// A publisher can forge them, and RabbitMQ 3.10 crashes the queue process that dead-letters
+/// a message whose `x-death` is malformed (it then dead-letters it again on restart, over
+/// and over): copies Carteiro publishes never carry them as they came.
+pub fn is_broker_record(name: &str) -> bool {
+    name == "x-death" || name.starts_with("x-first-death-") || name.starts_with("x-last-death-")
+}
+
+/// `table` without the broker's bookkeeping headers; with `keep_renamed`, they stay for the
+/// record as `x-received-<name>` (inert: the broker reads only its own names).
+pub fn without_broker_records(table: &FieldTable, keep_renamed: bool) -> FieldTable {
+    let mut out = FieldTable::default();
+    for (name, value) in table {
+        if !is_broker_record(name.as_str()) {
+            out.insert(name.clone(), value.clone());
+        } else if keep_renamed {
+            let renamed = format!("x-received-{}", name.as_str());
+            if let Ok(key) = ShortString::try_new(cap(&renamed, MAX_SHORT_STRING)) {
+                out.insert(key, value.clone());
+            }
+        }
+    }
+    out
+}
+
 /// The properties of a copy of a received message (retry tier, dead-letter exchange,
 /// replay): everything the publisher set except `expiration` and `user-id`, persistent, with
 /// `headers` in place of the original table.
@@ -298,6 +323,29 @@ mod tests {
         );
         assert_eq!(copy.priority(), &Some(3));
         assert_eq!(copy.delivery_mode(), &Some(2));
+    }
+
+    #[test]
+    fn broker_records_are_dropped_or_renamed_on_copies() {
+        let mut table = FieldTable::default();
+        set_text(&mut table, "x-death", "forged");
+        set_text(&mut table, "x-first-death-reason", "forged");
+        set_text(&mut table, "x-last-death-queue", "forged");
+        set_text(&mut table, "x-tenant", "acme");
+        let dropped = without_broker_records(&table, false);
+        let names: Vec<_> = dropped.into_iter().map(|(k, _)| k.to_string()).collect();
+        assert_eq!(names, ["x-tenant"]);
+        let kept = without_broker_records(&table, true);
+        let names: Vec<_> = kept.into_iter().map(|(k, _)| k.to_string()).collect();
+        assert_eq!(
+            names,
+            [
+                "x-received-x-death",
+                "x-received-x-first-death-reason",
+                "x-received-x-last-death-queue",
+                "x-tenant"
+            ]
+        );
     }
 
     #[test]

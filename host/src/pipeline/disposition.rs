@@ -8,7 +8,7 @@ use super::context::RouteContext;
 use super::plan::Outcome;
 use super::received::Received;
 use crate::broker::headers::header_int;
-use crate::broker::outgoing::{copy_properties, set_int, set_text};
+use crate::broker::outgoing::{copy_properties, set_int, set_text, without_broker_records};
 use crate::broker::{ConfirmedPublisher, Outgoing, PublishError};
 use crate::common::{headers as h, now_ms};
 use lapin::message::Delivery;
@@ -23,9 +23,11 @@ pub struct Copy<'a> {
     pub received: &'a Received,
 }
 
-/// Headers common to retries and dead letters: original route and failure times.
-fn failure_headers(received: &Received, reason: &str) -> FieldTable {
-    let mut table = received.table.clone();
+/// Headers common to retries and dead letters: original route and failure times. The
+/// broker's bookkeeping headers are dropped from retry copies (the tier hop writes its own)
+/// and kept renamed on dead-letter copies (see `outgoing::without_broker_records`).
+fn failure_headers(received: &Received, reason: &str, keep_broker_records: bool) -> FieldTable {
+    let mut table = without_broker_records(&received.table, keep_broker_records);
     let now = now_ms();
     // Only a sealed copy still has a Carteiro first-failure time (others were renamed).
     let first = header_int(Some(&table), h::FIRST_FAILURE_AT).unwrap_or(now);
@@ -65,7 +67,7 @@ async fn publish(
 
 /// Publishes a copy to the retry tier for `delay`, with the attempt counter incremented.
 pub async fn to_retry(copy: &Copy<'_>, delay: Duration, reason: &str) -> Result<Outcome, String> {
-    let mut headers = failure_headers(copy.received, reason);
+    let mut headers = failure_headers(copy.received, reason, false);
     set_int(
         &mut headers,
         h::ATTEMPT,
@@ -88,7 +90,7 @@ pub async fn to_retry(copy: &Copy<'_>, delay: Duration, reason: &str) -> Result<
 /// Publishes to the route's dead-letter exchange with the reason and the plugin's identity.
 pub async fn to_dead_letter(copy: &Copy<'_>, reason: &str, kind: &str) -> Result<Outcome, String> {
     let ctx = copy.ctx;
-    let mut headers = failure_headers(copy.received, reason);
+    let mut headers = failure_headers(copy.received, reason, true);
     set_text(&mut headers, h::REASON, reason);
     set_text(&mut headers, h::FAILURE_KIND, kind);
     set_text(&mut headers, h::PLUGIN, ctx.plugin.name());

@@ -16,6 +16,7 @@ use super::key;
 use super::plan::{self, Outcome, Plan};
 use super::received::Received;
 use crate::broker::ConfirmedPublisher;
+use crate::broker::outgoing::cap_reason;
 use crate::common::{FaultPoint, hang_if};
 use crate::config::MissingKeyPolicy;
 use crate::runtime::{Invocation, Message};
@@ -72,18 +73,23 @@ pub async fn process(
         .catch_unwind()
         .instrument(span.clone())
         .await;
-    let _entered = span.enter();
-    let settle = run.unwrap_or_else(|panic| {
-        let what = panic_text(panic.as_ref());
-        ctx.metrics.panic(&ctx.queue);
-        if delivery.redelivered {
-            tracing::error!(panic = %what, "the gateway panicked processing this delivery again; rejecting it to the dead-letter exchange");
-            Settle::Reject(what)
-        } else {
-            tracing::error!(panic = %what, "the gateway panicked processing this delivery; requeueing it once");
-            Settle::Requeue(format!("panic: {what}"))
+    let settle = match run {
+        Ok(settle) => settle,
+        Err(panic) => {
+            let what = panic_text(panic.as_ref());
+            ctx.metrics.panic(&ctx.queue);
+            if delivery.redelivered {
+                tracing::error!(parent: &span, panic = %what, "the gateway panicked processing this delivery again; dead-lettering it");
+                dead_letter_after_panic(&ctx, &publisher, &delivery, &what)
+                    .instrument(span.clone())
+                    .await
+            } else {
+                tracing::error!(parent: &span, panic = %what, "the gateway panicked processing this delivery; requeueing it once");
+                Settle::Requeue(format!("panic: {what}"))
+            }
         }
-    });
+    };
+    let _entered = span.enter();
     let tag = delivery.delivery_tag;
     match settle {
         Settle::Ack(outcome) => {
@@ -118,6 +124,36 @@ pub async fn process(
             }
             acks.settled_elsewhere(tag);
         }
+    }
+}
+
+/// A delivery that panicked twice goes to the dead-letter exchange: as a Carteiro copy with
+/// the panic as its reason, or, if even that fails or panics, rejected for the broker to
+/// dead-letter.
+async fn dead_letter_after_panic(
+    ctx: &RouteContext,
+    publisher: &ConfirmedPublisher,
+    delivery: &Delivery,
+    what: &str,
+) -> Settle {
+    let reason = cap_reason(&format!(
+        "the gateway panicked twice processing this message: {what}"
+    ));
+    let copied = AssertUnwindSafe(async {
+        let received = Received::new(ctx, delivery);
+        let copy = Copy {
+            publisher,
+            ctx,
+            delivery,
+            received: &received,
+        };
+        to_dead_letter(&copy, &reason, "panic").await
+    })
+    .catch_unwind()
+    .await;
+    match copied {
+        Ok(Ok(outcome)) => Settle::Ack(outcome),
+        _ => Settle::Reject(reason),
     }
 }
 

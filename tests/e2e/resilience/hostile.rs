@@ -159,7 +159,9 @@ async fn a_panicking_delivery_is_requeued_once_then_dead_lettered_and_sighup_is_
     }
     let rows = dead_letters(&child.store, &child.queue, 1).await;
     assert!(
-        rows[0].reason.contains("rejected without requeue"),
+        rows[0]
+            .reason
+            .contains("the gateway panicked twice processing this message: fault injection"),
         "{}",
         rows[0].reason
     );
