@@ -166,47 +166,105 @@ fn fallback(record: &NewDeadLetter, refused: &str) -> NewDeadLetter {
     }
 }
 
+/// What became of a dead letter handed to the store.
+pub enum Stored {
+    /// Archived (as it came, or in fallback form) under this id.
+    Archived(i64),
+    /// The store itself failed: try again once it answers.
+    StoreTrouble(String),
+    /// The store refused it even in fallback form (logged; counted as parked).
+    Refused(String),
+}
+
+/// Inserts `record`; if the store refuses its data, inserts its fallback form instead.
+pub async fn store_dead_letter(ctx: &RouteContext, record: &NewDeadLetter) -> Stored {
+    let refused = match ctx.store.dead_letter_insert(record).await {
+        Ok(id) => return Stored::Archived(id),
+        Err(e) if e.is_transient() => return Stored::StoreTrouble(e.to_string()),
+        Err(e) => e.to_string(),
+    };
+    tracing::warn!(route = %ctx.queue, error = %refused, "the store refused a dead letter as received; archiving it in fallback form");
+    match ctx
+        .store
+        .dead_letter_insert(&fallback(record, &refused))
+        .await
+    {
+        Ok(id) => Stored::Archived(id),
+        Err(e) if e.is_transient() => Stored::StoreTrouble(e.to_string()),
+        Err(e) => {
+            ctx.metrics.dead_letter_parked(&ctx.queue);
+            tracing::error!(route = %ctx.queue, error = %e, "the store refused a dead letter even in fallback form");
+            Stored::Refused(e.to_string())
+        }
+    }
+}
+
 async fn archive(ctx: &RouteContext, delivery: Delivery, stop: &CancellationToken) {
-    let mut attempt = record_of(ctx, &delivery);
-    let mut fell_back = false;
-    loop {
-        tokio::select! {
-            () = ctx.gate.wait_healthy() => {}
-            // Unacked: the broker keeps it in Q.dlq for the next start.
-            () = stop.cancelled() => return,
-        }
-        match ctx.store.dead_letter_insert(&attempt).await {
-            Ok(id) => {
-                ctx.metrics.dead_letter_archived(&ctx.queue);
-                tracing::info!(id, route = %ctx.queue, reason = %attempt.reason, "dead letter archived");
-                if let Err(e) = delivery.acker.ack(BasicAckOptions::default()).await {
-                    tracing::warn!(error = %e, "dead letter archived but not acked; it may be archived twice");
-                }
-                return;
-            }
-            Err(e) if e.is_transient() => {
-                ctx.gate.report_failure(&e.to_string());
-                tokio::select! {
-                    () = tokio::time::sleep(Duration::from_millis(500)) => {}
-                    () = stop.cancelled() => {}
-                }
-                let requeue = BasicNackOptions {
-                    requeue: true,
-                    ..Default::default()
-                };
-                let _ = delivery.acker.nack(requeue).await;
-                return;
-            }
-            Err(e) if !fell_back => {
-                tracing::warn!(route = %ctx.queue, error = %e, "the store refused a dead letter as received; archiving it in fallback form");
-                attempt = fallback(&attempt, &e.to_string());
-                fell_back = true;
-            }
-            Err(e) => {
-                ctx.metrics.dead_letter_parked(&ctx.queue);
-                tracing::error!(route = %ctx.queue, error = %e, "the store refused a dead letter even in fallback form; it stays parked (unacked) in the dead-letter queue until the gateway restarts");
-                return;
+    let record = record_of(ctx, &delivery);
+    tokio::select! {
+        () = ctx.gate.wait_healthy() => {}
+        // Unacked: the broker keeps it in Q.dlq for the next start.
+        () = stop.cancelled() => return,
+    }
+    match store_dead_letter(ctx, &record).await {
+        Stored::Archived(id) => {
+            ctx.metrics.dead_letter_archived(&ctx.queue);
+            tracing::info!(id, route = %ctx.queue, reason = %record.reason, "dead letter archived");
+            if let Err(e) = delivery.acker.ack(BasicAckOptions::default()).await {
+                tracing::warn!(error = %e, "dead letter archived but not acked; it may be archived twice");
             }
         }
+        Stored::StoreTrouble(e) => {
+            ctx.gate.report_failure(&e);
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                () = stop.cancelled() => {}
+            }
+            let requeue = BasicNackOptions {
+                requeue: true,
+                ..Default::default()
+            };
+            let _ = delivery.acker.nack(requeue).await;
+        }
+        Stored::Refused(_) => {
+            tracing::error!(route = %ctx.queue, "the dead letter stays parked (unacked) in the dead-letter queue until the gateway restarts");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_fallback_form_is_plain_text_and_keeps_everything() {
+        let record = NewDeadLetter {
+            route: "orders".into(),
+            queue: "q\0ueue".into(),
+            reason: "bad\0reason".into(),
+            plugin: Some("plug\0in".into()),
+            attempts: 3,
+            headers: vec![("x-na\0me".into(), "v\0alue".into())],
+            body: b"b\0dy".to_vec(),
+            first_failed_at: Some(1),
+            dead_lettered_at: 2,
+        };
+        let plain = fallback(&record, "NUL in text");
+        assert!(plain.reason.contains("NUL in text"), "{}", plain.reason);
+        assert!(plain.reason.contains("bad\\u{0}reason"), "{}", plain.reason);
+        assert!(!plain.reason.contains('\0') && !plain.queue.contains('\0'));
+        assert_eq!(plain.plugin, None);
+        let (name, packed) = &plain.headers[0];
+        assert_eq!(plain.headers.len(), 1);
+        assert!(packed.is_ascii() && !name.contains('\0'));
+        let json = String::from_utf8(hex::decode(packed).unwrap()).unwrap();
+        let back: Vec<(String, String)> = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            back, record.headers,
+            "headers recoverable from the fallback"
+        );
+        assert_eq!((plain.body, plain.attempts), (record.body, 3));
     }
 }
