@@ -301,3 +301,41 @@ async fn an_outbox_row_amqp_cannot_carry_is_parked_and_the_relay_goes_on() {
     route.good_messages_flow("fixture-hostile", "ok", 3).await;
     route.gw.stop().await;
 }
+
+/// Regression (found by `hostile_props`): RabbitMQ 3.10 crashes the retry tier's queue
+/// process when it dead-letters a message whose `x-death` holds a non-table, and on restart
+/// dead-letters it again: one retry became several. Retry copies never carry the
+/// publisher's `x-death`, so the message runs exactly twice and commits once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_x_death_does_not_crash_the_retry_tier_into_duplicates() {
+    use lapin::types::FieldArray;
+    let metrics = Arc::new(Metrics::default());
+    let extra = "[routes.retry]\nmax_attempts = 3\nbackoff = [\"100ms\"]";
+    let route = Route::start_with_metrics("xdeath", "fixture-mixed", extra, metrics.clone()).await;
+    let mut table = FieldTable::default();
+    table.insert(
+        "x-death".into(),
+        AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::Boolean(true)])),
+    );
+    table.insert("x-first-death-reason".into(), AMQPValue::Boolean(true));
+    route
+        .publish(json_props("xd-1").with_headers(table), b"retry-until-2")
+        .await;
+    let attempt = wait_for("the retried message committed", WAIT, || async {
+        route
+            .gw
+            .store
+            .kv_get("fixture-mixed", "done/xd-1")
+            .await
+            .ok()
+            .flatten()
+    })
+    .await;
+    assert_eq!(attempt.value, b"2", "committed on its second attempt");
+    route.good_messages_flow("fixture-mixed", "done", 2).await;
+    // Two runs of the retried message, one of each good one: no run came back again.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(metrics.handler_runs(&route.queue), 4);
+    assert_eq!(metrics.delivered(&route.queue, "duplicate"), 0);
+    route.gw.stop().await;
+}
