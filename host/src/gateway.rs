@@ -20,7 +20,12 @@ pub type Plugins = BTreeMap<String, Arc<Plugin>>;
 
 /// Loads every plugin of the config (digests checked) into one runtime.
 pub fn load_plugins(config: &Config) -> anyhow::Result<(Arc<Runtime>, Plugins)> {
-    let runtime = Runtime::new(config.runtime.max_instances)
+    let cache = config
+        .runtime
+        .compile_cache
+        .as_deref()
+        .filter(|p| !p.as_os_str().is_empty());
+    let runtime = Runtime::with_compile_cache(config.runtime.max_instances, cache)
         .map_err(|e| anyhow::anyhow!("cannot start the wasm runtime: {e:#}"))?;
     let mut plugins = BTreeMap::new();
     for (name, p) in &config.plugins {

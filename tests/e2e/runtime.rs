@@ -256,3 +256,28 @@ fn core_module_and_wrong_world_are_refused_with_clear_errors() {
     assert!(matches!(err, LoadError::WrongWorld { .. }), "{err}");
     assert!(err.to_string().contains("carteiro:handler@0.1.0"), "{err}");
 }
+
+#[test]
+fn the_compile_cache_serves_the_second_load_and_misses_a_changed_component() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let load_in = |path: &std::path::Path| {
+        let runtime = Runtime::with_compile_cache(2, Some(dir.path())).expect("runtime");
+        Plugin::load(&runtime, "p", path, None, limits(1000), BTreeMap::new()).expect("load");
+        runtime.compile_cache_stats().expect("cache on")
+    };
+    let noop = plugin("noop");
+    assert_eq!(load_in(&noop), (0, 1), "first start compiles");
+    assert_eq!(load_in(&noop), (1, 0), "second start reuses the artifact");
+    // One byte more (a custom section) is another component: compiled afresh.
+    let mut bytes = std::fs::read(&noop).expect("read");
+    bytes.extend_from_slice(&[0x00, 0x04, 0x01, b'x', 0x00, 0x00]);
+    let changed = dir.path().join("changed.wasm");
+    std::fs::write(&changed, bytes).expect("write");
+    assert_eq!(load_in(&changed), (0, 1), "a changed component misses");
+    assert!(
+        Runtime::new(2)
+            .expect("runtime")
+            .compile_cache_stats()
+            .is_none()
+    );
+}

@@ -33,9 +33,16 @@ pub async fn check(path: &Path, no_environment: bool) -> anyhow::Result<i32> {
         config.plugins.len(),
         config.routes.len()
     );
-    let (_runtime, plugins) = gateway::load_plugins(&config)?;
+    let (runtime, plugins) = gateway::load_plugins(&config)?;
     for (name, plugin) in &plugins {
         println!("plugin   {name}: loads, sha256 {}", plugin.digest());
+    }
+    match (runtime.compile_cache_dir(), runtime.compile_cache_stats()) {
+        (Some(dir), Some((hits, misses))) => println!(
+            "cache    {}: {hits} compiled components reused, {misses} compiled and stored (the next start reuses them)",
+            dir.display()
+        ),
+        _ => println!("cache    off: every start compiles every plugin"),
     }
     if no_environment {
         println!("skipped  broker and store (--no-environment)");

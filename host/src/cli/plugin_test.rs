@@ -158,7 +158,8 @@ fn printable(bytes: &[u8]) -> String {
 pub async fn run(args: PluginTestArgs) -> anyhow::Result<i32> {
     let message = build_message(&args)?;
     let runtime =
-        Runtime::new(4).map_err(|e| anyhow::anyhow!("cannot start the wasm runtime: {e:#}"))?;
+        Runtime::with_compile_cache(4, crate::runtime::default_compile_cache().as_deref())
+            .map_err(|e| anyhow::anyhow!("cannot start the wasm runtime: {e:#}"))?;
     let limits = PluginLimits {
         timeout: args.timeout,
         memory_bytes: args.memory,

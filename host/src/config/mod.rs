@@ -127,6 +127,11 @@ pub struct RuntimeConfig {
     /// Plugin instances alive at once across all routes (pooling allocator slots).
     #[serde(default = "default_max_instances")]
     pub max_instances: u32,
+    /// Folder for compiled components, reused across starts (`""` turns the cache off;
+    /// relative to this file). Default `$XDG_CACHE_HOME/carteiro/compiled` or
+    /// `~/.cache/carteiro/compiled`.
+    #[serde(default = "crate::runtime::default_compile_cache")]
+    pub compile_cache: Option<PathBuf>,
 }
 
 fn default_max_instances() -> u32 {
@@ -137,6 +142,7 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
             max_instances: default_max_instances(),
+            compile_cache: crate::runtime::default_compile_cache(),
         }
     }
 }

@@ -110,6 +110,12 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
     config.store.url =
         interpolate(&config.store.url).map_err(|m| err(line_of_key("url"), "store.url", m))?;
     config.store.url = resolve_sqlite_path(&config.store.url, base_dir);
+    if let Some(cache) = config.runtime.compile_cache.as_mut()
+        && !cache.as_os_str().is_empty()
+        && cache.is_relative()
+    {
+        *cache = base_dir.join(&*cache);
+    }
     if config.store.commit_batch == 0 {
         return Err(err(
             line_of_key("commit_batch"),

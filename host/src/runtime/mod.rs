@@ -13,12 +13,15 @@ pub use host::{MAX_EVENT_PAYLOAD_BYTES, MAX_KV_KEY_BYTES, MAX_KV_VALUE_BYTES};
 pub use limits::DeliveryTotals;
 pub use plugin::{Invocation, LoadError, Plugin, PluginFailure, PluginLimits};
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use wasmtime::component::Linker;
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{
+    Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig,
+};
 
 /// Linear memory kept mapped per pooled slot between instances (see `Runtime::new`).
 const KEEP_RESIDENT_BYTES: usize = 2 << 20;
@@ -33,14 +36,39 @@ pub struct Runtime {
     /// One permit per pooled instance slot, so a burst waits instead of failing a delivery.
     slots: Arc<Semaphore>,
     ticker_stop: Arc<AtomicBool>,
+    /// The compile cache, when on (its hit and miss counts are the operator's evidence).
+    cache: Option<Cache>,
     /// Threads that run guest code (see `Plugin::handle`); shut down with the runtime.
     compute: tokio::runtime::Handle,
     compute_owner: Option<tokio::runtime::Runtime>,
 }
 
+/// Where compiled components are kept between starts: `$XDG_CACHE_HOME/carteiro/compiled`,
+/// else `$HOME/.cache/carteiro/compiled`; `None` when neither variable is set.
+pub fn default_compile_cache() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("carteiro").join("compiled"))
+}
+
 impl Runtime {
-    /// Builds the engine for at most `max_instances` live plugin instances.
+    /// Builds the engine for at most `max_instances` live plugin instances, compiling every
+    /// component afresh.
     pub fn new(max_instances: u32) -> wasmtime::Result<Arc<Self>> {
+        Self::with_compile_cache(max_instances, None)
+    }
+
+    /// Like [`Runtime::new`], keeping compiled components in `cache_dir`. Wasmtime's own cache
+    /// keys each artifact by a hash of the component's bytes and of the engine's whole
+    /// compilation configuration, so a changed component or engine setting misses; it reads
+    /// artifacts only from this host-owned folder, never from a path a config names per
+    /// plugin.
+    pub fn with_compile_cache(
+        max_instances: u32,
+        cache_dir: Option<&Path>,
+    ) -> wasmtime::Result<Arc<Self>> {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(max_instances)
             .total_core_instances(max_instances.saturating_mul(8))
@@ -60,6 +88,20 @@ impl Runtime {
             .epoch_interruption(true)
             .max_wasm_stack(512 << 10)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let mut cache_in_use = None;
+        if let Some(dir) = cache_dir {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                wasmtime::Error::msg(format!(
+                    "cannot create the compile cache folder {}: {e}",
+                    dir.display()
+                ))
+            })?;
+            let mut cache = CacheConfig::new();
+            cache.with_directory(dir);
+            let cache = Cache::new(cache)?;
+            config.cache(Some(cache.clone()));
+            cache_in_use = Some(cache);
+        }
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
@@ -78,9 +120,25 @@ impl Runtime {
             linker,
             slots: Arc::new(Semaphore::new(max_instances as usize)),
             ticker_stop,
+            cache: cache_in_use,
             compute: compute.handle().clone(),
             compute_owner: Some(compute),
         }))
+    }
+}
+
+impl Runtime {
+    /// Components found compiled in the cache, and compiled afresh, since this runtime
+    /// started; `None` without a cache.
+    pub fn compile_cache_stats(&self) -> Option<(usize, usize)> {
+        self.cache
+            .as_ref()
+            .map(|c| (c.cache_hits(), c.cache_misses()))
+    }
+
+    /// The compile cache folder, when on.
+    pub fn compile_cache_dir(&self) -> Option<&Path> {
+        self.cache.as_ref().map(|c| c.directory().as_path())
     }
 }
 
