@@ -26,7 +26,7 @@ Layout:
 - ``errors.py``: typed exceptions (``KvError``, ``OutboxError``, ``BodyError`` and their
   subclasses), each with ``to_verdict()``.
 - :mod:`carteiro.rules`: the gateway's kv key and event checks (port of the Rust SDK's).
-- ``handler.py``: the :func:`handler` decorator; ``_component.py``: the export glue and
+- ``_registry.py``: the :func:`handler` decorator; ``_component.py``: the export glue and
   the trap on an uncaught exception (WebAssembly only).
 - ``_host/``: the backend — real imports under WebAssembly (``wasm.py``, the only user of
   the generated bindings), an in-memory mock elsewhere (``mock.py``).
@@ -50,7 +50,7 @@ from carteiro.errors import (
     TooManyEvents,
     ValueTooLarge,
 )
-from carteiro.handler import handler
+from carteiro._registry import handler
 from carteiro.message import Header, Message
 from carteiro.verdict import Verdict
 
