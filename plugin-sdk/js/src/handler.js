@@ -59,8 +59,11 @@ export function frames(error) {
     const v8 = /^\s*at (?:(.+?) \()?(.+?):(\d+):(\d+)\)?\s*$/.exec(line);
     const m = sm || v8;
     if (!m) continue;
-    const name = m[1] || '<anonymous>';
+    // SpiderMonkey names closures after their parents: `handle<`, `outer/inner<`.
+    const name = (m[1] || '').replace(/[</]+$/, '') || '<anonymous>';
     if (GLUE.has(name) || m[2].endsWith('initializer.js')) continue;
+    // The error's own constructor (a subclass of Error) is where it was made, not thrown.
+    if (found.length === 0 && error && name === error.name) continue;
     found.push(`${name} (${m[2].replace(/^file:\/\//, '')}:${m[3]}:${m[4]})`);
   }
   return found.slice(0, FRAMES);
