@@ -7,7 +7,8 @@ Input: JSON ``{"matricula_id", "usuario_id", "curso_id"}`` (each a non-empty str
 integer; a three-element array in that order is accepted too, as serde does).
 Effects, committed together when the message acks:
 
-- kv ``matricula/<matricula_id>`` = the record ``{"matricula_id":..,"usuario_id":..,"curso_id":..}``;
+- kv ``matricula/<matricula_id>`` = the record
+  ``{"matricula_id":..,"usuario_id":..,"curso_id":..}``;
 - three JSON events on the exchange in config var ``events_exchange`` (default
   ``carteiro.events``), each carrying the record and header ``x-causation-id`` = the
   incoming message id: ``acesso.liberado``, ``fatura.solicitada``, ``email.solicitado``.
@@ -27,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 from decimal import Decimal
-from typing import Any, Union
+from typing import Any
 
 import carteiro
 from carteiro import CarteiroError, Message, Verdict, config, kv, outbox
@@ -39,7 +40,7 @@ EMAIL_SOLICITADO = "email.solicitado"
 ROUTING_KEYS = (ACESSO_LIBERADO, FATURA_SOLICITADA, EMAIL_SOLICITADO)
 FIELDS = ("matricula_id", "usuario_id", "curso_id")
 
-Id = Union[str, int]
+Id = str | int
 Matricula = dict[str, Id]
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ def parse_matricula(value: Any) -> Matricula:
             )
         if len(value) > len(FIELDS):
             raise Invalid("trailing characters")
-        return {name: _id(v) for name, v in zip(FIELDS, value)}
+        return {name: _id(v) for name, v in zip(FIELDS, value, strict=True)}
     if not isinstance(value, dict):
         raise Invalid(f"invalid type: {_unexpected(value)}, expected {_STRUCT_EXPECTED}")
     found = {name: _id(v) for name, v in value.items() if name in FIELDS}
@@ -138,7 +139,8 @@ def confirm(msg: Message) -> Verdict:
             log.info("matricula %s already confirmed; nothing to do", matricula_id)
             return Verdict.ack()
         return Verdict.dead_letter(
-            f"matricula {matricula_id} was already confirmed with a different usuario_id or curso_id"
+            f"matricula {matricula_id} was already confirmed "
+            "with a different usuario_id or curso_id"
         )
     kv.set_json(key, matricula)
 

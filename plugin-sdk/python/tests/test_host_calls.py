@@ -11,7 +11,6 @@ from carteiro import (
     Message,
     PayloadTooLarge,
     StoreUnavailable,
-    TooManyEvents,
     ValueTooLarge,
     Verdict,
     config,
@@ -95,7 +94,11 @@ def test_outbox_events_and_rules(mock_host: MockHost) -> None:
     assert event_id.startswith("00000000-0000-7000-8000-")
     outbox.emit("ex", "raw", b"\x00\x01", content_type="application/octet-stream")
     first, second = mock_host.events()
-    assert (first.exchange, first.routing_key, first.content_type) == ("ex", "rk", "application/json")
+    assert (first.exchange, first.routing_key, first.content_type) == (
+        "ex",
+        "rk",
+        "application/json",
+    )
     assert first.payload == b'{"n":1}' and first.json() == {"n": 1}
     assert first.header("x-a") == "1"
     assert second.payload == b"\x00\x01" and second.id != first.id
@@ -143,7 +146,9 @@ def test_ack_commits_kv_events_and_captures_logs(mock_host: MockHost) -> None:
     out = mock_host.run(counting, Message(routing_key="k", body=b"x"))
     assert out.verdict.is_ack
     assert out.kv_writes == {"runs": b"1"}
-    assert [(e.exchange, e.routing_key, e.json()) for e in out.events] == [("ex", "counted", {"n": 1})]
+    assert [(e.exchange, e.routing_key, e.json()) for e in out.events] == [
+        ("ex", "counted", {"n": 1})
+    ]
     assert [(r.level, r.message) for r in out.logs] == [("info", "counted 1")]
     assert len(mock_host.events()) == 1
     assert mock_host.kv_text("runs") == "1"

@@ -52,7 +52,9 @@ def test_sdk_imports_without_the_generated_bindings() -> None:
     assert sys.platform != "wasi"
 
 
-def test_trap_summary_names_the_exception_and_the_last_frames(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trap_summary_names_the_exception_and_the_last_frames(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # _component needs the generated bindings; a stand-in is enough to test the formatting.
     fake = types.ModuleType("_carteiro_wit")
     imports = types.ModuleType("_carteiro_wit.imports")

@@ -20,21 +20,30 @@ def test_records_and_emits_three_events(mock_host: MockHost) -> None:
     body = {"matricula_id": "m-1", "usuario_id": 7, "curso_id": "rust-101"}
     out = mock_host.run(handle, confirmada(body))
     assert out.verdict == Verdict.ack()
-    assert [e.routing_key for e in out.events] == [ACESSO_LIBERADO, FATURA_SOLICITADA, EMAIL_SOLICITADO]
+    assert [e.routing_key for e in out.events] == [
+        ACESSO_LIBERADO,
+        FATURA_SOLICITADA,
+        EMAIL_SOLICITADO,
+    ]
     for e in out.events:
         assert e.exchange == "escola.eventos"
         assert e.content_type == "application/json"
         assert e.json() == body
         assert e.headers == (("x-causation-id", "msg-1"),)
     # Byte for byte what the Rust plugin stores: fields in declaration order, compact JSON.
-    assert mock_host.kv("matricula/m-1") == b'{"matricula_id":"m-1","usuario_id":7,"curso_id":"rust-101"}'
+    assert (
+        mock_host.kv("matricula/m-1")
+        == b'{"matricula_id":"m-1","usuario_id":7,"curso_id":"rust-101"}'
+    )
     assert out.events[0].payload == mock_host.kv("matricula/m-1")
     assert len(mock_host.events()) == 3
     assert [(r.level, r.message) for r in out.logs] == [("info", "matricula m-1 confirmed")]
 
 
 def test_default_exchange_and_no_causation_header_without_an_id(mock_host: MockHost) -> None:
-    msg = Message.from_json("matricula.confirmada", {"curso_id": 3, "usuario_id": 2, "matricula_id": 1})
+    msg = Message.from_json(
+        "matricula.confirmada", {"curso_id": 3, "usuario_id": 2, "matricula_id": 1}
+    )
     out = mock_host.run(handle, msg)
     assert out.verdict.is_ack
     assert {e.exchange for e in out.events} == {"carteiro.events"}
@@ -44,10 +53,14 @@ def test_default_exchange_and_no_causation_header_without_an_id(mock_host: MockH
 
 def test_malformed_payloads_dead_letter_naming_the_problem(mock_host: MockHost) -> None:
     out = mock_host.run(handle, confirmada({"matricula_id": "m-1", "usuario_id": "u-1"}))
-    assert out.verdict == Verdict.dead_letter("invalid matricula.confirmada: missing field `curso_id`")
+    assert out.verdict == Verdict.dead_letter(
+        "invalid matricula.confirmada: missing field `curso_id`"
+    )
     out = mock_host.run(handle, Message.from_text("matricula.confirmada", "{oops"))
     assert out.verdict.is_dead_letter
-    assert (out.verdict.reason or "").startswith("invalid matricula.confirmada: key must be a string")
+    assert (out.verdict.reason or "").startswith(
+        "invalid matricula.confirmada: key must be a string"
+    )
     out = mock_host.run(handle, confirmada({"matricula_id": True, "usuario_id": 1, "curso_id": 2}))
     assert out.verdict.is_dead_letter
     assert mock_host.kv_entries() == {}
@@ -57,18 +70,30 @@ def test_malformed_payloads_dead_letter_naming_the_problem(mock_host: MockHost) 
 @pytest.mark.parametrize(
     ("body", "problem"),
     [
-        ({"matricula_id": True, "usuario_id": 1, "curso_id": 2},
-         "invalid type: boolean `true`, expected a non-empty string or an integer id"),
-        ({"matricula_id": "", "usuario_id": 1, "curso_id": 2},
-         'invalid value: string "", expected a non-empty string or an integer id'),
-        ({"matricula_id": 1.5, "usuario_id": 1, "curso_id": 2},
-         "invalid type: floating point `1.5`, expected a non-empty string or an integer id"),
-        ({"matricula_id": None, "usuario_id": 1, "curso_id": 2},
-         "invalid type: null, expected a non-empty string or an integer id"),
-        ({"matricula_id": [1], "usuario_id": 1, "curso_id": 2},
-         "invalid type: sequence, expected a non-empty string or an integer id"),
-        ({"matricula_id": {}, "usuario_id": 1, "curso_id": 2},
-         "invalid type: map, expected a non-empty string or an integer id"),
+        (
+            {"matricula_id": True, "usuario_id": 1, "curso_id": 2},
+            "invalid type: boolean `true`, expected a non-empty string or an integer id",
+        ),
+        (
+            {"matricula_id": "", "usuario_id": 1, "curso_id": 2},
+            'invalid value: string "", expected a non-empty string or an integer id',
+        ),
+        (
+            {"matricula_id": 1.5, "usuario_id": 1, "curso_id": 2},
+            "invalid type: floating point `1.5`, expected a non-empty string or an integer id",
+        ),
+        (
+            {"matricula_id": None, "usuario_id": 1, "curso_id": 2},
+            "invalid type: null, expected a non-empty string or an integer id",
+        ),
+        (
+            {"matricula_id": [1], "usuario_id": 1, "curso_id": 2},
+            "invalid type: sequence, expected a non-empty string or an integer id",
+        ),
+        (
+            {"matricula_id": {}, "usuario_id": 1, "curso_id": 2},
+            "invalid type: map, expected a non-empty string or an integer id",
+        ),
         ({"usuario_id": 1}, "missing field `matricula_id`"),
         ("text", 'invalid type: string "text", expected struct Matricula'),
         (5, "invalid type: integer `5`, expected struct Matricula"),
@@ -76,14 +101,20 @@ def test_malformed_payloads_dead_letter_naming_the_problem(mock_host: MockHost) 
         ([1, 2], "invalid length 2, expected struct Matricula with 3 elements"),
     ],
 )
-def test_reason_texts_match_the_rust_plugin(mock_host: MockHost, body: object, problem: str) -> None:
+def test_reason_texts_match_the_rust_plugin(
+    mock_host: MockHost, body: object, problem: str
+) -> None:
     out = mock_host.run(handle, confirmada(body))
     assert out.verdict == Verdict.dead_letter(f"invalid matricula.confirmada: {problem}")
 
 
 def test_a_three_element_array_is_a_matricula_as_in_serde(mock_host: MockHost) -> None:
     assert mock_host.run(handle, confirmada(["m-9", 1, 2])).verdict.is_ack
-    assert mock_host.kv_json("matricula/m-9") == {"matricula_id": "m-9", "usuario_id": 1, "curso_id": 2}
+    assert mock_host.kv_json("matricula/m-9") == {
+        "matricula_id": "m-9",
+        "usuario_id": 1,
+        "curso_id": 2,
+    }
 
 
 def test_float_texts_follow_serde_json() -> None:
@@ -132,4 +163,6 @@ def test_a_corrupt_stored_record_dead_letters(mock_host: MockHost) -> None:
     mock_host.kv_insert("matricula/1", "not json")
     out = mock_host.run(handle, confirmada({"matricula_id": 1, "usuario_id": 2, "curso_id": 3}))
     assert out.verdict.is_dead_letter
-    assert (out.verdict.reason or "").startswith("kv: value of `matricula/1` is not the expected JSON")
+    assert (out.verdict.reason or "").startswith(
+        "kv: value of `matricula/1` is not the expected JSON"
+    )

@@ -12,7 +12,7 @@ WebAssembly component with componentize-py::
             order = msg.json()
             kv.incr("orders")
             outbox.emit_json("carteiro.events", "order.seen", order)
-        except carteiro.CarteiroError as e:  # bad body/key/event -> dead-letter, store down -> retry
+        except carteiro.CarteiroError as e:  # bad body/event: dead-letter; store down: retry
             return e.to_verdict()
         return Verdict.ack()
 

@@ -62,9 +62,9 @@ def _short(filename: str) -> str:
 
 def trap_summary(exc: BaseException) -> str:
     """The two lines printed last before the trap: where, then what."""
-    frames = [
-        f for f in traceback.extract_tb(exc.__traceback__) if f.filename != _THIS_FILE
-    ][-_FRAMES:]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != _THIS_FILE][
+        -_FRAMES:
+    ]
     where = " < ".join(f"{_short(f.filename)}:{f.lineno} in {f.name}" for f in reversed(frames))
     what = " ".join(traceback.format_exception_only(exc)[-1].split())
     if len(what) > _SUMMARY_MAX:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import inspect
 import sys
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from carteiro.message import Message
 from carteiro.verdict import Verdict
@@ -57,7 +58,7 @@ def handler(fn: F) -> F:
         from carteiro import _component
 
         # componentize-py looks for the world's export class in the app module.
-        setattr(sys.modules[fn.__module__], "CarteiroWit", _component.CarteiroWit)
+        sys.modules[fn.__module__].CarteiroWit = _component.CarteiroWit  # type: ignore[attr-defined]
     _registered = fn
     return fn
 

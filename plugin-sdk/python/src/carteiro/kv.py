@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import json as _json
 import re
-from typing import Any, Union
+from typing import Any
 
 from carteiro._host import backend
 from carteiro.errors import InvalidValue
 
 __all__ = ["get", "get_text", "get_json", "set", "set_json", "delete", "contains", "incr"]
 
-Value = Union[bytes, bytearray, memoryview, str]
+Value = bytes | bytearray | memoryview | str
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1

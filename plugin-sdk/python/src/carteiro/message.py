@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple
 
 from carteiro import _json
 from carteiro.errors import BodyError
 
 #: Headers as given to the constructors: a mapping, or (name, value) pairs (repeats allowed).
-HeadersLike = Union[Mapping[str, str], Iterable[tuple[str, str]]]
+HeadersLike = Mapping[str, str] | Iterable[tuple[str, str]]
 
 
 class Header(NamedTuple):
@@ -56,7 +56,9 @@ class Message:
             object.__setattr__(self, "body", self.body.encode("utf-8"))
         elif not isinstance(self.body, bytes):
             object.__setattr__(self, "body", bytes(self.body))
-        if not (isinstance(self.headers, tuple) and all(isinstance(h, Header) for h in self.headers)):
+        if not (
+            isinstance(self.headers, tuple) and all(isinstance(h, Header) for h in self.headers)
+        ):
             object.__setattr__(self, "headers", _headers(self.headers))
 
     @classmethod

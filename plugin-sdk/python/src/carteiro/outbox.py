@@ -9,7 +9,7 @@ discarded. Every function raises :class:`~carteiro.OutboxError` (``InvalidEvent`
 from __future__ import annotations
 
 import json as _json
-from typing import Any, Union
+from typing import Any
 
 from carteiro._host import backend
 from carteiro.message import HeadersLike, _headers
@@ -19,7 +19,7 @@ __all__ = ["JSON", "emit", "emit_json"]
 #: Content type set by :func:`emit_json`.
 JSON = "application/json"
 
-Payload = Union[bytes, bytearray, memoryview, str]
+Payload = bytes | bytearray | memoryview | str
 
 
 def emit(
