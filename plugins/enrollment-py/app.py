@@ -54,12 +54,13 @@ class Invalid(ValueError):
 
 
 def _float_text(value: float) -> str:
-    # serde_json prints floats the way ryu does: 1.5, 2.0, 1e20, 1e-7.
-    text = repr(float(value)).replace("e+", "e")
-    if "e" in text:
-        mantissa, exponent = text.split("e")
-        return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
-    return text
+    # serde prints floats like Python's repr, but without zero-padded exponents:
+    # 1.5, 2.0, 1e+20, 1e-7.
+    mantissa, e, exponent = repr(float(value)).partition("e")
+    if not e:
+        return mantissa
+    sign = exponent[0] if exponent[0] in "+-" else ""
+    return f"{mantissa}e{sign}{int(exponent.lstrip('+-'))}"
 
 
 def _unexpected(value: Any) -> str:

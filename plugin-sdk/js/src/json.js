@@ -53,13 +53,22 @@ export function decodeUtf8(bytes) {
 export function parseJson(bytes) {
   const text = decodeUtf8(bytes);
   try {
-    return JSON.parse(text);
+    return JSON.parse(text, rejectInfinite);
   } catch (e) {
+    if (e instanceof OutOfRange) throw new BodyError('number out of range');
     const found = describe(text);
     if (found === undefined) throw new BodyError(String(e && e.message));
     const { line, column } = position(text, found.at);
     throw new BodyError(found.description, { line, column });
   }
+}
+
+class OutOfRange extends Error {}
+
+// JSON.parse reads 1e400 as Infinity; serde_json (and so the Rust SDK) refuses it.
+function rejectInfinite(key, value) {
+  if (value === Infinity || value === -Infinity) throw new OutOfRange();
+  return value;
 }
 
 function position(text, at) {

@@ -45,6 +45,7 @@ const jsonErrors = [
   ['"abc', 'EOF while parsing a string'],
   ['NaN', 'expected value'],
   ['hello', 'expected value'],
+  ['[1E400]', 'number out of range'],
   ['trux', 'expected ident'],
   ['01', 'invalid number'],
   ['"a\\x"', 'invalid escape'],

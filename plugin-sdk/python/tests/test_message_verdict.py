@@ -43,6 +43,7 @@ def test_text_rejects_non_utf8() -> None:
         (b'"abc', "EOF while parsing a string"),
         (b"NaN", "expected value"),
         (b"hello", "expected value"),
+        (b"[1E400]", "number out of range"),
     ],
 )
 def test_json_errors_use_the_rust_sdk_words(body: bytes, description: str) -> None:

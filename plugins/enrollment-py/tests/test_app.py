@@ -118,10 +118,34 @@ def test_a_three_element_array_is_a_matricula_as_in_serde(mock_host: MockHost) -
 
 
 def test_float_texts_follow_serde_json() -> None:
+    # What the Rust plugin answers for these numbers (checked with `carteiro plugin test`).
     assert app._float_text(2.0) == "2.0"
-    assert app._float_text(1e20) == "1e20"
+    assert app._float_text(1e20) == "1e+20"
     assert app._float_text(1e-7) == "1e-7"
-    assert app._float_text(1.8446744073709552e19) == "1.8446744073709552e19"
+    assert app._float_text(1e15) == "1000000000000000.0"
+    assert app._float_text(-0.0) == "-0.0"
+    assert app._float_text(1.8446744073709552e19) == "1.8446744073709552e+19"
+
+
+@pytest.mark.parametrize(
+    ("number", "shown"),
+    [("1e20", "1e+20"), ("0.0000001", "1e-7"), ("18446744073709551616", "1.8446744073709552e+19")],
+)
+def test_big_and_small_numbers_read_as_serde_reads_them(
+    mock_host: MockHost, number: str, shown: str
+) -> None:
+    body = f'{{"matricula_id":{number},"usuario_id":1,"curso_id":2}}'
+    out = mock_host.run(handle, Message.from_text("matricula.confirmada", body))
+    assert out.verdict == Verdict.dead_letter(
+        f"invalid matricula.confirmada: invalid type: floating point `{shown}`, "
+        "expected a non-empty string or an integer id"
+    )
+
+
+def test_a_number_out_of_range_is_a_body_error(mock_host: MockHost) -> None:
+    body = '{"matricula_id":1E400,"usuario_id":1,"curso_id":2}'
+    out = mock_host.run(handle, Message.from_text("matricula.confirmada", body))
+    assert out.verdict == Verdict.dead_letter("invalid matricula.confirmada: number out of range")
 
 
 def test_content_service_down_retries_without_effects(mock_host: MockHost) -> None:

@@ -7,14 +7,26 @@ the operators' console groups them together. Only the error path does extra work
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from carteiro.errors import BodyError
 
 
+class _OutOfRange(ValueError):
+    pass
+
+
 def _reject_constant(name: str) -> Any:
     # Python accepts NaN and Infinity; JSON (and the Rust SDK) does not.
     raise ValueError(name)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # 1e400: serde_json refuses it
+        raise _OutOfRange(text)
+    return value
 
 
 def loads(body: bytes) -> Any:
@@ -24,9 +36,12 @@ def loads(body: bytes) -> Any:
     except UnicodeDecodeError as e:
         raise BodyError(f"body is not UTF-8 (invalid byte at offset {e.start})") from None
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except json.JSONDecodeError as e:
         raise BodyError(_describe(text, e), e.lineno, e.colno) from None
+    except _OutOfRange as e:
+        line, column = _position(text, text.find(str(e)))
+        raise BodyError("number out of range", line, column) from None
     except ValueError as e:  # NaN / Infinity
         line, column = _position(text, text.find(str(e)))
         raise BodyError("expected value", line, column) from None
