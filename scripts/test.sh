@@ -23,6 +23,9 @@ cargo fmt --all --check
 echo "== plugins (wasm32-wasip2 components)"
 scripts/build-plugins.sh
 
+echo "== Python and JavaScript plugins (componentize-py, ComponentizeJS; skipped when unchanged)"
+scripts/build-lang-plugins.sh
+
 echo "== clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
@@ -30,7 +33,10 @@ echo "== tests"
 # The plugins' native tests first, so the run closes on the host's results and a total.
 log="$(mktemp)"
 (cd plugins && cargo test --workspace) 2>&1 | tee -a "$log"
+# The Python and JavaScript SDKs and plugins against their mock hosts (pytest, node --test).
+scripts/test-lang-sdks.sh 2>&1 | tee -a "$log"
 cargo test --workspace 2>&1 | tee -a "$log"
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } }
+     /^lang-sdks: [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
 rm -f "$log"

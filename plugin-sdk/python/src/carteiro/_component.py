@@ -1,0 +1,94 @@
+"""The component's export, used only under WebAssembly (imported by :func:`carteiro.handler`).
+
+Converts the WIT message into a :class:`~carteiro.Message`, calls the handler and converts
+its :class:`~carteiro.Verdict` back. An exception that escapes the handler becomes a
+*trap*: the gateway classifies it as a plugin failure of that delivery. Before trapping it
+prints the traceback to stderr (forwarded to the gateway's logs) and then a two-line
+summary in the shape the gateway reads a Rust panic from, so the failure reason carries the
+exception and its last frames::
+
+    python handler panicked at app.py:5 in parse < app.py:11 in handle:
+    KeyError: 'curso_id'
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import traceback
+from typing import NoReturn
+
+from _carteiro_wit.imports import types as _types
+
+from carteiro import _registry as _handler
+from carteiro.message import Header, Message
+from carteiro.verdict import Verdict
+
+# The gateway filters levels itself; let every record (trace included) reach the host.
+logging.getLogger().setLevel(1)
+
+_FRAMES = 3
+_SUMMARY_MAX = 600
+_THIS_FILE = __file__
+
+
+def _to_message(wit: _types.Message) -> Message:
+    return Message(
+        routing_key=wit.routing_key,
+        body=wit.body,
+        id=wit.id,
+        exchange=wit.exchange,
+        headers=tuple(Header(h.name, h.value) for h in wit.headers),
+        content_type=wit.content_type,
+        attempt=wit.attempt,
+        redelivered=wit.redelivered,
+    )
+
+
+def _to_wit(verdict: Verdict) -> _types.Verdict:
+    if verdict.kind == "ack":
+        return _types.Verdict_Ack()
+    if verdict.kind == "retry":
+        return _types.Verdict_Retry(_types.RetryRequest(verdict.delay_ms, verdict.reason or ""))
+    return _types.Verdict_DeadLetter(verdict.reason or "")
+
+
+def _short(filename: str) -> str:
+    # componentize-py maps each python path to /0/, /1/, ...
+    return re.sub(r"^/\d+/", "", filename)
+
+
+def trap_summary(exc: BaseException) -> str:
+    """The two lines printed last before the trap: where, then what."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != _THIS_FILE][
+        -_FRAMES:
+    ]
+    where = " < ".join(f"{_short(f.filename)}:{f.lineno} in {f.name}" for f in reversed(frames))
+    what = " ".join(traceback.format_exception_only(exc)[-1].split())
+    if len(what) > _SUMMARY_MAX:
+        what = what[: _SUMMARY_MAX - 1] + "…"
+    return f"python handler panicked at {where or '<unknown>'}:\n{what}\n"
+
+
+def _trap(exc: BaseException) -> NoReturn:
+    try:
+        sys.stderr.write("".join(traceback.format_exception(exc)))
+        sys.stderr.write(trap_summary(exc))
+        sys.stderr.flush()
+    finally:
+        os.abort()
+
+
+class CarteiroWit:
+    """The world's export class that componentize-py instantiates."""
+
+    def handle(self, message: _types.Message) -> _types.Verdict:
+        try:
+            fn = _handler.registered()
+            if fn is None:
+                raise RuntimeError("no function is marked with @carteiro.handler")
+            return _to_wit(_handler.check_verdict(fn, fn(_to_message(message))))
+        except BaseException as exc:  # noqa: BLE001 - every escape is a trap
+            _trap(exc)
