@@ -5,6 +5,7 @@ mod exactly_once;
 mod gateway;
 mod hostile;
 mod hostile_props;
+mod languages;
 mod outages;
 mod relay;
 mod resilience;

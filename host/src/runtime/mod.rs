@@ -26,6 +26,9 @@ use wasmtime::{
 /// Linear memory kept mapped per pooled slot between instances (see `Runtime::new`).
 const KEEP_RESIDENT_BYTES: usize = 2 << 20;
 
+/// Core-module instances budgeted per component instance (a Python component needs 14).
+const CORE_INSTANCES_PER_COMPONENT: u32 = 16;
+
 /// How often the epoch advances; plugin timeouts are accurate to about this much.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
@@ -70,8 +73,10 @@ impl Runtime {
         cache_dir: Option<&Path>,
     ) -> wasmtime::Result<Arc<Self>> {
         let mut pool = PoolingAllocationConfig::default();
+        // Core instances per component instance: Rust components make 3, ComponentizeJS 4,
+        // componentize-py 14.
         pool.total_component_instances(max_instances)
-            .total_core_instances(max_instances.saturating_mul(8))
+            .total_core_instances(max_instances.saturating_mul(CORE_INSTANCES_PER_COMPONENT))
             .total_memories(max_instances.saturating_mul(2))
             .total_tables(max_instances.saturating_mul(8))
             .total_stacks(max_instances)
