@@ -1,7 +1,11 @@
-//! One dispatch — fresh instance + `handle` + verdict — for the no-op plugin and for
-//! `enrollment` with a 1 KB body. Reports medians and p99 over many iterations.
+//! One dispatch — fresh instance + `handle` + verdict — for the no-op plugin and for the
+//! enrollment handler in Rust, Python and JavaScript with a 1 KB body. Reports medians and
+//! p99 over many iterations, each plugin's load time with an empty and with a warm compile
+//! cache, and this process's resident memory after each plugin ran.
 //!
-//! Run: `scripts/build-plugins.sh && cargo bench -p carteiro --bench dispatch`
+//! Run: `scripts/build-plugins.sh && scripts/build-lang-plugins.sh &&
+//! cargo bench -p carteiro --bench dispatch` (`DISPATCH_ITERATIONS`, default 5,000; the
+//! Python and JS rows use a tenth of that).
 
 use carteiro::cli::MemoryKv;
 use carteiro::runtime::{Message, Plugin, PluginLimits, Runtime};
@@ -54,30 +58,68 @@ async fn measure(plugin: &Plugin, msg: &Message, iterations: usize) -> (Duration
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
-    let runtime = Runtime::new(16).expect("runtime");
+    let cache = tempfile::tempdir().expect("cache dir");
     let limits = PluginLimits {
         timeout: Duration::from_secs(5),
         memory_bytes: 64 << 20,
         max_host_calls: 10_000,
         max_events: 100,
         totals: carteiro::runtime::DeliveryTotals::default(),
+        max_concurrency: None,
     };
     let iterations = std::env::var("DISPATCH_ITERATIONS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5_000);
-    println!("dispatch: fresh instance + handle + verdict, {iterations} iterations each");
-    for (name, body) in [("noop", b"{}".to_vec()), ("enrollment", enrollment_body())] {
+    println!("dispatch: fresh instance + handle + verdict");
+    let plugins = [
+        ("noop", b"{}".to_vec(), iterations),
+        ("enrollment", enrollment_body(), iterations),
+        ("enrollment-py", enrollment_body(), iterations / 10),
+        ("enrollment-js", enrollment_body(), iterations / 10),
+    ];
+    for (name, body, iterations) in plugins {
         let path = dir.join(format!("{name}.wasm"));
-        let plugin = Plugin::load(&runtime, name, &path, None, limits.clone(), BTreeMap::new())
-            .unwrap_or_else(|e| panic!("{e} (run scripts/build-plugins.sh)"));
+        if !path.is_file() {
+            println!(
+                "{name:<14} missing: run scripts/build-plugins.sh and scripts/build-lang-plugins.sh"
+            );
+            continue;
+        }
+        // Load time as a gateway start sees it: compile into an empty cache, then reuse it.
+        let load = |runtime: &Arc<Runtime>| {
+            let started = Instant::now();
+            let plugin = Plugin::load(runtime, name, &path, None, limits.clone(), BTreeMap::new())
+                .unwrap_or_else(|e| panic!("{e}"));
+            (plugin, started.elapsed())
+        };
+        let cold_runtime = Runtime::with_compile_cache(16, Some(cache.path())).expect("runtime");
+        let (_, cold) = load(&cold_runtime);
+        drop(cold_runtime);
+        let runtime = Runtime::with_compile_cache(16, Some(cache.path())).expect("runtime");
+        let (plugin, warm) = load(&runtime);
         let msg = message(body);
-        let (median, p99) = measure(&plugin, &msg, iterations).await;
+        let (median, p99) = measure(&plugin, &msg, iterations.max(100)).await;
         println!(
-            "{name:<12} body {:>5} B  median {:>8.2} µs  p99 {:>8.2} µs",
+            "{name:<14} body {:>5} B  median {:>8.2} µs  p99 {:>8.2} µs  load {:>6.2} s cold, {:>5.3} s warm  rss {:>4} MiB",
             msg.body.len(),
             median.as_secs_f64() * 1e6,
-            p99.as_secs_f64() * 1e6
+            p99.as_secs_f64() * 1e6,
+            cold.as_secs_f64(),
+            warm.as_secs_f64(),
+            resident_mib(),
         );
     }
+}
+
+/// This process's resident set now (`VmRSS`), in MiB.
+fn resident_mib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib >> 10)
 }

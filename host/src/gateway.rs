@@ -39,6 +39,7 @@ pub fn load_plugins(config: &Config) -> anyhow::Result<(Arc<Runtime>, Plugins)> 
                 event_bytes: p.max_event_bytes,
                 log_bytes: p.max_log_bytes,
             },
+            max_concurrency: p.max_concurrency,
         };
         let plugin = Plugin::load(
             &runtime,

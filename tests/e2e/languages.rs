@@ -35,6 +35,7 @@ fn warm(name: &str) {
         max_host_calls: 10_000,
         max_events: 100,
         totals: carteiro::runtime::DeliveryTotals::default(),
+        max_concurrency: None,
     };
     carteiro::runtime::Plugin::load(
         &runtime,

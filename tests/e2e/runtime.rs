@@ -17,6 +17,7 @@ fn limits(timeout_ms: u64) -> PluginLimits {
         max_host_calls: 1_000,
         max_events: 10,
         totals: carteiro::runtime::DeliveryTotals::default(),
+        max_concurrency: None,
     }
 }
 

@@ -166,6 +166,7 @@ pub async fn run(args: PluginTestArgs) -> anyhow::Result<i32> {
         max_host_calls: 10_000,
         max_events: 100,
         totals: crate::runtime::DeliveryTotals::default(),
+        max_concurrency: None,
     };
     let name = args
         .wasm

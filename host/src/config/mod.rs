@@ -240,6 +240,10 @@ pub struct PluginConfig {
     /// Total bytes of outbox events (payloads, headers, names) one delivery may emit.
     #[serde(default = "default_max_event_bytes", with = "units::size")]
     pub max_event_bytes: u64,
+    /// Instances of this plugin alive at once. Default: two per CPU core for components of
+    /// 4 MiB or more (a Python or JavaScript runtime inside), else only the instance pool.
+    #[serde(default)]
+    pub max_concurrency: Option<u32>,
     /// Total bytes of log messages one delivery may write through the `log` import.
     #[serde(default = "default_max_log_bytes", with = "units::size")]
     pub max_log_bytes: u64,

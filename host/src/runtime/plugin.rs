@@ -29,6 +29,8 @@ pub struct PluginLimits {
     pub max_events: u32,
     /// Totals of kv, event and log bytes per delivery.
     pub totals: DeliveryTotals,
+    /// Instances alive at once; `None`: [`default_concurrency`] of the component's size.
+    pub max_concurrency: Option<u32>,
 }
 
 /// Why a plugin could not be loaded. The message says which file and what to do.
@@ -118,6 +120,24 @@ pub struct Plugin {
     pre: HandlerPre<HostState>,
     limits: PluginLimits,
     digest: Arc<str>,
+    /// Instances of this plugin alive at once (see [`default_concurrency`]).
+    concurrency: Arc<tokio::sync::Semaphore>,
+}
+
+/// Components this large carry a language runtime (componentize-py about 18 MB,
+/// ComponentizeJS about 12 MB; Rust handlers well under 1 MB).
+const INTERPRETER_COMPONENT_BYTES: usize = 4 << 20;
+
+/// How many instances of a component may be alive at once when the config does not say.
+/// A Python or JavaScript instance dirties megabytes of its interpreter's heap on every
+/// delivery, and deliveries beyond the CPU count only queue for the same cores: so such
+/// components get two instances per core, and small (Rust) ones are limited only by the
+/// instance pool.
+pub fn default_concurrency(component_bytes: usize) -> Option<u32> {
+    (component_bytes >= INTERPRETER_COMPONENT_BYTES).then(|| {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        u32::try_from(cores * 2).unwrap_or(u32::MAX)
+    })
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -168,6 +188,10 @@ impl Plugin {
             .instantiate_pre(&component)
             .map_err(wrong_world)?;
         let pre = HandlerPre::new(instance_pre).map_err(wrong_world)?;
+        let concurrency = limits
+            .max_concurrency
+            .or_else(|| default_concurrency(bytes.len()))
+            .map_or(tokio::sync::Semaphore::MAX_PERMITS, |n| n.max(1) as usize);
         Ok(Self {
             runtime: runtime.clone(),
             identity: Arc::new(PluginIdentity {
@@ -180,6 +204,7 @@ impl Plugin {
             pre,
             limits,
             digest: digest.into(),
+            concurrency: Arc::new(tokio::sync::Semaphore::new(concurrency)),
         })
     }
 
@@ -222,6 +247,12 @@ impl Plugin {
         message: &types::Message,
         kv: Arc<dyn KvSource>,
     ) -> Result<Invocation, PluginFailure> {
+        // This plugin's own cap first, so its queued deliveries hold no pool slot.
+        let _turn = self
+            .concurrency
+            .acquire()
+            .await
+            .map_err(|e| PluginFailure::Instantiate(e.to_string()))?;
         let _slot = self
             .runtime
             .slots
