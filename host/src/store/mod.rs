@@ -239,10 +239,29 @@ impl Store {
         self.redacted.to_string()
     }
 
-    /// One round trip to the database: is it answering?
+    /// One round trip to the database: is it answering, and (PostgreSQL) taking writes? A
+    /// read-only session (a standby after a failover, `default_transaction_read_only`)
+    /// counts as unavailable, so the store gate stays open until commits can succeed.
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.bounded("ping", async {
-            sqlx::query("SELECT 1").execute(&self.pool).await?;
+            match self.backend {
+                Backend::Sqlite => {
+                    sqlx::query("SELECT 1").execute(&self.pool).await?;
+                }
+                Backend::Postgres => {
+                    let read_only: String =
+                        sqlx::query_scalar("SELECT current_setting('transaction_read_only')")
+                            .fetch_one(&self.pool)
+                            .await?;
+                    if read_only == "on" {
+                        return Err(StoreError::Unavailable(format!(
+                            "{} is read-only (a standby after a failover, or \
+                             default_transaction_read_only)",
+                            self.redacted
+                        )));
+                    }
+                }
+            }
             Ok(())
         })
         .await

@@ -139,6 +139,7 @@ async fn read_only_postgres_is_unavailable() {
     assert_unavailable("commit_each", ro.commit_each(&[full_request("m-2")]).await);
     assert_unavailable("dead letter", ro.dead_letter_insert(&dead_letter()).await);
     assert_unavailable("mark", ro.outbox_mark_published_many(&[1]).await);
+    assert_unavailable("ping (the store gate's probe)", ro.ping().await);
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "ALTER DATABASE {name} SET default_transaction_read_only = off"
     )))
