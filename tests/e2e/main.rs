@@ -7,6 +7,7 @@ mod hostile;
 mod hostile_props;
 mod outages;
 mod relay;
+mod replay;
 mod resilience;
 mod runtime;
 mod store_faults;

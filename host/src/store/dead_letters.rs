@@ -196,6 +196,21 @@ impl Store {
         .await
     }
 
+    /// The highest id among the dead letters matching `filter`.
+    pub async fn dead_letters_max_id(
+        &self,
+        filter: &DeadLetterFilter,
+    ) -> Result<Option<i64>, StoreError> {
+        self.bounded("dead letters max id", async {
+            let (sql, args) = self.filter_sql(filter, "SELECT MAX(id)");
+            let max: Option<i64> = bind_all_scalar(sqlx::query_scalar(AssertSqlSafe(sql)), args)
+                .fetch_one(self.pool())
+                .await?;
+            Ok(max)
+        })
+        .await
+    }
+
     /// One dead letter by id.
     pub async fn dead_letter_get(&self, id: i64) -> Result<Option<DeadLetter>, StoreError> {
         self.bounded("dead letter get", async {
