@@ -7,6 +7,7 @@ mod hostile;
 mod hostile_props;
 mod outages;
 mod relay;
+mod relay_bytes;
 mod replay;
 mod resilience;
 mod runtime;
