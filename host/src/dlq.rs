@@ -1,5 +1,8 @@
 //! Dead letters for people: JSON views and replay (back onto the route's work queue with a
-//! fresh attempt counter, via a confirmed publish, then marked replayed).
+//! fresh attempt counter, via a confirmed publish, then marked replayed). `run`: a replay
+//! of everything a filter selects, resumable.
+
+pub mod run;
 
 use crate::broker::outgoing::replay_properties;
 use crate::broker::seal::SealKey;
@@ -37,6 +40,7 @@ pub fn detail_json(d: &DeadLetter) -> serde_json::Value {
     value["body_bytes"] = serde_json::json!(d.body.len());
     value["first_failed_at"] = serde_json::json!(d.first_failed_at);
     value["replayed_at"] = serde_json::json!(d.replayed_at);
+    value["stored_encoded"] = serde_json::json!(d.stored_encoded);
     value
 }
 

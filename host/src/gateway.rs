@@ -7,7 +7,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::{BrokerSettings, RouteContext, StoreGate, run_route};
 use crate::runtime::{Plugin, PluginLimits, Runtime};
-use crate::store::{BatchedReads, GroupCommitter, Store};
+use crate::store::{BatchedReads, GroupCommitter, Store, StoreOptions};
 use anyhow::Context;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -57,7 +57,11 @@ pub fn load_plugins(config: &Config) -> anyhow::Result<(Arc<Runtime>, Plugins)> 
 
 /// Connects the store and applies migrations.
 pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
-    let store = Store::connect(&config.store.url, config.store.max_connections)
+    let options = StoreOptions {
+        max_connections: config.store.max_connections,
+        statement_timeout: config.store.statement_timeout,
+    };
+    let store = Store::connect_with(&config.store.url, &options)
         .await
         .with_context(|| format!("cannot open the store at {}", redact_url(&config.store.url)))?;
     store

@@ -18,6 +18,7 @@
 //! - [`gateway`]: `carteiro run` — everything wired together.
 //! - [`admin`]: health, readiness, metrics and DLQ over HTTP.
 //! - [`metrics`], [`housekeeping`]: Prometheus metrics, retention cleanup.
+//! - [`redact`]: the one redaction for URLs that may hold a password (broker and store).
 
 pub mod admin;
 pub mod broker;
@@ -29,6 +30,7 @@ pub mod gateway;
 pub mod housekeeping;
 pub mod metrics;
 pub mod pipeline;
+pub mod redact;
 pub mod relay;
 pub mod runtime;
 pub mod store;

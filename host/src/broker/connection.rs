@@ -4,6 +4,9 @@ use std::time::Duration;
 
 use lapin::{Connection, ConnectionProperties, uri::AMQPUri};
 
+pub use crate::redact::redact_url;
+use crate::redact::scrub;
+
 /// How to open a broker connection.
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
@@ -102,26 +105,6 @@ pub async fn connect(url: &str, opts: &ConnectOptions) -> Result<Connection, Bro
     }
 }
 
-/// Returns `url` with the password replaced by `***`: `amqp://user:***@host:port/vhost`.
-///
-/// Works on text, not a parsed URL, so that even a URL lapin rejects can be shown. The
-/// credentials end at the last `@`, so a password with a raw `@` or `/` is still hidden
-/// (at worst a little of the host is hidden too).
-pub fn redact_url(url: &str) -> String {
-    let (scheme, rest) = match url.find("://") {
-        Some(i) => url.split_at(i + 3),
-        None => ("", url),
-    };
-    let Some(at) = rest.rfind('@') else {
-        return url.to_owned();
-    };
-    let userinfo = &rest[..at];
-    match userinfo.find(':') {
-        Some(colon) => format!("{scheme}{}:***@{}", &userinfo[..colon], &rest[at + 1..]),
-        None => url.to_owned(),
-    }
-}
-
 /// `::1` from `amqp://u:p@[::1]:5672/v`.
 fn ipv6_host(url: &str) -> Option<String> {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
@@ -130,81 +113,10 @@ fn ipv6_host(url: &str) -> Option<String> {
     Some(inner[..inner.find(']')?].to_owned())
 }
 
-/// Removes the URL's password (raw and percent-decoded) from any error text.
-fn scrub(text: &str, url: &str) -> String {
-    let mut out = text.to_owned();
-    if let Some(password) = password_of(url) {
-        let decoded = percent_decode(&password);
-        for secret in [password, decoded] {
-            if !secret.is_empty() {
-                out = out.replace(&secret, "***");
-            }
-        }
-    }
-    out
-}
-
-fn password_of(url: &str) -> Option<String> {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let userinfo = &rest[..rest.rfind('@')?];
-    userinfo.split_once(':').map(|(_, p)| p.to_owned())
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok());
-        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'%', Some(b)) => {
-                out.push(b);
-                i += 3;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::broker::testing::test_url;
-
-    #[test]
-    fn redact_url_hides_the_password() {
-        let cases = [
-            (
-                "amqp://guest:s3cret@127.0.0.1:5673/%2f",
-                "amqp://guest:***@127.0.0.1:5673/%2f",
-            ),
-            (
-                "amqps://u:p%40ss@host/vh?heartbeat=5",
-                "amqps://u:***@host/vh?heartbeat=5",
-            ),
-            ("amqp://u:pa@ss/w@rd@host:1/v", "amqp://u:***@host:1/v"),
-            ("amqp://host:5672/%2f", "amqp://host:5672/%2f"),
-            ("amqp://user@host/v", "amqp://user@host/v"),
-            ("u:topsecret@host", "u:***@host"),
-        ];
-        for (url, want) in cases {
-            assert_eq!(redact_url(url), want, "redacting {url}");
-        }
-        for secret in ["s3cret", "p%40ss", "pa@ss/w@rd", "topsecret"] {
-            for (url, _) in cases {
-                assert!(
-                    !redact_url(url).contains(secret),
-                    "{secret} leaked from {url}"
-                );
-            }
-        }
-    }
 
     #[test]
     fn ipv6_literal_hosts_survive() {

@@ -2,38 +2,53 @@
 
 use super::ops::load_config;
 use crate::broker::connect;
+use crate::dlq::run::{Progress, ReplayOptions};
 use crate::gateway::{self, broker_settings};
 use crate::store::DeadLetterFilter;
+use std::io::IsTerminal;
 use std::path::Path;
 
-/// Filters shared by `list`, `replay` and `purge`.
+/// Filters shared by `list`, `replay` and `purge`. Times compare with `dead_lettered_at`:
+/// when the gateway that gave up on the message stamped it (`x-carteiro-dead-lettered-at`,
+/// that gateway's clock), or when it was archived if nobody did; "now" is this machine's
+/// clock.
 #[derive(Debug, clap::Args)]
 pub struct FilterArgs {
     /// Only this route (work queue).
     #[arg(long)]
     pub route: Option<String>,
-    /// Only reasons containing this text.
+    /// Only reasons containing this text (case-sensitive, no wildcards).
     #[arg(long)]
     pub reason: Option<String>,
-    /// Only dead letters newer than this long ago, e.g. `2h`.
+    /// Only dead letters dead-lettered within this long before now (at or after now − D),
+    /// e.g. `1h`: the newest ones.
     #[arg(long, value_parser = crate::config::units::parse_duration)]
     pub since: Option<std::time::Duration>,
-    /// At most this many.
-    #[arg(long, default_value_t = 100)]
-    pub limit: i64,
+    /// Only dead letters dead-lettered more than this long before now (before now − D),
+    /// e.g. `7d`: the oldest ones.
+    #[arg(long, value_parser = crate::config::units::parse_duration)]
+    pub older_than: Option<std::time::Duration>,
 }
 
 impl FilterArgs {
     fn filter(&self) -> DeadLetterFilter {
+        let ago = |d: std::time::Duration| {
+            crate::common::now_ms().saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        };
         DeadLetterFilter {
             route: self.route.clone(),
             reason_contains: self.reason.clone(),
-            since_ms: self.since.map(|d| {
-                crate::common::now_ms() - i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-            }),
-            limit: Some(self.limit),
+            since_ms: self.since.map(ago),
+            until_ms: self.older_than.map(ago),
             ..Default::default()
         }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.route.is_none()
+            && self.reason.is_none()
+            && self.since.is_none()
+            && self.older_than.is_none()
     }
 }
 
@@ -44,6 +59,9 @@ pub enum DlqCommand {
     List {
         #[command(flatten)]
         filter: FilterArgs,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
         /// Print JSON lines.
         #[arg(long)]
         json: bool,
@@ -52,14 +70,33 @@ pub enum DlqCommand {
     Show { id: i64 },
     /// Counts per route and reason.
     Stats,
-    /// Publish dead letters back to their route's queue (attempts start again at 1).
+    /// Publish dead letters back to their route's queue (attempts start again at 1): one by
+    /// id, or every one matching the filters that was not replayed yet, oldest first. Each
+    /// is marked replayed right after its confirm, so running the same command again
+    /// continues where an interrupted run stopped (and replays nothing after a finished one).
     Replay {
-        /// Replay this id (or use filters).
+        /// Replay this id (even if it was replayed before), or use filters.
         id: Option<i64>,
         #[command(flatten)]
         filter: FilterArgs,
+        /// Stop after this many replays (the run then says how many remain).
+        #[arg(long)]
+        limit: Option<u64>,
+        /// Take dead letters that were already replayed too (such a run does not resume: a
+        /// re-run replays every matching one again).
+        #[arg(long)]
+        include_replayed: bool,
+        /// Print how many would be replayed and their groups (route, reason); publish
+        /// nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// At most this many replays per second, e.g. `50/s`.
+        #[arg(long, value_parser = crate::dlq::run::parse_rate)]
+        rate: Option<f64>,
     },
-    /// Delete dead letters matching the filters (at least one filter is required).
+    /// Delete every dead letter matching the filters, replayed or not (at least one filter
+    /// is required). `--since 1h` deletes those dead-lettered in the last hour;
+    /// `--older-than 7d` those dead-lettered more than seven days ago.
     Purge {
         #[command(flatten)]
         filter: FilterArgs,
@@ -71,8 +108,16 @@ pub async fn run(config_path: &Path, command: DlqCommand) -> anyhow::Result<i32>
     let config = load_config(config_path)?;
     let store = gateway::open_store(&config).await?;
     match command {
-        DlqCommand::List { filter, json } => {
-            for d in store.dead_letters_list(&filter.filter()).await? {
+        DlqCommand::List {
+            filter,
+            limit,
+            json,
+        } => {
+            let filter = DeadLetterFilter {
+                limit: Some(limit),
+                ..filter.filter()
+            };
+            for d in store.dead_letters_list(&filter).await? {
                 if json {
                     println!("{}", crate::dlq::summary_json(&d));
                 } else {
@@ -101,25 +146,26 @@ pub async fn run(config_path: &Path, command: DlqCommand) -> anyhow::Result<i32>
                 );
             }
         }
-        DlqCommand::Replay { id, filter } => {
-            let rows = match id {
-                Some(id) => store.dead_letter_get(id).await?.into_iter().collect(),
-                None => store.dead_letters_list(&filter.filter()).await?,
+        DlqCommand::Replay {
+            id,
+            filter,
+            limit,
+            include_replayed,
+            dry_run,
+            rate,
+        } => {
+            let options = ReplayOptions {
+                include_replayed,
+                limit,
+                rate_per_sec: rate,
             };
-            let settings = broker_settings(&config, "carteiro dlq replay");
-            let conn = std::sync::Arc::new(connect(&settings.url, &settings.connect).await?);
-            let publisher = crate::dlq::replay_publisher(conn).await?;
-            let seal = gateway::seal_key(&store).await?;
-            for d in &rows {
-                crate::dlq::replay(&store, &publisher, &seal, d, config.broker.publish_timeout)
-                    .await?;
-                println!("replayed #{} to queue {}", d.id, d.route);
-            }
-            println!("{} replayed", rows.len());
+            return replay(&config, &store, id, &filter.filter(), &options, dry_run).await;
         }
         DlqCommand::Purge { filter } => {
-            if filter.route.is_none() && filter.reason.is_none() && filter.since.is_none() {
-                eprintln!("refusing to purge everything: give --route, --reason or --since");
+            if filter.is_empty() {
+                eprintln!(
+                    "refusing to purge everything: give --route, --reason, --since or --older-than"
+                );
                 return Ok(1);
             }
             let n = store.dead_letters_purge(&filter.filter()).await?;
@@ -127,4 +173,152 @@ pub async fn run(config_path: &Path, command: DlqCommand) -> anyhow::Result<i32>
         }
     }
     Ok(0)
+}
+
+async fn replay(
+    config: &crate::config::Config,
+    store: &crate::store::Store,
+    id: Option<i64>,
+    filter: &DeadLetterFilter,
+    options: &ReplayOptions,
+    dry_run: bool,
+) -> anyhow::Result<i32> {
+    if dry_run {
+        let (count, groups) = match id {
+            Some(id) => match store.dead_letter_get(id).await? {
+                Some(d) => (1, vec![(d.route, d.reason, 1)]),
+                None => (0, Vec::new()),
+            },
+            None => {
+                let (count, groups) =
+                    crate::dlq::run::dry_run(store, filter, options.include_replayed).await?;
+                let groups = groups
+                    .into_iter()
+                    .map(|g| {
+                        let n = if options.include_replayed {
+                            g.count
+                        } else {
+                            g.unreplayed
+                        };
+                        (g.route, g.reason, n)
+                    })
+                    .collect();
+                (count, groups)
+            }
+        };
+        let planned = options.limit.map_or(count, |l| l.min(count));
+        println!("would replay {planned} of {count} matching dead letters, oldest first");
+        for (route, reason, n) in groups {
+            println!("{n:>8}  {route:<24} {reason}");
+        }
+        return Ok(0);
+    }
+    let settings = broker_settings(config, "carteiro dlq replay");
+    let conn = std::sync::Arc::new(connect(&settings.url, &settings.connect).await?);
+    let publisher = crate::dlq::replay_publisher(conn).await?;
+    let seal = gateway::seal_key(store).await?;
+    let timeout = config.broker.publish_timeout;
+    if let Some(id) = id {
+        let Some(d) = store.dead_letter_get(id).await? else {
+            eprintln!("no dead letter with id {id}");
+            return Ok(1);
+        };
+        crate::dlq::replay(store, &publisher, &seal, &d, timeout).await?;
+        println!("replayed #{} to queue {}", d.id, d.route);
+        println!("1 replayed");
+        return Ok(0);
+    }
+    let mut progress = CliProgress::new();
+    let report = crate::dlq::run::replay_matching(
+        store,
+        &publisher,
+        &seal,
+        timeout,
+        filter,
+        options,
+        &mut progress,
+    )
+    .await?;
+    println!("{} replayed", report.replayed);
+    for (id, why) in &report.failed {
+        println!("#{id} failed: {why}");
+    }
+    if report.stopped_by_limit {
+        println!(
+            "stopped at --limit {}: {} matching dead letters not replayed yet; run the same \
+             command again to continue",
+            options.limit.unwrap_or(0),
+            report.remaining
+        );
+    } else if report.remaining > 0 {
+        println!(
+            "{} matching dead letters not replayed yet; run the same command again to retry them",
+            report.remaining
+        );
+    }
+    if let Some(why) = &report.gave_up {
+        eprintln!("replay stopped: {why}");
+    }
+    Ok(if report.failed.is_empty() && report.gave_up.is_none() {
+        0
+    } else {
+        1
+    })
+}
+
+/// An `indicatif` bar when stderr is a terminal; otherwise a line every few seconds.
+struct CliProgress {
+    bar: Option<indicatif::ProgressBar>,
+    planned: u64,
+    last_line: std::time::Instant,
+}
+
+/// Seconds between progress lines when stderr is not a terminal.
+const LINE_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl CliProgress {
+    fn new() -> Self {
+        Self {
+            bar: None,
+            planned: 0,
+            last_line: std::time::Instant::now(),
+        }
+    }
+}
+
+impl Progress for CliProgress {
+    fn start(&mut self, planned: u64) {
+        self.planned = planned;
+        if std::io::stderr().is_terminal() {
+            let bar = indicatif::ProgressBar::new(planned);
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "replaying {bar:40} {pos}/{len} ({per_sec}, eta {eta})",
+            ) {
+                bar.set_style(style);
+            }
+            self.bar = Some(bar);
+        } else {
+            eprintln!("replaying {planned} dead letters, oldest first");
+        }
+        self.last_line = std::time::Instant::now();
+    }
+
+    fn advance(&mut self, done: u64) {
+        match &self.bar {
+            Some(bar) => bar.set_position(done),
+            None if self.last_line.elapsed() >= LINE_EVERY => {
+                eprintln!("replayed {done} of {}", self.planned);
+                self.last_line = std::time::Instant::now();
+            }
+            None => {}
+        }
+    }
+
+    fn finish(&mut self, report: &crate::dlq::run::ReplayReport) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        } else {
+            eprintln!("replayed {} of {}", report.replayed, self.planned);
+        }
+    }
 }

@@ -94,6 +94,13 @@ pub struct StoreConfig {
     /// Most deliveries committed in one database transaction (group commit).
     #[serde(default = "default_commit_batch")]
     pub commit_batch: usize,
+    /// Longest a statement may run. On PostgreSQL every connection sets it as its
+    /// `statement_timeout` (an overrun is SQLSTATE 57014: the store counts as unavailable,
+    /// the delivery is requeued). On both backends every store operation (a commit batch, a
+    /// batched read, a relay claim, ...) is also abandoned client-side after this plus 5 s,
+    /// so a database that stops answering cannot hang commits.
+    #[serde(default = "default_statement_timeout", with = "units::duration")]
+    pub statement_timeout: Duration,
 }
 
 fn default_store_url() -> String {
@@ -108,6 +115,9 @@ fn default_inbox_retention() -> Duration {
 fn default_commit_batch() -> usize {
     256
 }
+fn default_statement_timeout() -> Duration {
+    Duration::from_secs(30)
+}
 
 impl Default for StoreConfig {
     fn default() -> Self {
@@ -116,6 +126,7 @@ impl Default for StoreConfig {
             max_connections: default_max_connections(),
             inbox_retention: default_inbox_retention(),
             commit_batch: default_commit_batch(),
+            statement_timeout: default_statement_timeout(),
         }
     }
 }
@@ -160,6 +171,11 @@ pub struct RelayConfig {
     /// transactions per row): 1,024 drained PostgreSQL ~1.5x faster than 256 here.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
+    /// The relay's window in bytes (payload plus headers of the rows it holds in memory):
+    /// a claim takes rows only while they fit, and always at least one row, so the relay
+    /// holds at most this much plus one row. Accepts sizes like `64MiB`.
+    #[serde(default = "default_max_in_flight_bytes", with = "units::size")]
+    pub max_in_flight_bytes: u64,
     /// Backstop poll when no commit woke the relay.
     #[serde(default = "default_poll_interval", with = "units::duration")]
     pub poll_interval: Duration,
@@ -174,6 +190,9 @@ fn default_true() -> bool {
 fn default_max_in_flight() -> usize {
     1024
 }
+fn default_max_in_flight_bytes() -> u64 {
+    64 << 20
+}
 fn default_poll_interval() -> Duration {
     Duration::from_secs(1)
 }
@@ -186,6 +205,7 @@ impl Default for RelayConfig {
         Self {
             enabled: true,
             max_in_flight: default_max_in_flight(),
+            max_in_flight_bytes: default_max_in_flight_bytes(),
             poll_interval: default_poll_interval(),
             retention: default_relay_retention(),
         }

@@ -123,6 +123,20 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
             "must be at least 1".into(),
         ));
     }
+    if config.store.statement_timeout.is_zero() {
+        return Err(err(
+            line_of_key("statement_timeout"),
+            "store.statement_timeout",
+            "must be above zero (it also bounds every store operation client-side)".into(),
+        ));
+    }
+    if config.relay.max_in_flight_bytes == 0 {
+        return Err(err(
+            line_of_key("max_in_flight_bytes"),
+            "relay.max_in_flight_bytes",
+            "must be at least 1 byte (a claim always takes one row anyway)".into(),
+        ));
+    }
 
     for (name, plugin) in &mut config.plugins {
         let key = format!("plugins.{name}");

@@ -9,17 +9,62 @@
 //! ordering key are not ordered and never wait.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::store::OutboxRow;
 
 /// A row this relay session holds a lease on.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(super) struct Leased {
     pub row: OutboxRow,
     /// Last moment a publish of this row may start: later, the lease could run out while the
     /// publish is still waiting for its confirm, and another relay could take the row.
     pub start_by: Instant,
+    /// Counts the row's bytes in the session's window until the row is dropped.
+    pub _held: Held,
+}
+
+/// Bytes of the rows a session holds in memory (payload and headers): each [`Held`] adds
+/// its row's size on creation and takes it away when dropped, wherever the row ends
+/// (published, failed and settled, given back, or dropped at the session's end).
+#[derive(Debug, Clone, Default)]
+pub(super) struct HeldBytes(Arc<AtomicU64>);
+
+impl HeldBytes {
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Counts `row` until the returned guard is dropped.
+    pub fn hold(&self, row: &OutboxRow) -> Held {
+        let bytes = row_bytes(row);
+        self.0.fetch_add(bytes, Ordering::Relaxed);
+        Held {
+            total: self.0.clone(),
+            bytes,
+        }
+    }
+}
+
+/// One row's share of [`HeldBytes`].
+#[derive(Debug)]
+pub(super) struct Held {
+    total: Arc<AtomicU64>,
+    bytes: u64,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.total.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+/// What a row weighs in memory, as the claim's byte budget counts it.
+pub(super) fn row_bytes(row: &OutboxRow) -> u64 {
+    let headers: usize = row.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+    (row.payload.len() + headers) as u64
 }
 
 #[derive(Debug, Default)]
@@ -112,24 +157,41 @@ mod tests {
     use super::*;
 
     fn leased(id: i64, key: &str) -> Leased {
+        let row = OutboxRow {
+            id,
+            event_id: uuid::Uuid::now_v7(),
+            route: "r".into(),
+            plugin: "p".into(),
+            exchange: "x".into(),
+            routing_key: "k".into(),
+            headers: Vec::new(),
+            content_type: None,
+            payload: Vec::new(),
+            ordering_key: key.into(),
+            created_at: 0,
+            attempts: 0,
+            last_error: None,
+        };
         Leased {
-            row: OutboxRow {
-                id,
-                event_id: uuid::Uuid::now_v7(),
-                route: "r".into(),
-                plugin: "p".into(),
-                exchange: "x".into(),
-                routing_key: "k".into(),
-                headers: Vec::new(),
-                content_type: None,
-                payload: Vec::new(),
-                ordering_key: key.into(),
-                created_at: 0,
-                attempts: 0,
-                last_error: None,
-            },
+            _held: HeldBytes::default().hold(&row),
+            row,
             start_by: Instant::now(),
         }
+    }
+
+    #[test]
+    fn held_bytes_follow_the_rows_alive() {
+        let bytes = HeldBytes::default();
+        let mut row = leased(1, "A").row;
+        row.payload = vec![0; 1000];
+        row.headers = vec![("x-a".into(), "12345".into())];
+        let a = bytes.hold(&row);
+        let b = bytes.hold(&row);
+        assert_eq!(bytes.get(), 2 * 1008);
+        drop(a);
+        assert_eq!(bytes.get(), 1008);
+        drop(b);
+        assert_eq!(bytes.get(), 0);
     }
 
     fn id(l: Option<Leased>) -> Option<i64> {

@@ -43,6 +43,8 @@ pub struct Relay {
     connect: ConnectOptions,
     publish_timeout: Duration,
     max_in_flight: usize,
+    /// Bytes (payload and headers) of the rows a session may hold; at least one row.
+    max_in_flight_bytes: u64,
     poll_interval: Duration,
     reconnect_max: Duration,
     /// How long a claim leases its rows: [`LEASE`], or more with a long publish timeout.
@@ -71,6 +73,7 @@ impl Relay {
             },
             publish_timeout: config.broker.publish_timeout,
             max_in_flight: config.relay.max_in_flight.max(1),
+            max_in_flight_bytes: config.relay.max_in_flight_bytes.max(1),
             poll_interval: config.relay.poll_interval,
             reconnect_max: config.broker.reconnect_max_backoff,
             lease: LEASE.max(config.broker.publish_timeout * 3),

@@ -21,11 +21,11 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use super::chains::{Chains, Leased};
+use super::chains::{Chains, HeldBytes, Leased, row_bytes};
 use super::marker::{MarkSender, Marker};
 use super::{Relay, outgoing};
 use crate::broker::{ConfirmedPublisher, PublishError};
-use crate::common::{FaultPoint, hang_if, now_ms};
+use crate::common::{FaultPoint, hang_if};
 use crate::store::{OutboxRow, StoreError};
 
 /// Why a session ended.
@@ -54,11 +54,13 @@ struct BatchDone {
 }
 type ClaimResult = Result<Vec<OutboxRow>, StoreError>;
 
-/// A claim running in the background, started at `at` for up to `limit` rows.
+/// A claim running in the background, started at `at` for up to `limit` rows and
+/// `max_bytes` bytes.
 struct Claim {
     rows: BoxFuture<'static, ClaimResult>,
     at: Instant,
     limit: usize,
+    max_bytes: u64,
 }
 
 /// A row that must not be published now.
@@ -78,6 +80,10 @@ pub(super) struct Session<'a> {
     failures: Vec<Failure>,
     /// Rows leased and not settled: waiting, publishing, awaiting their mark or failing.
     window: usize,
+    /// Bytes of the leased rows still in memory (waiting, publishing or failing).
+    held: HeldBytes,
+    /// The last claim probably stopped at its byte budget: claim again once bytes free up.
+    byte_capped: bool,
 }
 
 impl<'a> Session<'a> {
@@ -94,6 +100,8 @@ impl<'a> Session<'a> {
             publishing: FuturesUnordered::new(),
             failures: Vec::new(),
             window: 0,
+            held: HeldBytes::default(),
+            byte_capped: false,
         }
     }
 
@@ -113,8 +121,10 @@ impl<'a> Session<'a> {
             {
                 break End::Store(e.to_string());
             }
-            if claim.is_none() && want_claim && self.room() >= self.min_claim() {
+            if claim.is_none() && want_claim && self.room() >= self.min_claim() && self.bytes_room()
+            {
                 want_claim = false;
+                self.byte_capped = false;
                 claim = Some(self.claim());
             }
             tokio::select! {
@@ -140,12 +150,18 @@ impl<'a> Session<'a> {
                         Ok(rows) => {
                             // A full claim: more rows are probably waiting.
                             want_claim |= rows.len() >= done.limit;
+                            // Many bytes for fewer rows than asked: the byte budget stopped it.
+                            let bytes: u64 = rows.iter().map(row_bytes).sum();
+                            self.byte_capped = rows.len() < done.limit && bytes >= done.max_bytes / 2;
                             self.admit(rows, done.at, &marks);
                         }
                         Err(e) => break End::Store(e.to_string()),
                     }
                 }
-                Some(n) = marked.recv() => self.window = self.window.saturating_sub(n),
+                Some(n) = marked.recv() => {
+                    self.window = self.window.saturating_sub(n);
+                    want_claim |= self.byte_capped;
+                }
                 () = self.relay.wake.notified() => want_claim = true,
                 () = &mut poll_timer => {
                     want_claim = true;
@@ -167,16 +183,36 @@ impl<'a> Session<'a> {
         (self.relay.max_in_flight / 4).max(1)
     }
 
+    /// Room for a claim in bytes: a quarter of the byte window free, or nothing held (a
+    /// claim always takes at least one row, however large).
+    fn bytes_room(&self) -> bool {
+        let held = self.held.get();
+        held == 0
+            || self.relay.max_in_flight_bytes.saturating_sub(held)
+                >= self.relay.max_in_flight_bytes / 4
+    }
+
     fn claim(&self) -> Claim {
         let limit = self.room();
+        let max_bytes = self
+            .relay
+            .max_in_flight_bytes
+            .saturating_sub(self.held.get())
+            .max(1);
         let store = self.relay.store.clone();
         let owner = self.owner.clone();
         let lease_ms = i64::try_from(self.relay.lease.as_millis()).unwrap_or(i64::MAX);
         let rows_limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let bytes_limit = i64::try_from(max_bytes).unwrap_or(i64::MAX);
         Claim {
-            rows: Box::pin(async move { store.outbox_pending(rows_limit, &owner, lease_ms).await }),
+            rows: Box::pin(async move {
+                store
+                    .outbox_claim(rows_limit, bytes_limit, &owner, lease_ms)
+                    .await
+            }),
             at: Instant::now(),
             limit,
+            max_bytes,
         }
     }
 
@@ -190,6 +226,7 @@ impl<'a> Session<'a> {
         let mut starting = Vec::new();
         for row in rows {
             let leased = Leased {
+                _held: self.held.hold(&row),
                 row,
                 start_by: start_by.into_std(),
             };
@@ -367,6 +404,6 @@ async fn record_failure(
     tracing::warn!(event_id = %row.event_id, exchange = %row.exchange, routing_key = %row.routing_key, attempts, %error, "outbox publish failed; the row stays pending");
     relay
         .store
-        .outbox_mark_failed(row.id, &error.to_string(), now_ms() + delay_ms)
+        .outbox_mark_failed(row.id, &error.to_string(), delay_ms)
         .await
 }

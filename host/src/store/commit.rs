@@ -83,9 +83,12 @@ pub enum CommitOutcome {
 }
 
 impl Store {
-    /// Commits a batch in one transaction, outcomes in request order. `Err` (connection
-    /// lost, database down, ...) means nothing at all was committed and no delivery of the
-    /// batch may be acked.
+    /// Commits a batch in one transaction (several when its kv keys add up to more than
+    /// [`MAX_KV_KEYS_PER_COMMIT`]; the group committer never sends such a batch whole),
+    /// outcomes in request order. `Err` (connection lost, database down, ...) means no
+    /// delivery of the batch may be acked: nothing was committed, except after a client-side
+    /// timeout (see [`Store::bounded`]) or in an earlier transaction of a split batch, and
+    /// the redeliveries of what did commit are then acked as duplicates (G2).
     ///
     /// The fast path is set-based (see `commit_set`): a handful of statements per batch.
     /// When the database refuses something in it or a concurrent instance races it, the
@@ -95,17 +98,32 @@ impl Store {
         &self,
         batch: &[CommitRequest],
     ) -> Result<Vec<CommitOutcome>, StoreError> {
+        let mut outcomes = Vec::with_capacity(batch.len());
+        for group in key_groups(batch) {
+            outcomes.extend(self.commit_transaction(&batch[group]).await?);
+        }
+        Ok(outcomes)
+    }
+
+    /// One transaction of [`Store::commit_batch`].
+    pub(crate) async fn commit_transaction(
+        &self,
+        batch: &[CommitRequest],
+    ) -> Result<Vec<CommitOutcome>, StoreError> {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        match self.commit_set(batch).await {
-            Ok(outcomes) => return Ok(outcomes),
-            Err(SetError::Unavailable(e)) => return Err(e),
-            Err(SetError::Fallback(why)) => {
-                tracing::debug!(%why, batch = batch.len(), "set-based commit fell back to one savepoint per request");
+        self.bounded("commit", async {
+            match self.commit_set(batch).await {
+                Ok(outcomes) => return Ok(outcomes),
+                Err(SetError::Unavailable(e)) => return Err(e),
+                Err(SetError::Fallback(why)) => {
+                    tracing::debug!(%why, batch = batch.len(), "set-based commit fell back to one savepoint per request");
+                }
             }
-        }
-        self.commit_each(batch).await
+            self.commit_each(batch).await
+        })
+        .await
     }
 
     /// The fallback: one savepoint per request, applied one after another.
@@ -158,8 +176,54 @@ impl Store {
     }
 }
 
-/// Text checks before touching the database (same rules on both backends).
+/// Most distinct kv keys one transaction locks, and so one delivery may touch. PostgreSQL
+/// holds every advisory lock of a transaction in its shared lock table, sized
+/// `max_locks_per_transaction` (64) × `max_connections` (100) = 6,400 locks for the whole
+/// server by default; a transaction past it fails with "out of shared memory" (53200), which
+/// is the store's trouble, so a delivery over it would be requeued for ever. Batches over
+/// this are committed as several transactions (see [`key_groups`]); a single delivery over
+/// it is `Rejected` (dead-lettered with this reason), on both backends alike.
+pub const MAX_KV_KEYS_PER_COMMIT: usize = 2_048;
+
+/// Distinct kv keys `req` reads or writes.
+pub(super) fn distinct_keys(req: &CommitRequest) -> usize {
+    req.reads
+        .iter()
+        .map(|r| r.key.as_str())
+        .chain(req.writes.iter().map(|w| w.key.as_str()))
+        .collect::<BTreeSet<_>>()
+        .len()
+}
+
+/// Splits `batch` into runs of whole requests whose kv keys add up to at most
+/// [`MAX_KV_KEYS_PER_COMMIT`] (a request over it alone makes a run of one, and is
+/// rejected there): each run is one transaction.
+pub(crate) fn key_groups(batch: &[CommitRequest]) -> Vec<std::ops::Range<usize>> {
+    let mut groups = Vec::new();
+    let (mut start, mut keys) = (0, 0);
+    for (i, req) in batch.iter().enumerate() {
+        let n = distinct_keys(req);
+        if i > start && keys + n > MAX_KV_KEYS_PER_COMMIT {
+            groups.push(start..i);
+            (start, keys) = (i, 0);
+        }
+        keys += n;
+    }
+    if start < batch.len() {
+        groups.push(start..batch.len());
+    }
+    groups
+}
+
+/// Text and size checks before touching the database (same rules on both backends).
 pub(super) fn check(req: &CommitRequest) -> Result<(), StoreError> {
+    let keys = distinct_keys(req);
+    if keys > MAX_KV_KEYS_PER_COMMIT {
+        return Err(StoreError::Invalid(format!(
+            "the delivery touches {keys} distinct kv keys; one delivery may read or write at \
+             most {MAX_KV_KEYS_PER_COMMIT}"
+        )));
+    }
     validate::text("route", &req.route)?;
     validate::text("inbox_key", &req.inbox_key)?;
     validate::text("namespace", &req.namespace)?;
@@ -323,26 +387,33 @@ async fn lock_keys(conn: &mut AnyConnection, req: &CommitRequest) -> Result<(), 
     lock_kv_keys(conn, keys.into_iter()).await
 }
 
+/// Keys locked per statement: PostgreSQL binds at most 65,535 parameters in one statement
+/// (sqlx refuses more before sending), and a batch's keys are unbounded.
+const LOCK_CHUNK: usize = 16_384;
+
 /// Takes the advisory lock of each (namespace, key), in the order given (callers sort, so
-/// two transactions never wait for each other in a cycle).
+/// two transactions never wait for each other in a cycle), [`LOCK_CHUNK`] keys per
+/// statement: chunks run in order, so the locking order stays the sorted order.
 pub(super) async fn lock_kv_keys<'a>(
     conn: &mut AnyConnection,
-    keys: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+    keys: impl Iterator<Item = (&'a str, &'a str)>,
 ) -> Result<(), sqlx::Error> {
-    if keys.len() == 0 {
-        return Ok(());
-    }
-    let values: Vec<String> = (1..=keys.len()).map(|i| format!("(${i})")).collect();
-    let sql = format!(
-        "SELECT COUNT(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM (VALUES {}) AS t(k)",
-        values.join(", ")
-    );
-    let mut query = sqlx::query(AssertSqlSafe(sql));
-    for (namespace, key) in keys {
+    let keys: Vec<String> = keys
         // U+001F between namespace and key; a collision only costs extra waiting.
-        query = query.bind(format!("kv\u{1f}{namespace}\u{1f}{key}"));
+        .map(|(namespace, key)| format!("kv\u{1f}{namespace}\u{1f}{key}"))
+        .collect();
+    for chunk in keys.chunks(LOCK_CHUNK) {
+        let values: Vec<String> = (1..=chunk.len()).map(|i| format!("(${i})")).collect();
+        let sql = format!(
+            "SELECT COUNT(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM (VALUES {}) AS t(k)",
+            values.join(", ")
+        );
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for key in chunk {
+            query = query.bind(key.as_str());
+        }
+        query.execute(&mut *conn).await?;
     }
-    query.execute(&mut *conn).await?;
     Ok(())
 }
 

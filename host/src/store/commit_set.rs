@@ -363,7 +363,9 @@ pub(super) async fn insert_outbox(
                 .bind(row.payload.as_slice())
                 .bind(row.ordering_key.as_str())
                 .bind(now)
-                .bind(now);
+                // Publishable at once: backoffs are timed by the database's clock, which the
+                // committer's wall clock may be ahead of.
+                .bind(0_i64);
         }
         query.execute(&mut *conn).await?;
     }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
+use super::commit::key_groups;
 use super::{CommitOutcome, CommitRequest, Store, StoreError};
 
 /// Tuning for [`GroupCommitter::spawn_with`].
@@ -132,9 +133,27 @@ async fn run(
     let _ = slots.acquire_many(config.concurrency.max(1) as u32).await;
 }
 
+/// Commits `jobs` in as few transactions as their kv keys allow, answering each run's
+/// deliveries as soon as its own transaction is done.
 async fn commit_jobs(store: &Store, jobs: Vec<Job>, outbox_committed: &Notify) {
     let (requests, replies): (Vec<_>, Vec<_>) = jobs.into_iter().unzip();
-    match store.commit_batch(&requests).await {
+    let groups = key_groups(&requests);
+    let (mut requests, mut replies) = (requests.into_iter(), replies.into_iter());
+    for group in groups {
+        let n = group.len();
+        let group_requests = requests.by_ref().take(n).collect();
+        let group_replies = replies.by_ref().take(n).collect();
+        commit_group(store, group_requests, group_replies, outbox_committed).await;
+    }
+}
+
+async fn commit_group(
+    store: &Store,
+    requests: Vec<CommitRequest>,
+    replies: Vec<oneshot::Sender<Result<CommitOutcome, StoreError>>>,
+    outbox_committed: &Notify,
+) {
+    match store.commit_transaction(&requests).await {
         Ok(outcomes) => {
             let wrote_outbox = requests
                 .iter()

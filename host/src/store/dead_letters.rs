@@ -1,10 +1,12 @@
 //! The dead-letter archive: every message that gave up, with its reason (G4), queryable and
-//! replayable by operators.
+//! replayable by operators. Any dead letter can be archived, whatever its text: see
+//! `dead_letter_text` for how text the columns cannot hold is stored losslessly.
 
 use sqlx::any::AnyRow;
 use sqlx::{AssertSqlSafe, Row};
 
-use super::{Backend, Store, StoreError, headers_from_json, headers_to_json, now_ms, validate};
+use super::dead_letter_text::{self, SHORT_MAX, TEXT_MAX, stand_in};
+use super::{Backend, PURGE_CHUNK, Store, StoreError, headers_from_json, now_ms};
 
 /// A message to archive.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,7 +15,8 @@ pub struct NewDeadLetter {
     pub route: String,
     /// Queue it was consumed from (usually `Q.dlq`).
     pub queue: String,
-    /// Why it was dead-lettered. NUL bytes are replaced (a reason must never block archiving).
+    /// Why it was dead-lettered. Any text: see `dead_letter_text` for how text the columns
+    /// cannot hold (NUL, very long) is stored.
     pub reason: String,
     /// Plugin that handled it, when known.
     pub plugin: Option<String>,
@@ -56,6 +59,9 @@ pub struct DeadLetter {
     pub replayed_at: Option<i64>,
     /// Number of replays.
     pub replay_count: i64,
+    /// Some text field could not be stored verbatim in its column (NUL byte, too long): the
+    /// columns hold a visible stand-in, and the fields here are the originals.
+    pub stored_encoded: bool,
 }
 
 /// Which dead letters to list or purge; every field narrows the set.
@@ -71,9 +77,11 @@ pub struct DeadLetterFilter {
     pub until_ms: Option<i64>,
     /// `Some(false)`: never replayed; `Some(true)`: replayed at least once.
     pub replayed: Option<bool>,
-    /// Only ids below this (paging: pass the last id of the previous page).
+    /// Only ids below this (paging newest first: pass the last id of the previous page).
     pub before_id: Option<i64>,
-    /// At most this many (newest first); ignored by purge. Default 100.
+    /// Only ids above this (paging oldest first, as replay does).
+    pub after_id: Option<i64>,
+    /// At most this many (newest first); ignored by purge and counts. Default 100.
     pub limit: Option<i64>,
 }
 
@@ -91,7 +99,7 @@ pub struct DeadLetterStat {
 }
 
 const COLUMNS: &str = "id, route, queue, reason, plugin, attempts, headers, body, \
-                       first_failed_at, dead_lettered_at, replayed_at, replay_count";
+                       first_failed_at, dead_lettered_at, replayed_at, replay_count, original";
 
 enum Arg {
     Int(i64),
@@ -100,31 +108,44 @@ enum Arg {
 
 impl Store {
     /// Archives one dead letter; returns its id.
+    ///
+    /// Accepts any `NewDeadLetter`: its text is stored in the lossless encoding of
+    /// `dead_letter_text`, so the row always fits the schema, and the only error is
+    /// [`StoreError::Unavailable`]: the store is down, too slow, read-only, full, or does
+    /// not have the schema Carteiro migrated (any refusal of an encoded row means that).
+    /// The caller requeues and pauses; it never needs to park or drop the message.
     pub async fn dead_letter_insert(&self, dl: &NewDeadLetter) -> Result<i64, StoreError> {
-        validate::text("route", &dl.route)?;
-        validate::text("queue", &dl.queue)?;
-        if let Some(p) = &dl.plugin {
-            validate::text("plugin", p)?;
-        }
-        let mut tx = self.begin_write().await?;
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO dead_letters (route, queue, reason, plugin, attempts, headers, body, \
-             first_failed_at, dead_lettered_at, replay_count) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0) RETURNING id",
-        )
-        .bind(dl.route.as_str())
-        .bind(dl.queue.as_str())
-        .bind(validate::lossy(&dl.reason))
-        .bind(dl.plugin.as_deref())
-        .bind(dl.attempts)
-        .bind(headers_to_json(&dl.headers))
-        .bind(dl.body.as_slice())
-        .bind(dl.first_failed_at)
-        .bind(dl.dead_lettered_at)
-        .fetch_one(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(id)
+        let stored = dead_letter_text::encode(dl);
+        self.bounded("dead letter insert", async {
+            let mut tx = self.begin_write().await?;
+            let id: i64 = sqlx::query_scalar(
+                "INSERT INTO dead_letters (route, queue, reason, plugin, attempts, headers, body, \
+                 first_failed_at, dead_lettered_at, replay_count, original) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10) RETURNING id",
+            )
+            .bind(stored.route.as_str())
+            .bind(stored.queue.as_str())
+            .bind(stored.reason.as_str())
+            .bind(stored.plugin.as_deref())
+            .bind(dl.attempts)
+            .bind(stored.headers.as_str())
+            .bind(dl.body.as_slice())
+            .bind(dl.first_failed_at)
+            .bind(dl.dead_lettered_at)
+            .bind(stored.original.as_deref())
+            .fetch_one(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(id)
+        })
+        .await
+        .map_err(|e| match e {
+            StoreError::Unavailable(m) => StoreError::Unavailable(m),
+            other => StoreError::Unavailable(format!(
+                "the store refused an encoded dead letter, so its schema or settings are not \
+                 the ones Carteiro migrated: {other}"
+            )),
+        })
     }
 
     /// Lists dead letters matching `filter`, newest first.
@@ -132,99 +153,169 @@ impl Store {
         &self,
         filter: &DeadLetterFilter,
     ) -> Result<Vec<DeadLetter>, StoreError> {
-        let (mut sql, mut args) = self.filter_sql(filter, &format!("SELECT {COLUMNS}"))?;
-        args.push(Arg::Int(filter.limit.unwrap_or(100).max(0)));
-        sql.push_str(&format!(" ORDER BY id DESC LIMIT ${}", args.len()));
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for arg in args {
-            query = match arg {
-                Arg::Int(i) => query.bind(i),
-                Arg::Text(t) => query.bind(t),
-            };
-        }
-        let rows = query.fetch_all(self.pool()).await?;
-        rows.iter().map(dead_letter).collect()
+        self.bounded("dead letters list", async {
+            let (mut sql, mut args) = self.filter_sql(filter, &format!("SELECT {COLUMNS}"));
+            args.push(Arg::Int(filter.limit.unwrap_or(100).max(0)));
+            sql.push_str(&format!(" ORDER BY id DESC LIMIT ${}", args.len()));
+            let rows = bind_all(sqlx::query(AssertSqlSafe(sql)), args)
+                .fetch_all(self.pool())
+                .await?;
+            rows.iter().map(dead_letter).collect()
+        })
+        .await
+    }
+
+    /// Up to `limit` dead letters matching `filter`, oldest first (id order), after
+    /// `filter.after_id`: the pages a replay walks through.
+    pub async fn dead_letters_oldest_first(
+        &self,
+        filter: &DeadLetterFilter,
+        limit: i64,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        self.bounded("dead letters page", async {
+            let (mut sql, mut args) = self.filter_sql(filter, &format!("SELECT {COLUMNS}"));
+            args.push(Arg::Int(limit.max(0)));
+            sql.push_str(&format!(" ORDER BY id LIMIT ${}", args.len()));
+            let rows = bind_all(sqlx::query(AssertSqlSafe(sql)), args)
+                .fetch_all(self.pool())
+                .await?;
+            rows.iter().map(dead_letter).collect()
+        })
+        .await
+    }
+
+    /// How many dead letters match `filter` (its `limit` is ignored).
+    pub async fn dead_letters_count(&self, filter: &DeadLetterFilter) -> Result<i64, StoreError> {
+        self.bounded("dead letters count", async {
+            let (sql, args) = self.filter_sql(filter, "SELECT COUNT(*)");
+            let n: i64 = bind_all_scalar(sqlx::query_scalar(AssertSqlSafe(sql)), args)
+                .fetch_one(self.pool())
+                .await?;
+            Ok(n)
+        })
+        .await
+    }
+
+    /// The highest id among the dead letters matching `filter`.
+    pub async fn dead_letters_max_id(
+        &self,
+        filter: &DeadLetterFilter,
+    ) -> Result<Option<i64>, StoreError> {
+        self.bounded("dead letters max id", async {
+            let (sql, args) = self.filter_sql(filter, "SELECT MAX(id)");
+            let max: Option<i64> = bind_all_scalar(sqlx::query_scalar(AssertSqlSafe(sql)), args)
+                .fetch_one(self.pool())
+                .await?;
+            Ok(max)
+        })
+        .await
     }
 
     /// One dead letter by id.
     pub async fn dead_letter_get(&self, id: i64) -> Result<Option<DeadLetter>, StoreError> {
-        let sql = format!("SELECT {COLUMNS} FROM dead_letters WHERE id = $1");
-        let row = sqlx::query(AssertSqlSafe(sql))
-            .bind(id)
-            .fetch_optional(self.pool())
-            .await?;
-        row.as_ref().map(dead_letter).transpose()
+        self.bounded("dead letter get", async {
+            let sql = format!("SELECT {COLUMNS} FROM dead_letters WHERE id = $1");
+            let row = sqlx::query(AssertSqlSafe(sql))
+                .bind(id)
+                .fetch_optional(self.pool())
+                .await?;
+            row.as_ref().map(dead_letter).transpose()
+        })
+        .await
     }
 
     /// Counts per (route, reason), largest first.
     pub async fn dead_letter_stats(&self) -> Result<Vec<DeadLetterStat>, StoreError> {
-        let rows: Vec<(String, String, i64, i64)> = sqlx::query_as(
-            "SELECT route, reason, COUNT(*), COUNT(*) - COUNT(replayed_at) FROM dead_letters \
-             GROUP BY route, reason ORDER BY 3 DESC, route, reason",
-        )
-        .fetch_all(self.pool())
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(route, reason, count, unreplayed)| DeadLetterStat {
-                route,
-                reason,
-                count,
-                unreplayed,
-            })
-            .collect())
+        self.dead_letter_groups(&DeadLetterFilter::default()).await
+    }
+
+    /// Counts per (route, reason) of the dead letters matching `filter`, largest first.
+    /// Reasons are the stored text (a visible stand-in where the original had a NUL).
+    pub async fn dead_letter_groups(
+        &self,
+        filter: &DeadLetterFilter,
+    ) -> Result<Vec<DeadLetterStat>, StoreError> {
+        self.bounded("dead letter groups", async {
+            let (mut sql, args) = self.filter_sql(
+                filter,
+                "SELECT route, reason, COUNT(*), COUNT(*) - COUNT(replayed_at)",
+            );
+            sql.push_str(" GROUP BY route, reason ORDER BY 3 DESC, route, reason");
+            let rows: Vec<(String, String, i64, i64)> =
+                bind_all_as(sqlx::query_as(AssertSqlSafe(sql)), args)
+                    .fetch_all(self.pool())
+                    .await?;
+            Ok(rows
+                .into_iter()
+                .map(|(route, reason, count, unreplayed)| DeadLetterStat {
+                    route,
+                    reason,
+                    count,
+                    unreplayed,
+                })
+                .collect())
+        })
+        .await
     }
 
     /// Records a replay of `id` (after the copy was republished and confirmed).
     pub async fn dead_letter_mark_replayed(&self, id: i64) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        let done = sqlx::query(
-            "UPDATE dead_letters SET replayed_at = $2, replay_count = replay_count + 1 \
-             WHERE id = $1",
-        )
-        .bind(id)
-        .bind(now_ms())
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::Invalid(format!("no dead letter with id {id}")));
-        }
-        Ok(())
+        self.bounded("dead letter mark replayed", async {
+            let mut tx = self.begin_write().await?;
+            let done = sqlx::query(
+                "UPDATE dead_letters SET replayed_at = $2, replay_count = replay_count + 1 \
+                 WHERE id = $1",
+            )
+            .bind(id)
+            .bind(now_ms())
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            if done.rows_affected() == 0 {
+                return Err(StoreError::Invalid(format!("no dead letter with id {id}")));
+            }
+            Ok(())
+        })
+        .await
     }
 
-    /// Deletes the dead letters matching `filter` (its `limit` is ignored).
+    /// Deletes the dead letters matching `filter` (its `limit` is ignored), in chunks of
+    /// [`PURGE_CHUNK`] rows, one short transaction each.
     pub async fn dead_letters_purge(&self, filter: &DeadLetterFilter) -> Result<u64, StoreError> {
-        let (sql, args) = self.filter_sql(filter, "DELETE")?;
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for arg in args {
-            query = match arg {
-                Arg::Int(i) => query.bind(i),
-                Arg::Text(t) => query.bind(t),
-            };
+        let mut total = 0;
+        loop {
+            let purged = self
+                .bounded("dead letters purge", async {
+                    let (select, args) = self.filter_sql(filter, "SELECT id");
+                    let sql = format!(
+                        "DELETE FROM dead_letters WHERE id IN ({select} LIMIT {PURGE_CHUNK})"
+                    );
+                    let query = bind_all(sqlx::query(AssertSqlSafe(sql)), args);
+                    let mut tx = self.begin_write().await?;
+                    let purged = query.execute(&mut *tx).await?.rows_affected();
+                    tx.commit().await?;
+                    Ok(purged)
+                })
+                .await?;
+            total += purged;
+            if purged < PURGE_CHUNK {
+                return Ok(total);
+            }
         }
-        let mut tx = self.begin_write().await?;
-        let purged = query.execute(&mut *tx).await?.rows_affected();
-        tx.commit().await?;
-        Ok(purged)
     }
 
     /// `{head} FROM dead_letters WHERE ...` with `$n` placeholders; values stay bound.
-    fn filter_sql(
-        &self,
-        f: &DeadLetterFilter,
-        head: &str,
-    ) -> Result<(String, Vec<Arg>), StoreError> {
+    /// Text filters are compared with the stored text, so they go through the same
+    /// stand-in as the columns (a NUL in a filter matches a stored `\u{0}`).
+    fn filter_sql(&self, f: &DeadLetterFilter, head: &str) -> (String, Vec<Arg>) {
         let mut sql = format!("{head} FROM dead_letters WHERE 1 = 1");
         let mut args = Vec::new();
         if let Some(route) = &f.route {
-            validate::text("route filter", route)?;
-            args.push(Arg::Text(route.clone()));
+            args.push(Arg::Text(stand_in(route, SHORT_MAX)));
             sql.push_str(&format!(" AND route = ${}", args.len()));
         }
         if let Some(text) = &f.reason_contains {
-            validate::text("reason filter", text)?;
-            args.push(Arg::Text(text.clone()));
+            args.push(Arg::Text(stand_in(text, TEXT_MAX)));
             // instr/strpos rather than LIKE: no wildcard escaping to get wrong.
             let find = match self.backend {
                 Backend::Sqlite => "instr",
@@ -249,18 +340,67 @@ impl Store {
             args.push(Arg::Int(before));
             sql.push_str(&format!(" AND id < ${}", args.len()));
         }
-        Ok((sql, args))
+        if let Some(after) = f.after_id {
+            args.push(Arg::Int(after));
+            sql.push_str(&format!(" AND id > ${}", args.len()));
+        }
+        (sql, args)
     }
+}
+
+type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
+
+fn bind_all(mut query: AnyQuery<'_>, args: Vec<Arg>) -> AnyQuery<'_> {
+    for arg in args {
+        query = match arg {
+            Arg::Int(i) => query.bind(i),
+            Arg::Text(t) => query.bind(t),
+        };
+    }
+    query
+}
+
+fn bind_all_scalar<O>(
+    mut query: sqlx::query::QueryScalar<'_, sqlx::Any, O, sqlx::any::AnyArguments>,
+    args: Vec<Arg>,
+) -> sqlx::query::QueryScalar<'_, sqlx::Any, O, sqlx::any::AnyArguments> {
+    for arg in args {
+        query = match arg {
+            Arg::Int(i) => query.bind(i),
+            Arg::Text(t) => query.bind(t),
+        };
+    }
+    query
+}
+
+fn bind_all_as<O>(
+    mut query: sqlx::query::QueryAs<'_, sqlx::Any, O, sqlx::any::AnyArguments>,
+    args: Vec<Arg>,
+) -> sqlx::query::QueryAs<'_, sqlx::Any, O, sqlx::any::AnyArguments> {
+    for arg in args {
+        query = match arg {
+            Arg::Int(i) => query.bind(i),
+            Arg::Text(t) => query.bind(t),
+        };
+    }
+    query
 }
 
 fn dead_letter(row: &AnyRow) -> Result<DeadLetter, StoreError> {
     let headers: String = row.try_get("headers")?;
+    let original: Option<String> = row.try_get("original")?;
+    let stored_encoded = original.is_some();
+    let original = dead_letter_text::decode(original.as_deref()).unwrap_or_default();
+    let route: String = row.try_get("route")?;
+    let queue: String = row.try_get("queue")?;
+    let reason: String = row.try_get("reason")?;
+    let plugin: Option<String> = row.try_get("plugin")?;
     Ok(DeadLetter {
         id: row.try_get("id")?,
-        route: row.try_get("route")?,
-        queue: row.try_get("queue")?,
-        reason: row.try_get("reason")?,
-        plugin: row.try_get("plugin")?,
+        route: original.route.unwrap_or(route),
+        queue: original.queue.unwrap_or(queue),
+        reason: original.reason.unwrap_or(reason),
+        plugin: original.plugin.or(plugin),
         attempts: row.try_get("attempts")?,
         headers: headers_from_json(&headers)?,
         body: row.try_get("body")?,
@@ -268,5 +408,6 @@ fn dead_letter(row: &AnyRow) -> Result<DeadLetter, StoreError> {
         dead_lettered_at: row.try_get("dead_lettered_at")?,
         replayed_at: row.try_get("replayed_at")?,
         replay_count: row.try_get("replay_count")?,
+        stored_encoded,
     })
 }

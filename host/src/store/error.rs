@@ -6,8 +6,10 @@ use sqlx::error::DatabaseError;
 /// What went wrong talking to the store.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
-    /// The database cannot be reached or is too busy right now (connect refused, pool
-    /// timeout, I/O, SQLite busy/locked, server shutting down). Retry later; do not ack.
+    /// The store itself is in trouble, whatever the data: unreachable, too busy or too slow
+    /// (connect refused, pool or statement timeout, SQLite busy/locked), read-only after a
+    /// failover, full, corrupt, or missing its tables or grants (see `classify_code`).
+    /// Retry later; do not ack, never dead-letter for it.
     #[error("store unavailable: {0}")]
     Unavailable(String),
     /// The caller's data cannot be stored (e.g. a NUL byte in a text field).
@@ -38,27 +40,82 @@ pub(crate) enum Class {
     Data,
 }
 
-/// PostgreSQL SQLSTATEs (always 5 characters) and SQLite result codes (numbers, at most 4
-/// digits) that mean "try again later".
-fn transient_code(code: &str) -> bool {
+/// What a database error code means by itself. PostgreSQL SQLSTATEs are always five
+/// characters; SQLite result codes are numbers of at most four digits (the extended code,
+/// with the primary code in its low byte). `message` is read only for SQLite's generic
+/// `SQLITE_ERROR` (1), which is also what a missing table or column returns.
+///
+/// The rule: an error that would hit *any* request the same way (the database is read-only,
+/// full, corrupt, unreachable, too slow, or its schema or permissions are not the ones
+/// Carteiro migrated) is the store's trouble, `Unavailable`: the delivery is requeued and the
+/// route pauses, so a good message is never dead-lettered for it. Only an error about *this*
+/// request's values is `Data`. Unknown codes count as `Data`, so the savepoint fallback of
+/// `commit_batch` isolates them to one request.
+pub(crate) fn classify_code(code: &str, message: &str) -> Class {
     if code.len() == 5 {
-        // 08 connection exception, 53 insufficient resources, 57P0x shutdown / cannot
-        // connect now, 58 system error (I/O).
-        return ["08", "53", "57P", "58"]
-            .iter()
-            .any(|p| code.starts_with(p));
+        classify_sqlstate(code)
+    } else {
+        classify_sqlite(code.parse::<i64>().unwrap_or(-1), message)
     }
-    // SQLite primary code is the low byte: 5 BUSY, 6 LOCKED, 10 IOERR, 13 FULL.
-    code.parse::<i64>()
-        .is_ok_and(|c| matches!(c & 0xff, 5 | 6 | 10 | 13))
+}
+
+/// PostgreSQL SQLSTATEs (appendix A of the PostgreSQL manual).
+fn classify_sqlstate(code: &str) -> Class {
+    match code {
+        // Serialization failure, deadlock victim: lost a race, run again.
+        "40001" | "40P01" => Class::Conflict,
+        // 25006 read-only transaction (a failover demoted the primary, or
+        // default_transaction_read_only), 25P03 idle-in-transaction timeout.
+        "25006" | "25P03" => Class::Unavailable,
+        // 55P03 lock_timeout, 55006 object in use, 55000 object not in prerequisite state.
+        "55P03" | "55006" | "55000" => Class::Unavailable,
+        // 42P01 undefined table, 42703 undefined column, 42883 undefined function, 3F000
+        // undefined schema: the schema is not the one we migrated. 42501 insufficient
+        // privilege: the role lost a grant.
+        "42P01" | "42703" | "42883" | "3F000" | "42501" => Class::Unavailable,
+        // 3D000 the database does not exist.
+        "3D000" => Class::Unavailable,
+        _ => {
+            // 08 connection exception, 28 invalid authorization, 53 insufficient resources
+            // (disk full, out of memory, too many connections), 57 operator intervention
+            // (57014 statement_timeout / cancel, 57P0x shutdown, cannot connect now), 58
+            // system error (I/O), XX internal error (data or index corrupted), HV foreign
+            // data wrapper.
+            let class = &code[..2];
+            if ["08", "28", "53", "57", "58", "XX", "HV"].contains(&class) {
+                Class::Unavailable
+            } else {
+                // 22 data exception (e.g. 22021 bad encoding, 22P05 NUL), 23 integrity
+                // constraint (23505 unique: an inbox conflict never raises it, the inbox
+                // insert is ON CONFLICT DO NOTHING), 54 program limit (54000 e.g. an index
+                // row too large): about this request's values.
+                Class::Data
+            }
+        }
+    }
+}
+
+/// SQLite result codes (<https://www.sqlite.org/rescode.html>), extended or primary.
+fn classify_sqlite(code: i64, message: &str) -> Class {
+    match code & 0xff {
+        // 1 SQLITE_ERROR: generic; "no such table/column" means the schema is not ours.
+        1 if message.starts_with("no such table") || message.starts_with("no such column") => {
+            Class::Unavailable
+        }
+        // 3 PERM, 5 BUSY, 6 LOCKED, 7 NOMEM, 8 READONLY, 9 INTERRUPT, 10 IOERR, 11 CORRUPT,
+        // 13 FULL, 14 CANTOPEN, 15 PROTOCOL, 17 SCHEMA (changed under a prepared statement),
+        // 23 AUTH, 26 NOTADB.
+        3 | 5 | 6 | 7 | 8 | 9 | 10 | 11 | 13 | 14 | 15 | 17 | 23 | 26 => Class::Unavailable,
+        // 18 TOOBIG, 19 CONSTRAINT, 20 MISMATCH, 25 RANGE, and anything else.
+        _ => Class::Data,
+    }
 }
 
 pub(crate) fn classify(err: &sqlx::Error) -> Class {
     match err {
-        sqlx::Error::Database(db) => match db.code().as_deref() {
-            Some("40001") | Some("40P01") => Class::Conflict,
-            Some(c) if transient_code(c) => Class::Unavailable,
-            _ => Class::Data,
+        sqlx::Error::Database(db) => match db.code() {
+            Some(code) => classify_code(&code, db.message()),
+            None => Class::Data,
         },
         sqlx::Error::Encode(_) | sqlx::Error::InvalidArgument(_) => Class::Data,
         _ => Class::Unavailable,
@@ -99,15 +156,122 @@ impl From<sqlx::migrate::MigrateError> for StoreError {
 
 #[cfg(test)]
 mod tests {
-    use super::transient_code;
+    use super::{Class, classify_code};
+
+    fn name(c: &Class) -> &'static str {
+        match c {
+            Class::Conflict => "conflict",
+            Class::Unavailable => "unavailable",
+            Class::Data => "data",
+        }
+    }
 
     #[test]
-    fn codes() {
-        for c in ["08006", "57P01", "57P03", "53300", "5", "517", "6", "10"] {
-            assert!(transient_code(c), "{c} should be transient");
-        }
-        for c in ["22021", "23505", "42P01", "19", "2067", "1"] {
-            assert!(!transient_code(c), "{c} should not be transient");
+    fn the_classification_table() {
+        let table = [
+            // PostgreSQL: lost races.
+            ("40001", "", "conflict"),
+            ("40P01", "", "conflict"),
+            // PostgreSQL: the store's trouble.
+            (
+                "25006",
+                "cannot execute INSERT in a read-only transaction",
+                "unavailable",
+            ),
+            (
+                "57014",
+                "canceling statement due to statement timeout",
+                "unavailable",
+            ),
+            (
+                "55P03",
+                "canceling statement due to lock timeout",
+                "unavailable",
+            ),
+            ("42P01", "relation \"inbox\" does not exist", "unavailable"),
+            (
+                "42703",
+                "column \"lease_owner\" does not exist",
+                "unavailable",
+            ),
+            ("42501", "permission denied for table kv", "unavailable"),
+            (
+                "3D000",
+                "database \"carteiro\" does not exist",
+                "unavailable",
+            ),
+            ("28P01", "password authentication failed", "unavailable"),
+            ("08006", "connection failure", "unavailable"),
+            (
+                "53100",
+                "could not extend file: No space left on device",
+                "unavailable",
+            ),
+            ("53300", "too many connections", "unavailable"),
+            (
+                "57P01",
+                "terminating connection due to administrator command",
+                "unavailable",
+            ),
+            ("57P03", "the database system is starting up", "unavailable"),
+            ("58030", "could not write to file", "unavailable"),
+            ("XX001", "invalid page in block", "unavailable"),
+            ("XX002", "index is corrupted", "unavailable"),
+            // PostgreSQL: this request's data.
+            (
+                "22021",
+                "invalid byte sequence for encoding \"UTF8\": 0x00",
+                "data",
+            ),
+            ("22P05", "unsupported Unicode escape sequence", "data"),
+            (
+                "23505",
+                "duplicate key value violates unique constraint",
+                "data",
+            ),
+            (
+                "23502",
+                "null value in column violates not-null constraint",
+                "data",
+            ),
+            (
+                "54000",
+                "index row size 3000 exceeds btree version 4 maximum 2704",
+                "data",
+            ),
+            ("22003", "value out of range", "data"),
+            // SQLite: the store's trouble (primary and extended codes).
+            ("5", "database is locked", "unavailable"),
+            ("517", "database is locked", "unavailable"),
+            ("6", "database table is locked", "unavailable"),
+            ("8", "attempt to write a readonly database", "unavailable"),
+            (
+                "1032",
+                "attempt to write a readonly database",
+                "unavailable",
+            ),
+            ("10", "disk I/O error", "unavailable"),
+            ("266", "disk I/O error", "unavailable"),
+            ("11", "database disk image is malformed", "unavailable"),
+            ("779", "database disk image is malformed", "unavailable"),
+            ("13", "database or disk is full", "unavailable"),
+            ("14", "unable to open database file", "unavailable"),
+            ("26", "file is not a database", "unavailable"),
+            ("1", "no such table: inbox", "unavailable"),
+            ("1", "no such column: lease_owner", "unavailable"),
+            // SQLite: this request's data.
+            ("19", "UNIQUE constraint failed", "data"),
+            ("2067", "UNIQUE constraint failed: outbox.event_id", "data"),
+            ("1299", "NOT NULL constraint failed", "data"),
+            ("18", "string or blob too big", "data"),
+            ("1", "near \"x\": syntax error", "data"),
+        ];
+        for (code, message, want) in table {
+            assert_eq!(
+                name(&classify_code(code, message)),
+                want,
+                "code {code} ({message})"
+            );
         }
     }
 }

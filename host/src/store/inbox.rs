@@ -11,15 +11,18 @@ impl Store {
     /// Has a delivery with this (route, idempotency key) already committed its effects?
     /// A fast pre-check for the pipeline; `commit_batch` re-checks inside its transaction.
     pub async fn inbox_contains(&self, route: &str, key: &str) -> Result<bool, StoreError> {
-        validate::text("route", route)?;
-        validate::text("inbox key", key)?;
-        let found: Option<i64> =
-            sqlx::query_scalar("SELECT 1 FROM inbox WHERE route = $1 AND key = $2")
-                .bind(route)
-                .bind(key)
-                .fetch_optional(self.pool())
-                .await?;
-        Ok(found.is_some())
+        self.bounded("inbox contains", async {
+            validate::text("route", route)?;
+            validate::text("inbox key", key)?;
+            let found: Option<i64> =
+                sqlx::query_scalar("SELECT 1 FROM inbox WHERE route = $1 AND key = $2")
+                    .bind(route)
+                    .bind(key)
+                    .fetch_optional(self.pool())
+                    .await?;
+            Ok(found.is_some())
+        })
+        .await
     }
 
     /// Which of `keys` of `route` have committed their effects (one query per chunk).
@@ -28,20 +31,19 @@ impl Store {
         route: &str,
         keys: &[&str],
     ) -> Result<HashSet<String>, StoreError> {
-        let mut conn = self.pool().acquire().await?;
-        Ok(present_keys(&mut conn, self.backend, route, keys).await?)
+        self.bounded("inbox contains many", async {
+            let mut conn = self.pool().acquire().await?;
+            Ok(present_keys(&mut conn, self.backend, route, keys).await?)
+        })
+        .await
     }
 
     /// Retention: forgets records processed before `cutoff_ms`. A redelivery older than the
-    /// retention would run again, so keep it longer than any redelivery can take.
+    /// retention would run again, so keep it longer than any redelivery can take. Deletes
+    /// in chunks of [`PURGE_CHUNK`] rows, one short transaction each.
     pub async fn inbox_purge_before(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
-        let mut tx = self.begin_write().await?;
-        let done = sqlx::query("DELETE FROM inbox WHERE processed_at < $1")
-            .bind(cutoff_ms)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(done.rows_affected())
+        self.purge_where("inbox", "processed_at < $1", cutoff_ms)
+            .await
     }
 }
 

@@ -21,17 +21,20 @@ impl Store {
     /// Reads one key of a namespace (outside any transaction: the version is what makes the
     /// later commit safe).
     pub async fn kv_get(&self, namespace: &str, key: &str) -> Result<Option<KvEntry>, StoreError> {
-        validate::text("namespace", namespace)?;
-        validate::text("kv key", key)?;
-        let row: Option<(Vec<u8>, i64)> = sqlx::query_as(
-            "SELECT value, version FROM kv \
-                 WHERE namespace = $1 AND key = $2 AND value IS NOT NULL",
-        )
-        .bind(namespace)
-        .bind(key)
-        .fetch_optional(self.pool())
-        .await?;
-        Ok(row.map(|(value, version)| KvEntry { value, version }))
+        self.bounded("kv get", async {
+            validate::text("namespace", namespace)?;
+            validate::text("kv key", key)?;
+            let row: Option<(Vec<u8>, i64)> = sqlx::query_as(
+                "SELECT value, version FROM kv \
+                     WHERE namespace = $1 AND key = $2 AND value IS NOT NULL",
+            )
+            .bind(namespace)
+            .bind(key)
+            .fetch_optional(self.pool())
+            .await?;
+            Ok(row.map(|(value, version)| KvEntry { value, version }))
+        })
+        .await
     }
 
     /// Reads several keys of a namespace at once (absent keys are missing from the map).
@@ -40,36 +43,35 @@ impl Store {
         namespace: &str,
         keys: &[&str],
     ) -> Result<HashMap<String, KvEntry>, StoreError> {
-        let mut found = HashMap::new();
-        for chunk in shaped_chunks(keys) {
-            let mut p = Placeholders::new(self.backend);
-            let sql = format!(
-                "SELECT key, value, version FROM kv \
-                 WHERE namespace = {} AND key IN ({}) AND value IS NOT NULL",
-                p.next(),
-                p.list(chunk.len())
-            );
-            let mut query =
-                sqlx::query_as::<_, (String, Vec<u8>, i64)>(AssertSqlSafe(sql)).bind(namespace);
-            for key in chunk {
-                query = query.bind(*key);
+        self.bounded("kv get many", async {
+            let mut found = HashMap::new();
+            for chunk in shaped_chunks(keys) {
+                let mut p = Placeholders::new(self.backend);
+                let sql = format!(
+                    "SELECT key, value, version FROM kv \
+                     WHERE namespace = {} AND key IN ({}) AND value IS NOT NULL",
+                    p.next(),
+                    p.list(chunk.len())
+                );
+                let mut query =
+                    sqlx::query_as::<_, (String, Vec<u8>, i64)>(AssertSqlSafe(sql)).bind(namespace);
+                for key in chunk {
+                    query = query.bind(*key);
+                }
+                for (key, value, version) in query.fetch_all(self.pool()).await? {
+                    found.insert(key, KvEntry { value, version });
+                }
             }
-            for (key, value, version) in query.fetch_all(self.pool()).await? {
-                found.insert(key, KvEntry { value, version });
-            }
-        }
-        Ok(found)
+            Ok(found)
+        })
+        .await
     }
 
     /// Retention for delete tombstones older than `cutoff_ms`. Keep them longer than any
-    /// handler run: a read older than a purged tombstone could pass its version check.
+    /// handler run: a read older than a purged tombstone could pass its version check (see
+    /// `housekeeping::KV_TOMBSTONE_RETENTION`). Deletes in chunks.
     pub async fn kv_purge_tombstones_before(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
-        let mut tx = self.begin_write().await?;
-        let done = sqlx::query("DELETE FROM kv WHERE value IS NULL AND updated_at < $1")
-            .bind(cutoff_ms)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(done.rows_affected())
+        self.purge_where("kv", "value IS NULL AND updated_at < $1", cutoff_ms)
+            .await
     }
 }

@@ -24,6 +24,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "secrets",
         include_str!("../../migrations/sqlite/0003_secrets.sql"),
     ),
+    (
+        4,
+        "dead letter originals",
+        include_str!("../../migrations/sqlite/0004_dead_letter_originals.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str, &str)] = &[
@@ -41,6 +46,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         3,
         "secrets",
         include_str!("../../migrations/postgres/0003_secrets.sql"),
+    ),
+    (
+        4,
+        "dead letter originals",
+        include_str!("../../migrations/postgres/0004_dead_letter_originals.sql"),
     ),
 ];
 

@@ -8,7 +8,8 @@
 //! - `commit`: [`Store::commit_batch`], one transaction for many deliveries (G2), and its
 //!   savepoint-per-request fallback; `commit_set`: its set-based fast path.
 //! - `committer`: [`GroupCommitter`], the task that batches concurrent commits.
-//! - `inbox`, `kv`, `outbox`, `dead_letters`: reads and maintenance per table.
+//! - `inbox`, `kv`, `outbox`, `dead_letters`: reads and maintenance per table;
+//!   `dead_letter_text`: the lossless encoding that lets any dead letter be archived.
 //! - `reads`: [`BatchedReads`], the pipeline's inbox and kv point reads, batched.
 //! - `sql`: placeholder lists for statements built per batch.
 //! - `validate`: text checks shared by every write (no NUL bytes on either backend).
@@ -16,6 +17,7 @@
 mod commit;
 mod commit_set;
 mod committer;
+mod dead_letter_text;
 mod dead_letters;
 mod error;
 mod inbox;
@@ -30,7 +32,9 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
-pub use commit::{CommitOutcome, CommitRequest, KvRead, KvWrite, NewOutboxRow};
+pub use commit::{
+    CommitOutcome, CommitRequest, KvRead, KvWrite, MAX_KV_KEYS_PER_COMMIT, NewOutboxRow,
+};
 pub use committer::{CommitterConfig, CommitterHandle, GroupCommitter};
 pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterStat, NewDeadLetter};
 pub use error::StoreError;
@@ -43,8 +47,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
-use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection};
+use sqlx::{AnyConnection, AnyPool, AssertSqlSafe, ConnectOptions, Connection};
 use tokio::sync::{Mutex, OwnedMutexGuard};
+
+use crate::redact::redact_url;
 
 /// Which database a [`Store`] talks to; decides the few SQL spellings that differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,24 +62,62 @@ pub enum Backend {
     Postgres,
 }
 
+/// How to open a [`Store`] (`[store]` in the config).
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Connection pool size.
+    pub max_connections: u32,
+    /// PostgreSQL's `statement_timeout` on every connection; plus [`ACQUIRE_TIMEOUT`], the
+    /// client-side bound on every store operation on both backends.
+    pub statement_timeout: Duration,
+}
+
+/// `[store] statement_timeout`'s default.
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl StoreOptions {
+    /// `max_connections` with the default statement timeout.
+    pub fn new(max_connections: u32) -> Self {
+        Self {
+            max_connections,
+            statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
+        }
+    }
+}
+
 /// A pool of connections to the store. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
     pool: AnyPool,
     backend: Backend,
     redacted: Arc<str>,
+    /// Client-side bound on one store operation (see [`Store::bounded`]).
+    op_timeout: Duration,
+    /// How the pool connects (for the migrations' own connection).
+    options: Arc<AnyConnectOptions>,
     /// SQLite only: in-process writers queue here (FIFO) before `BEGIN IMMEDIATE`, instead
     /// of sleeping in SQLite's busy handler (steps of up to 100 ms) while another connection
     /// of the same pool holds the write lock. Shared by clones.
     writer: Arc<Mutex<()>>,
 }
 
+/// Rows deleted per transaction by retention purges.
+pub(crate) const PURGE_CHUNK: u64 = 10_000;
+
 /// How long a caller waits for a pooled connection before the store counts as unavailable.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Store {
-    /// Connects (creating the SQLite file and its folder if missing). Does not migrate.
+    /// Connects (creating the SQLite file and its folder if missing), with the default
+    /// statement timeout. Does not migrate.
     pub async fn connect(url: &str, max_connections: u32) -> Result<Store, StoreError> {
+        Self::connect_with(url, &StoreOptions::new(max_connections)).await
+    }
+
+    /// Connects with explicit options. Does not migrate.
+    pub async fn connect_with(url: &str, opts: &StoreOptions) -> Result<Store, StoreError> {
+        let max_connections = opts.max_connections;
+        let statement_timeout_ms = opts.statement_timeout.as_millis().max(1);
         sqlx::any::install_default_drivers();
         let redacted: Arc<str> = redact_url(url).into();
         let (backend, url) = if url.starts_with("sqlite:") {
@@ -85,9 +129,10 @@ impl Store {
                 "unsupported store URL {redacted}: expected sqlite://PATH or postgres://..."
             )));
         };
-        let options: AnyConnectOptions = url
-            .parse()
-            .map_err(|e| StoreError::Invalid(format!("bad store URL {redacted}: {e}")))?;
+        let options: AnyConnectOptions = url.parse().map_err(|e: sqlx::Error| {
+            let why = crate::redact::scrub(&e.to_string(), &url);
+            StoreError::Invalid(format!("bad store URL {redacted}: {why}"))
+        })?;
         if backend == Backend::Sqlite {
             // WAL lets readers run beside the single writer. It is persistent and needs an
             // exclusive lock to switch, so set it once here rather than on every connection.
@@ -117,28 +162,71 @@ impl Store {
                         // scan and keeps it as the table grows: the benchmark fell from ~2,300
                         // to ~800 msg/s in one run of three. Plan each execution instead.
                         sqlx::query("SET plan_cache_mode = force_custom_plan")
-                            .execute(conn)
+                            .execute(&mut *conn)
                             .await?;
+                        // A statement that runs longer fails with 57014, which counts as the
+                        // store being unavailable (requeue, pause), never as bad data.
+                        sqlx::query(AssertSqlSafe(format!(
+                            "SET statement_timeout = {statement_timeout_ms}"
+                        )))
+                        .execute(&mut *conn)
+                        .await?;
                     }
                     Ok(())
                 })
             })
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(|e| unavailable(&redacted, e))?;
         Ok(Store {
             pool,
             backend,
             redacted,
+            op_timeout: opts.statement_timeout + ACQUIRE_TIMEOUT,
+            options: Arc::new(options),
             writer: Arc::new(Mutex::new(())),
         })
     }
 
     /// Applies the embedded migrations of this backend (safe to run from several instances
-    /// at once on PostgreSQL: sqlx takes an advisory lock).
+    /// at once on PostgreSQL: sqlx takes an advisory lock). Not bounded by the statement
+    /// timeout: building an index on a large table may take longer.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        migrations::migrator(self.backend).run(&self.pool).await?;
+        match self.backend {
+            Backend::Sqlite => migrations::migrator(self.backend).run(&self.pool).await?,
+            Backend::Postgres => {
+                // A one-connection pool of its own, without the pool's statement_timeout.
+                let pool = AnyPoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(ACQUIRE_TIMEOUT)
+                    .connect_with((*self.options).clone())
+                    .await
+                    .map_err(|e| unavailable(&self.redacted, e))?;
+                let result = migrations::migrator(self.backend).run(&pool).await;
+                pool.close().await;
+                result?;
+            }
+        }
         Ok(())
+    }
+
+    /// Runs one store operation, bounded client-side by `statement_timeout` plus the pool's
+    /// acquire timeout. Past it the operation is abandoned (its connection is dropped) and
+    /// the result is `Unavailable`, as for any store outage: the caller does not ack. A
+    /// commit abandoned this way may still have committed (its COMMIT was sent); the
+    /// requeued delivery then meets its inbox record and is acked as a duplicate (G2).
+    pub(crate) async fn bounded<T>(
+        &self,
+        what: &str,
+        op: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.op_timeout, op).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "{what}: {} did not answer within {:?}",
+                self.redacted, self.op_timeout
+            ))),
+        }
     }
 
     /// The backend behind this store.
@@ -151,10 +239,32 @@ impl Store {
         self.redacted.to_string()
     }
 
-    /// One round trip to the database: is it answering?
+    /// One round trip to the database: is it answering, and (PostgreSQL) taking writes? A
+    /// read-only session (a standby after a failover, `default_transaction_read_only`)
+    /// counts as unavailable, so the store gate stays open until commits can succeed.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
+        self.bounded("ping", async {
+            match self.backend {
+                Backend::Sqlite => {
+                    sqlx::query("SELECT 1").execute(&self.pool).await?;
+                }
+                Backend::Postgres => {
+                    let read_only: String =
+                        sqlx::query_scalar("SELECT current_setting('transaction_read_only')")
+                            .fetch_one(&self.pool)
+                            .await?;
+                    if read_only == "on" {
+                        return Err(StoreError::Unavailable(format!(
+                            "{} is read-only (a standby after a failover, or \
+                             default_transaction_read_only)",
+                            self.redacted
+                        )));
+                    }
+                }
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// Begins a write transaction. On SQLite it first takes the store's writer lock (held
@@ -179,6 +289,46 @@ impl Store {
                 _writer: None,
             },
         })
+    }
+
+    /// Deletes the rows of `table` matching `condition` (with `$1` bound to `arg`) in chunks
+    /// of [`PURGE_CHUNK`], each its own short write transaction and its own bounded
+    /// operation, so a large backlog neither outlasts the statement timeout nor holds
+    /// SQLite's writer lock for long. Returns how many rows went.
+    pub(crate) async fn purge_where(
+        &self,
+        table: &'static str,
+        condition: &'static str,
+        arg: i64,
+    ) -> Result<u64, StoreError> {
+        // The condition is checked again on the row deleted: a row changed meanwhile (a
+        // tombstone revived) is left alone.
+        let (open, row, close) = match self.backend {
+            Backend::Postgres => ("= ANY(ARRAY(", "ctid", "))"),
+            Backend::Sqlite => ("IN (", "rowid", ")"),
+        };
+        let sql = format!(
+            "DELETE FROM {table} WHERE {row} {open}SELECT {row} FROM {table} WHERE {condition} \
+             LIMIT {PURGE_CHUNK}{close} AND {condition}"
+        );
+        let mut total = 0;
+        loop {
+            let deleted = self
+                .bounded("purge", async {
+                    let mut tx = self.begin_write().await?;
+                    let done = sqlx::query(AssertSqlSafe(sql.as_str()))
+                        .bind(arg)
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    Ok(done.rows_affected())
+                })
+                .await?;
+            total += deleted;
+            if deleted < PURGE_CHUNK {
+                return Ok(total);
+            }
+        }
     }
 
     pub(crate) fn pool(&self) -> &AnyPool {
@@ -250,44 +400,6 @@ fn prepare_sqlite_url(url: &str) -> Result<String, StoreError> {
     } else {
         Ok(format!("{url}&mode=rwc"))
     }
-}
-
-/// Hides the password of `scheme://user:password@host/...` and any `password=` parameter.
-pub(crate) fn redact_url(url: &str) -> String {
-    let (base, query) = url
-        .split_once('?')
-        .map_or((url, None), |(b, q)| (b, Some(q)));
-    let mut out = match base.split_once("://") {
-        Some((scheme, rest)) => {
-            let (authority, path) = rest
-                .split_once('/')
-                .map_or((rest, None), |(a, p)| (a, Some(p)));
-            let authority = match authority.rsplit_once('@') {
-                Some((userinfo, host)) => match userinfo.split_once(':') {
-                    Some((user, _)) => format!("{user}:***@{host}"),
-                    None => format!("{userinfo}@{host}"),
-                },
-                None => authority.to_string(),
-            };
-            match path {
-                Some(p) => format!("{scheme}://{authority}/{p}"),
-                None => format!("{scheme}://{authority}"),
-            }
-        }
-        None => base.to_string(),
-    };
-    if let Some(q) = query {
-        let params: Vec<String> = q
-            .split('&')
-            .map(|kv| match kv.split_once('=') {
-                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                _ => kv.to_string(),
-            })
-            .collect();
-        out.push('?');
-        out.push_str(&params.join("&"));
-    }
-    out
 }
 
 /// Wall-clock unix milliseconds, the unit of every timestamp column.

@@ -88,194 +88,274 @@ impl Store {
         owner: &str,
         lease_ms: i64,
     ) -> Result<Vec<OutboxRow>, StoreError> {
-        validate::text("lease owner", owner)?;
-        let now = now_ms();
-        // PostgreSQL: `= ANY(ARRAY(...))` updates the claimed rows through the primary key
-        // instead of hash-joining the whole table; SQLite has no arrays and needs neither.
-        // SQLite: without statistics its planner may scan the table in rowid order (walking
-        // every published row kept for retention) or read the pending index for the
-        // held-back keys, so name the two partial indexes.
-        let (open, pending, blocking, close) = match self.backend {
-            Backend::Postgres => ("= ANY(ARRAY(", "", "", "FOR UPDATE OF o SKIP LOCKED))"),
-            Backend::Sqlite => (
-                "IN (",
-                "INDEXED BY outbox_pending",
-                "INDEXED BY outbox_blocking",
-                ")",
-            ),
-        };
-        // The held-back keys are computed once per claim (a hashed subplan / an ephemeral
-        // index) from the small `outbox_blocking` index: rows ever leased or failed. The
-        // `(lease_owner IS NOT NULL OR attempts > 0)` term is that index's predicate, spelled
-        // the same so both planners use it.
-        let sql = format!(
-            "UPDATE outbox SET lease_owner = $1, lease_until = $2 WHERE id {open} \
-               SELECT o.id FROM outbox o {pending} \
-               WHERE o.published_at IS NULL AND o.next_attempt_at <= $3 \
-                 AND (o.lease_until IS NULL OR o.lease_until <= $3) \
-                 AND o.ordering_key NOT IN ( \
-                   SELECT b.ordering_key FROM outbox b {blocking} \
-                   WHERE b.published_at IS NULL \
-                     AND (b.lease_owner IS NOT NULL OR b.attempts > 0) \
-                     AND b.ordering_key <> '' \
-                     AND (b.next_attempt_at > $3 OR (b.lease_until > $3 AND b.lease_owner <> $1))) \
-               ORDER BY o.id LIMIT $4 {close} \
-             RETURNING {COLUMNS}"
-        );
-        let mut tx = self.begin_write().await?;
-        if self.backend == Backend::Postgres {
-            // Claims from several relays take turns: a concurrent claim cannot see another's
-            // uncommitted leases, and would take later rows of a key whose earlier rows are
-            // being leased right now, breaking per-key order. Publishing stays concurrent.
-            sqlx::query(
-                "SELECT pg_advisory_xact_lock(hashtextextended('carteiro.outbox.claim', 0))",
-            )
-            .execute(&mut *tx)
-            .await?;
-        }
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(owner)
-            .bind(now.saturating_add(lease_ms))
-            .bind(now)
-            .bind(limit)
-            .fetch_all(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        let mut out = rows.iter().map(outbox_row).collect::<Result<Vec<_>, _>>()?;
-        out.sort_by_key(|r| r.id); // RETURNING order is unspecified
-        Ok(out)
+        self.outbox_claim(limit, i64::MAX, owner, lease_ms).await
+    }
+
+    /// [`Store::outbox_pending`] bounded by bytes too: the rows returned (a prefix, in id
+    /// order, of what `outbox_pending` would return) hold at most `max_bytes` of payload and
+    /// headers together, except that the first row is always taken, however large. Rows
+    /// that did not fit stay unleased for the next claim.
+    ///
+    /// Leases are timed by the database's clock, never the caller's: "now" is
+    /// `clock_timestamp()` on PostgreSQL and SQLite's own clock (the host's, shared by
+    /// every process on the file), read once per claim. A relay whose wall clock is wrong
+    /// can neither steal a running lease (clock ahead) nor keep a dead relay's rows from
+    /// coming back (clock behind).
+    pub async fn outbox_claim(
+        &self,
+        limit: i64,
+        max_bytes: i64,
+        owner: &str,
+        lease_ms: i64,
+    ) -> Result<Vec<OutboxRow>, StoreError> {
+        self.bounded("outbox claim", async {
+            validate::text("lease owner", owner)?;
+            // PostgreSQL: `= ANY(ARRAY(...))` updates the claimed rows through the primary key
+            // instead of hash-joining the whole table; SQLite has no arrays and needs neither.
+            // SQLite: without statistics its planner may scan the table in rowid order (walking
+            // every published row kept for retention) or read the pending index for the
+            // held-back keys, so name the two partial indexes.
+            let (open, pending, blocking, lock, close) = match self.backend {
+                Backend::Postgres => ("= ANY(ARRAY(", "", "", "FOR UPDATE OF o SKIP LOCKED", "))"),
+                Backend::Sqlite => (
+                    "IN (",
+                    "INDEXED BY outbox_pending",
+                    "INDEXED BY outbox_blocking",
+                    "",
+                    ")",
+                ),
+            };
+            let now = "(SELECT now FROM clock)";
+            let clock = db_clock_ms(self.backend);
+            // The held-back keys are computed once per claim (a hashed subplan / an ephemeral
+            // index) from the small `outbox_blocking` index: rows ever leased or failed. The
+            // `(lease_owner IS NOT NULL OR attempts > 0)` term is that index's predicate, spelled
+            // the same so both planners use it. The candidates are locked (PostgreSQL) before
+            // the byte budget is applied, since window functions cannot run under FOR UPDATE;
+            // the locks of rows that did not fit end with this short transaction.
+            let sql = format!(
+                "WITH clock AS (SELECT {clock} AS now), \
+                 candidates AS ( \
+                   SELECT o.id, octet_length(o.payload) + octet_length(o.headers) AS size \
+                   FROM outbox o {pending} \
+                   WHERE o.published_at IS NULL AND o.next_attempt_at <= {now} \
+                     AND (o.lease_until IS NULL OR o.lease_until <= {now}) \
+                     AND o.ordering_key NOT IN ( \
+                       SELECT b.ordering_key FROM outbox b {blocking} \
+                       WHERE b.published_at IS NULL \
+                         AND (b.lease_owner IS NOT NULL OR b.attempts > 0) \
+                         AND b.ordering_key <> '' \
+                         AND (b.next_attempt_at > {now} \
+                              OR (b.lease_until > {now} AND b.lease_owner <> $1))) \
+                   ORDER BY o.id LIMIT $3 {lock}), \
+                 fitting AS ( \
+                   SELECT id FROM ( \
+                     SELECT id, SUM(size) OVER (ORDER BY id) AS total, \
+                            ROW_NUMBER() OVER (ORDER BY id) AS n FROM candidates) w \
+                   WHERE w.total <= $4 OR w.n = 1) \
+                 UPDATE outbox SET lease_owner = $1, lease_until = {now} + $2 \
+                 WHERE id {open} SELECT id FROM fitting {close} \
+                 RETURNING {COLUMNS}"
+            );
+            let mut tx = self.begin_write().await?;
+            if self.backend == Backend::Postgres {
+                // Claims from several relays take turns: a concurrent claim cannot see another's
+                // uncommitted leases, and would take later rows of a key whose earlier rows are
+                // being leased right now, breaking per-key order. Publishing stays concurrent.
+                sqlx::query(
+                    "SELECT pg_advisory_xact_lock(hashtextextended('carteiro.outbox.claim', 0))",
+                )
+                .execute(&mut *tx)
+                .await?;
+            }
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(owner)
+                .bind(lease_ms)
+                .bind(limit)
+                .bind(max_bytes)
+                .fetch_all(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            let mut out = rows.iter().map(outbox_row).collect::<Result<Vec<_>, _>>()?;
+            out.sort_by_key(|r| r.id); // RETURNING order is unspecified
+            Ok(out)
+        })
+        .await
+    }
+
+    /// The database's clock, in unix ms (what leases and backoffs are timed by).
+    pub async fn db_now_ms(&self) -> Result<i64, StoreError> {
+        self.bounded("clock", async {
+            let sql = format!("SELECT {}", db_clock_ms(self.backend));
+            let now: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                .fetch_one(self.pool())
+                .await?;
+            Ok(now)
+        })
+        .await
     }
 
     /// The broker confirmed row `id`: never hand it out again. Idempotent.
     pub async fn outbox_mark_published(&self, id: i64) -> Result<(), StoreError> {
-        self.outbox_mark_published_many(&[id]).await.map(|_| ())
+        self.bounded("outbox mark published", async {
+            self.outbox_mark_published_many(&[id]).await.map(|_| ())
+        })
+        .await
     }
 
     /// The broker confirmed each of `ids`: mark them all published in one transaction (one
     /// commit, one WAL flush), whoever holds their leases. Idempotent; returns how many rows
     /// changed. Call it only with rows whose own confirm arrived (G3).
     pub async fn outbox_mark_published_many(&self, ids: &[i64]) -> Result<u64, StoreError> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let now = now_ms();
-        let mut tx = self.begin_write().await?;
-        let mut changed = 0;
-        // Bound ids in statements of a few fixed sizes: the prepared statements are reused
-        // (ids inlined into the text made every mark a new statement to parse, and pushed
-        // the hot statements out of sqlx's cache).
-        for chunk in shaped_chunks(ids) {
-            let mut p = Placeholders::new(self.backend);
-            let sql = format!(
-                "UPDATE outbox SET published_at = {}, lease_owner = NULL, lease_until = NULL \
-                 WHERE id IN ({}) AND published_at IS NULL",
-                p.next(),
-                p.list(chunk.len())
-            );
-            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now);
-            for id in chunk {
-                query = query.bind(*id);
+        self.bounded("outbox mark published many", async {
+            if ids.is_empty() {
+                return Ok(0);
             }
-            changed += query.execute(&mut *tx).await?.rows_affected();
-        }
-        tx.commit().await?;
-        Ok(changed)
+            let now = now_ms();
+            let mut tx = self.begin_write().await?;
+            let mut changed = 0;
+            // Bound ids in statements of a few fixed sizes: the prepared statements are reused
+            // (ids inlined into the text made every mark a new statement to parse, and pushed
+            // the hot statements out of sqlx's cache).
+            for chunk in shaped_chunks(ids) {
+                let mut p = Placeholders::new(self.backend);
+                let sql = format!(
+                    "UPDATE outbox SET published_at = {}, lease_owner = NULL, lease_until = NULL \
+                     WHERE id IN ({}) AND published_at IS NULL",
+                    p.next(),
+                    p.list(chunk.len())
+                );
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now);
+                for id in chunk {
+                    query = query.bind(*id);
+                }
+                changed += query.execute(&mut *tx).await?.rows_affected();
+            }
+            tx.commit().await?;
+            Ok(changed)
+        })
+        .await
     }
 
     /// Publishing row `id` failed (nack, returned, channel lost): count the attempt, keep the
-    /// error, release the lease and hold the row back until `retry_at_ms`.
+    /// error, release the lease and hold the row back for `retry_after_ms` by the database's
+    /// clock.
     pub async fn outbox_mark_failed(
         &self,
         id: i64,
         error: &str,
-        retry_at_ms: i64,
+        retry_after_ms: i64,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        sqlx::query(
-            "UPDATE outbox SET attempts = attempts + 1, last_error = $2, next_attempt_at = $3, \
-             lease_owner = NULL, lease_until = NULL WHERE id = $1 AND published_at IS NULL",
-        )
-        .bind(id)
-        .bind(validate::lossy(error))
-        .bind(retry_at_ms)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        self.bounded("outbox mark failed", async {
+            let mut tx = self.begin_write().await?;
+            let sql = format!(
+                "UPDATE outbox SET attempts = attempts + 1, last_error = $2, \
+                 next_attempt_at = {} + $3, lease_owner = NULL, lease_until = NULL \
+                 WHERE id = $1 AND published_at IS NULL",
+                db_clock_ms(self.backend)
+            );
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(id)
+                .bind(validate::lossy(error))
+                .bind(retry_after_ms)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
     }
 
     /// Gives back the unpublished rows leased by `owner` (a relay shutting down cleanly), so
     /// another relay need not wait for the leases to expire.
     pub async fn outbox_release(&self, owner: &str) -> Result<u64, StoreError> {
-        validate::text("lease owner", owner)?;
-        let mut tx = self.begin_write().await?;
-        let done = sqlx::query(
-            "UPDATE outbox SET lease_owner = NULL, lease_until = NULL \
-             WHERE lease_owner = $1 AND published_at IS NULL",
-        )
-        .bind(owner)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(done.rows_affected())
+        self.bounded("outbox release", async {
+            validate::text("lease owner", owner)?;
+            let mut tx = self.begin_write().await?;
+            let done = sqlx::query(
+                "UPDATE outbox SET lease_owner = NULL, lease_until = NULL \
+                 WHERE lease_owner = $1 AND published_at IS NULL",
+            )
+            .bind(owner)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(done.rows_affected())
+        })
+        .await
     }
 
     /// Gives back the rows `ids` if `owner` still leases them and they are unpublished (a
     /// relay dropping the rest of a chain after a failure). Returns how many it released.
     pub async fn outbox_release_rows(&self, owner: &str, ids: &[i64]) -> Result<u64, StoreError> {
-        validate::text("lease owner", owner)?;
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let mut tx = self.begin_write().await?;
-        let mut released = 0;
-        for chunk in ids.chunks(ID_CHUNK) {
-            let sql = format!(
-                "UPDATE outbox SET lease_owner = NULL, lease_until = NULL \
-                 WHERE id IN ({}) AND lease_owner = $1 AND published_at IS NULL",
-                id_list(chunk)
-            );
-            // A rare path (after a failure) with ids in the text: keep it out of the cache.
-            released += sqlx::query(sqlx::AssertSqlSafe(sql))
-                .persistent(false)
-                .bind(owner)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-        }
-        tx.commit().await?;
-        Ok(released)
-    }
-
-    /// Pending count, oldest pending age, failing and in-flight rows.
-    pub async fn outbox_status(&self) -> Result<OutboxStatus, StoreError> {
-        let now = now_ms();
-        let (pending, oldest, with_errors, leased): (i64, Option<i64>, i64, i64) = sqlx::query_as(
-            "SELECT COUNT(*), MIN(created_at), COUNT(last_error), \
-                 COUNT(CASE WHEN lease_until > $1 THEN 1 END) \
-                 FROM outbox WHERE published_at IS NULL",
-        )
-        .bind(now)
-        .fetch_one(self.pool())
-        .await?;
-        Ok(OutboxStatus {
-            pending,
-            oldest_pending_age_ms: oldest.map(|t| now.saturating_sub(t).max(0)),
-            with_errors,
-            leased,
+        self.bounded("outbox release rows", async {
+            validate::text("lease owner", owner)?;
+            if ids.is_empty() {
+                return Ok(0);
+            }
+            let mut tx = self.begin_write().await?;
+            let mut released = 0;
+            for chunk in ids.chunks(ID_CHUNK) {
+                let sql = format!(
+                    "UPDATE outbox SET lease_owner = NULL, lease_until = NULL \
+                     WHERE id IN ({}) AND lease_owner = $1 AND published_at IS NULL",
+                    id_list(chunk)
+                );
+                // A rare path (after a failure) with ids in the text: keep it out of the cache.
+                released += sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .persistent(false)
+                    .bind(owner)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+            }
+            tx.commit().await?;
+            Ok(released)
         })
+        .await
     }
 
-    /// Retention: deletes rows published before `cutoff_ms`.
+    /// Pending count, oldest pending age, failing and in-flight rows (leases by the
+    /// database's clock).
+    pub async fn outbox_status(&self) -> Result<OutboxStatus, StoreError> {
+        self.bounded("outbox status", async {
+            let now = now_ms();
+            let sql = format!(
+                "SELECT COUNT(*), MIN(created_at), COUNT(last_error), \
+                     COUNT(CASE WHEN lease_until > {} THEN 1 END) \
+                     FROM outbox WHERE published_at IS NULL",
+                db_clock_ms(self.backend)
+            );
+            let (pending, oldest, with_errors, leased): (i64, Option<i64>, i64, i64) =
+                sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                    .fetch_one(self.pool())
+                    .await?;
+            Ok(OutboxStatus {
+                pending,
+                oldest_pending_age_ms: oldest.map(|t| now.saturating_sub(t).max(0)),
+                with_errors,
+                leased,
+            })
+        })
+        .await
+    }
+
+    /// Retention: deletes rows published before `cutoff_ms`, in chunks.
     pub async fn outbox_purge_published_before(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
-        let mut tx = self.begin_write().await?;
-        let done =
-            sqlx::query("DELETE FROM outbox WHERE published_at IS NOT NULL AND published_at < $1")
-                .bind(cutoff_ms)
-                .execute(&mut *tx)
-                .await?;
-        tx.commit().await?;
-        Ok(done.rows_affected())
+        self.purge_where(
+            "outbox",
+            "published_at IS NOT NULL AND published_at < $1",
+            cutoff_ms,
+        )
+        .await
+    }
+}
+
+/// SQL for the database's current time in unix milliseconds.
+fn db_clock_ms(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        Backend::Sqlite => "CAST(unixepoch('subsec') * 1000 AS INTEGER)",
     }
 }
 

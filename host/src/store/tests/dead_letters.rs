@@ -3,7 +3,11 @@
 use super::{TestDb, both_backends};
 use crate::store::{DeadLetterFilter, NewDeadLetter, StoreError};
 
-both_backends!(archive_query_replay_purge);
+both_backends!(
+    archive_query_replay_purge,
+    any_text_is_archived_losslessly,
+    oldest_first_pages_counts_and_groups
+);
 
 fn dl(route: &str, reason: &str, at: i64) -> NewDeadLetter {
     NewDeadLetter {
@@ -52,7 +56,11 @@ async fn archive_query_replay_purge(db: &TestDb) {
     );
     let odd = s.dead_letter_get(b2).await.unwrap().unwrap();
     assert_eq!((odd.plugin, odd.first_failed_at), (None, None));
-    assert!(!odd.reason.contains('\0'));
+    assert_eq!(
+        odd.reason, "reason with NUL \0 is kept readable",
+        "kept exactly"
+    );
+    assert!(odd.stored_encoded);
     assert!(s.dead_letter_get(9_999).await.unwrap().is_none());
 
     let ids = |v: Vec<crate::store::DeadLetter>| v.into_iter().map(|d| d.id).collect::<Vec<_>>();
@@ -136,4 +144,146 @@ async fn archive_query_replay_purge(db: &TestDb) {
             .unwrap()),
         vec![a2, a1]
     );
+}
+
+/// NUL bytes in every text field, a 1 MiB reason, a route too long for its index, and text
+/// that merely looks like the encoding: all archived, all read back exactly.
+async fn any_text_is_archived_losslessly(db: &TestDb) {
+    let s = &db.store;
+    let mut reason = String::from("boom\0");
+    while reason.len() < 1 << 20 {
+        reason.push_str("é \0 déjà vu; ");
+    }
+    let hostile = NewDeadLetter {
+        route: "orders\0evil".into(),
+        queue: "orders\0.dlq".into(),
+        reason: reason.clone(),
+        plugin: Some("plug\0in".into()),
+        attempts: i64::MAX,
+        headers: vec![
+            ("x-carteiro-reason\0".into(), "a\0b".into()),
+            ("\0".into(), "\0\0".into()),
+            ("x-json".into(), "\"quoted\" \\u0000 ]".into()),
+        ],
+        body: vec![0, 0, 255],
+        first_failed_at: Some(-1),
+        dead_lettered_at: 7,
+    };
+    let long_route = NewDeadLetter {
+        route: "r".repeat(5_000),
+        queue: "q".repeat(300_000),
+        ..dl("unused", "long names", 8)
+    };
+    let lookalike = dl("orders", "literally \\u{0} and …[cut: 3 more bytes]", 9);
+    for d in [&hostile, &long_route, &lookalike] {
+        let id = s.dead_letter_insert(d).await.unwrap();
+        let got = s.dead_letter_get(id).await.unwrap().unwrap();
+        assert_eq!(
+            (
+                &got.route,
+                &got.queue,
+                &got.reason,
+                &got.plugin,
+                got.attempts,
+                &got.headers,
+                &got.body,
+                got.first_failed_at,
+                got.dead_lettered_at
+            ),
+            (
+                &d.route,
+                &d.queue,
+                &d.reason,
+                &d.plugin,
+                d.attempts,
+                &d.headers,
+                &d.body,
+                d.first_failed_at,
+                d.dead_lettered_at
+            ),
+            "dead letter {id} read back exactly"
+        );
+    }
+    let lookalike_row = s
+        .dead_letters_list(&DeadLetterFilter {
+            route: Some("orders".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(lookalike_row.len(), 1);
+    assert!(
+        !lookalike_row[0].stored_encoded,
+        "plain text is stored as is"
+    );
+
+    // Filters go through the same stand-in: a NUL in a filter finds the NUL route.
+    let f = DeadLetterFilter {
+        route: Some("orders\0evil".into()),
+        reason_contains: Some("boom\0".into()),
+        ..Default::default()
+    };
+    let found = s.dead_letters_list(&f).await.unwrap();
+    assert_eq!(found.len(), 1);
+    assert!(found[0].stored_encoded);
+    assert_eq!(found[0].reason, reason);
+    let f = DeadLetterFilter {
+        route: Some("r".repeat(5_000)),
+        ..Default::default()
+    };
+    assert_eq!(s.dead_letters_count(&f).await.unwrap(), 1);
+    // Groups show the visible stand-in.
+    let groups = s.dead_letter_stats().await.unwrap();
+    assert!(
+        groups
+            .iter()
+            .any(|g| g.route == "orders\\u{0}evil" && g.reason.starts_with("boom\\u{0}")),
+        "{:?}",
+        groups.iter().map(|g| &g.route).collect::<Vec<_>>()
+    );
+}
+
+async fn oldest_first_pages_counts_and_groups(db: &TestDb) {
+    let s = &db.store;
+    let mut ids = Vec::new();
+    for i in 0..7 {
+        let reason = if i % 3 == 0 { "timeout" } else { "bad json" };
+        ids.push(
+            s.dead_letter_insert(&dl("orders", reason, 1_000 + i))
+                .await
+                .unwrap(),
+        );
+    }
+    let f = DeadLetterFilter {
+        reason_contains: Some("bad".into()),
+        replayed: Some(false),
+        ..Default::default()
+    };
+    assert_eq!(s.dead_letters_count(&f).await.unwrap(), 4);
+    let first = s.dead_letters_oldest_first(&f, 3).await.unwrap();
+    let first: Vec<i64> = first.iter().map(|d| d.id).collect();
+    assert_eq!(first, vec![ids[1], ids[2], ids[4]], "oldest first");
+    let next = DeadLetterFilter {
+        after_id: first.last().copied(),
+        ..f.clone()
+    };
+    let rest: Vec<i64> = s
+        .dead_letters_oldest_first(&next, 3)
+        .await
+        .unwrap()
+        .iter()
+        .map(|d| d.id)
+        .collect();
+    assert_eq!(rest, vec![ids[5]]);
+    s.dead_letter_mark_replayed(ids[1]).await.unwrap();
+    assert_eq!(s.dead_letters_count(&f).await.unwrap(), 3);
+    let groups = s
+        .dead_letter_groups(&DeadLetterFilter::default())
+        .await
+        .unwrap();
+    let summary: Vec<(&str, i64, i64)> = groups
+        .iter()
+        .map(|g| (g.reason.as_str(), g.count, g.unreplayed))
+        .collect();
+    assert_eq!(summary, vec![("bad json", 4, 3), ("timeout", 3, 3)]);
 }

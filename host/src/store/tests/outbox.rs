@@ -8,7 +8,9 @@ both_backends!(
     leases_and_backoff,
     ordering_key_holds_back_later_rows,
     an_owner_extends_its_own_chains_only,
-    marks_and_releases_by_id
+    marks_and_releases_by_id,
+    leases_and_backoffs_are_stamped_by_the_database_clock,
+    a_claim_is_bounded_by_bytes,
 );
 
 fn keyed(routing_key: &str, ordering_key: &str) -> NewOutboxRow {
@@ -107,7 +109,7 @@ async fn leases_and_backoff(db: &TestDb) {
     s.outbox_mark_published(a[0].id).await.unwrap();
     s.outbox_mark_published(a[0].id).await.unwrap();
     // A failure releases the lease and backs off until retry_at.
-    s.outbox_mark_failed(a[1].id, "nack from broker\0", now_ms() + 60_000)
+    s.outbox_mark_failed(a[1].id, "nack from broker\0", 60_000)
         .await
         .unwrap();
     s.outbox_mark_failed(a[2].id, "channel closed", 0)
@@ -154,7 +156,7 @@ async fn ordering_key_holds_back_later_rows(db: &TestDb) {
     let first = s.outbox_pending(10, "r1", 60_000).await.unwrap();
     assert_eq!(first.len(), 3);
     // a1 fails and backs off: a2 (same key) must wait behind it, b1 is not affected.
-    s.outbox_mark_failed(first[0].id, "nack", now_ms() + 60_000)
+    s.outbox_mark_failed(first[0].id, "nack", 60_000)
         .await
         .unwrap();
     s.outbox_mark_failed(first[1].id, "nack", 0).await.unwrap();
@@ -207,7 +209,7 @@ async fn an_owner_extends_its_own_chains_only(db: &TestDb) {
         s.outbox_mark_published_many(&[first[0].id]).await.unwrap(),
         1
     );
-    s.outbox_mark_failed(more[0].id, "nack", now_ms() + 60_000)
+    s.outbox_mark_failed(more[0].id, "nack", 60_000)
         .await
         .unwrap();
     assert_eq!(s.outbox_release_rows("r1", &[more[1].id]).await.unwrap(), 1);
@@ -281,5 +283,108 @@ async fn sqlite_writers_take_turns_in_process() {
         marked, 1,
         "the first writer marks the row; the rest find it marked"
     );
+    db.finish().await;
+}
+
+async fn leases_and_backoffs_are_stamped_by_the_database_clock(db: &TestDb) {
+    let s = &db.store;
+    commit_events(db, "m", vec![event("a", b"p")]).await;
+    let before = s.db_now_ms().await.unwrap();
+    let rows = s.outbox_pending(10, "r1", 60_000).await.unwrap();
+    let after = s.db_now_ms().await.unwrap();
+    let stamp = |column: &'static str| {
+        let sql = format!("SELECT {column} FROM outbox WHERE id = $1");
+        let id = rows[0].id;
+        async move {
+            let v: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                .bind(id)
+                .fetch_one(s.pool())
+                .await
+                .unwrap();
+            v
+        }
+    };
+    let lease_until = stamp("lease_until").await;
+    assert!(
+        (before + 60_000..=after + 60_000).contains(&lease_until),
+        "{before} {lease_until} {after}"
+    );
+    s.outbox_mark_failed(rows[0].id, "nack", 30_000)
+        .await
+        .unwrap();
+    let after = s.db_now_ms().await.unwrap();
+    let next = stamp("next_attempt_at").await;
+    assert!((before + 30_000..=after + 30_000).contains(&next), "{next}");
+}
+
+async fn a_claim_is_bounded_by_bytes(db: &TestDb) {
+    let s = &db.store;
+    let events: Vec<NewOutboxRow> = (0..5)
+        .map(|i| event(&format!("e{i}"), &[7u8; 1_000]))
+        .collect();
+    commit_events(db, "m", events).await;
+    // Each row weighs 1,000 payload bytes plus 19 of header JSON: [["x-trace","abc"]].
+    let two = s.outbox_claim(10, 2_500, "r1", 60_000).await.unwrap();
+    assert_eq!(keys(&two), ["e0", "e1"]);
+    let one = s.outbox_claim(10, 1, "r1", 60_000).await.unwrap();
+    assert_eq!(keys(&one), ["e2"], "always at least one row, however large");
+    let exact = s.outbox_claim(10, 1_019, "r1", 60_000).await.unwrap();
+    assert_eq!(keys(&exact), ["e3"]);
+    let rest = s.outbox_claim(10, i64::MAX, "r1", 60_000).await.unwrap();
+    assert_eq!(keys(&rest), ["e4"]);
+}
+
+/// The database's clock runs 10 minutes behind, then ahead of, this process (the relay):
+/// leases written by another relay in the database's time must be read in that time too.
+/// With the relay's wall clock, the first lease would look expired (stolen, published
+/// twice) and the second still running (stranded for minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_with_a_wrong_clock_neither_steals_nor_strands_leases() {
+    let db = super::TestDb::postgres().await;
+    let name = db.pg.as_ref().unwrap().1.clone();
+    for (skew, lease_vs_relay, claimable) in [
+        // DB 10 min behind the relay; the lease ends 5 min ago by the relay's clock, but
+        // in 5 min by the database's: still running.
+        ("- interval '10 minutes'", -300_000_i64, false),
+        // DB 10 min ahead; the lease ends in 5 min by the relay's clock, but ended 5 min
+        // ago by the database's: free to take.
+        ("+ interval '10 minutes'", 300_000, true),
+    ] {
+        for sql in [
+            "CREATE SCHEMA IF NOT EXISTS skew".to_owned(),
+            format!(
+                "CREATE OR REPLACE FUNCTION skew.clock_timestamp() RETURNS timestamptz \
+                 LANGUAGE sql AS $$ SELECT pg_catalog.clock_timestamp() {skew} $$"
+            ),
+            format!("ALTER DATABASE {name} SET search_path = skew, pg_catalog, public"),
+        ] {
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(db.store.pool())
+                .await
+                .unwrap();
+        }
+        let relay = db.second_store().await; // new sessions see the skewed clock
+        let db_ahead = relay.db_now_ms().await.unwrap() - now_ms();
+        assert!((db_ahead.abs() - 600_000).abs() < 5_000, "{db_ahead}");
+
+        let mut req = request("orders", &uuid::Uuid::now_v7().to_string());
+        req.outbox = vec![event("leased-elsewhere", b"p")];
+        relay.commit_batch(&[req]).await.unwrap();
+        // Another relay leased it; its lease ends `lease_vs_relay` from this relay's now.
+        sqlx::query(
+            "UPDATE outbox SET lease_owner = 'other', lease_until = $1 WHERE published_at IS NULL",
+        )
+        .bind(now_ms() + lease_vs_relay)
+        .execute(relay.pool())
+        .await
+        .unwrap();
+        let got = relay.outbox_pending(10, "me", 60_000).await.unwrap();
+        assert_eq!(!got.is_empty(), claimable, "skew {skew}: {got:?}");
+        sqlx::query("DELETE FROM outbox")
+            .execute(relay.pool())
+            .await
+            .unwrap();
+        relay.pool().close().await;
+    }
     db.finish().await;
 }

@@ -1,0 +1,242 @@
+//! A replay run: every dead letter matching a filter, oldest first, in pages, each marked
+//! replayed right after its own confirm, so a run that finishes can be re-run (it finds
+//! nothing) and a run that was interrupted can be re-run (it takes only what is left).
+//!
+//! What a run takes: the matching dead letters not replayed yet (all matching ones with
+//! `include_replayed`), archived before the run started (its highest id is fixed first, so a
+//! message that fails again during the run and is archived anew is left for the next run),
+//! in id order, at most `limit` of them.
+//!
+//! Exactly once, and its one window: a row is published, its confirm awaited, then it is
+//! marked (`replayed_at`, `replay_count + 1`). A run killed between a confirm and its mark
+//! (one row at most: rows go out one after another) leaves that row unmarked, and the next
+//! run publishes it again. Both copies carry the same message id, so the route's inbox lets
+//! the second one through only if the first had not committed yet — effects stay once (G2)
+//! while its inbox record is kept (`[store] inbox_retention`). Every other row is published
+//! exactly once over all runs. `include_replayed` runs do not resume: a re-run takes every
+//! matching row again.
+
+use std::time::Duration;
+
+use crate::broker::ConfirmedPublisher;
+use crate::broker::seal::SealKey;
+use crate::store::{DeadLetterFilter, DeadLetterStat, Store};
+
+/// Rows read per page.
+pub const PAGE: i64 = 100;
+/// A run stops after this many failed rows in a row (the broker is probably gone).
+const MAX_FAILURES_IN_A_ROW: usize = 5;
+
+/// How a run goes.
+#[derive(Debug, Clone, Default)]
+pub struct ReplayOptions {
+    /// Take rows already replayed too (and do not skip them on a re-run).
+    pub include_replayed: bool,
+    /// Stop after this many replays; the report says how many matching rows remain.
+    pub limit: Option<u64>,
+    /// At most this many replays per second.
+    pub rate_per_sec: Option<f64>,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReplayReport {
+    /// Rows the run meant to replay (`min(matching, limit)`).
+    pub planned: u64,
+    /// Rows published, confirmed and marked.
+    pub replayed: u64,
+    /// Rows whose replay failed: id and why (left unmarked for the next run).
+    pub failed: Vec<(i64, String)>,
+    /// Matching rows left for a later run (not replayed yet; for `include_replayed`, not
+    /// reached by this run).
+    pub remaining: u64,
+    /// The run stopped at `limit`.
+    pub stopped_by_limit: bool,
+    /// The run gave up early (failures in a row).
+    pub gave_up: Option<String>,
+}
+
+/// Told about a run's progress.
+pub trait Progress {
+    /// The run will replay `planned` rows.
+    fn start(&mut self, planned: u64);
+    /// `done` rows replayed so far.
+    fn advance(&mut self, done: u64);
+    /// The run is over.
+    fn finish(&mut self, report: &ReplayReport);
+}
+
+/// No progress reports.
+pub struct Quiet;
+
+impl Progress for Quiet {
+    fn start(&mut self, _: u64) {}
+    fn advance(&mut self, _: u64) {}
+    fn finish(&mut self, _: &ReplayReport) {}
+}
+
+/// The rows a run with `filter` takes, as a filter (limit and paging cleared).
+pub fn selection(filter: &DeadLetterFilter, include_replayed: bool) -> DeadLetterFilter {
+    DeadLetterFilter {
+        replayed: if include_replayed { None } else { Some(false) },
+        limit: None,
+        after_id: None,
+        ..filter.clone()
+    }
+}
+
+/// What a run would take: how many rows, and their groups (route and reason), largest
+/// first. Nothing is published.
+pub async fn dry_run(
+    store: &Store,
+    filter: &DeadLetterFilter,
+    include_replayed: bool,
+) -> anyhow::Result<(u64, Vec<DeadLetterStat>)> {
+    let selection = selection(filter, include_replayed);
+    let count = store.dead_letters_count(&selection).await?;
+    let groups = store.dead_letter_groups(&selection).await?;
+    Ok((u64::try_from(count).unwrap_or(0), groups))
+}
+
+/// Replays what `filter` selects (see the module doc) and reports what it did.
+pub async fn replay_matching(
+    store: &Store,
+    publisher: &ConfirmedPublisher,
+    seal: &SealKey,
+    publish_timeout: Duration,
+    filter: &DeadLetterFilter,
+    options: &ReplayOptions,
+    progress: &mut dyn Progress,
+) -> anyhow::Result<ReplayReport> {
+    let mut selection = selection(filter, options.include_replayed);
+    let mut report = ReplayReport::default();
+    let Some(last) = store.dead_letters_max_id(&selection).await? else {
+        progress.start(0);
+        progress.finish(&report);
+        return Ok(report);
+    };
+    selection.before_id = Some(selection.before_id.map_or(last + 1, |b| b.min(last + 1)));
+    let matching = u64::try_from(store.dead_letters_count(&selection).await?).unwrap_or(0);
+    report.planned = options.limit.map_or(matching, |l| l.min(matching));
+    progress.start(report.planned);
+
+    let mut pace = options.rate_per_sec.map(Pace::new);
+    let mut cursor: Option<i64> = None;
+    let mut failures_in_a_row = 0;
+    'pages: loop {
+        let page_filter = DeadLetterFilter {
+            after_id: cursor,
+            ..selection.clone()
+        };
+        let page = store.dead_letters_oldest_first(&page_filter, PAGE).await?;
+        if page.is_empty() {
+            break;
+        }
+        for d in page {
+            if report.replayed >= report.planned {
+                report.stopped_by_limit = options.limit.is_some();
+                break 'pages;
+            }
+            if let Some(pace) = pace.as_mut() {
+                pace.wait().await;
+            }
+            cursor = Some(d.id);
+            match super::replay(store, publisher, seal, &d, publish_timeout).await {
+                Ok(()) => {
+                    report.replayed += 1;
+                    failures_in_a_row = 0;
+                    progress.advance(report.replayed);
+                }
+                Err(e) => {
+                    tracing::warn!(id = d.id, route = %d.route, error = %e, "replay failed; the dead letter stays unreplayed");
+                    report.failed.push((d.id, format!("{e:#}")));
+                    failures_in_a_row += 1;
+                    if failures_in_a_row >= MAX_FAILURES_IN_A_ROW {
+                        report.gave_up = Some(format!(
+                            "{MAX_FAILURES_IN_A_ROW} replays in a row failed; the last: {e:#}"
+                        ));
+                        break 'pages;
+                    }
+                }
+            }
+        }
+    }
+    let left = if options.include_replayed {
+        let unreached = DeadLetterFilter {
+            after_id: cursor,
+            ..selection.clone()
+        };
+        store.dead_letters_count(&unreached).await? + report.failed.len() as i64
+    } else {
+        store.dead_letters_count(&selection).await?
+    };
+    report.remaining = u64::try_from(left).unwrap_or(0);
+    progress.finish(&report);
+    Ok(report)
+}
+
+/// Spaces replays `1/rate` seconds apart, from the first one.
+struct Pace {
+    started: Option<tokio::time::Instant>,
+    gap: Duration,
+    sent: u32,
+}
+
+impl Pace {
+    fn new(rate_per_sec: f64) -> Self {
+        let gap = if rate_per_sec.is_finite() && rate_per_sec > 0.0 {
+            Duration::from_secs_f64(1.0 / rate_per_sec)
+        } else {
+            Duration::ZERO
+        };
+        Self {
+            started: None,
+            gap,
+            sent: 0,
+        }
+    }
+
+    async fn wait(&mut self) {
+        let started = *self.started.get_or_insert_with(tokio::time::Instant::now);
+        tokio::time::sleep_until(started + self.gap * self.sent).await;
+        self.sent = self.sent.saturating_add(1);
+    }
+}
+
+/// `50/s`, `50`, `0.5/s`: replays per second.
+pub fn parse_rate(text: &str) -> Result<f64, String> {
+    let number = text.trim().strip_suffix("/s").unwrap_or(text.trim());
+    match number.trim().parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(format!(
+            "expected a rate like `50/s` (replays per second, above zero), got `{text}`"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("50/s"), Ok(50.0));
+        assert_eq!(parse_rate("0.5/s"), Ok(0.5));
+        assert_eq!(parse_rate("20"), Ok(20.0));
+        assert!(parse_rate("0/s").is_err());
+        assert!(parse_rate("-1/s").is_err());
+        assert!(parse_rate("fast").is_err());
+    }
+
+    #[tokio::test]
+    async fn pace_spaces_replays() {
+        let mut pace = Pace::new(50.0);
+        let start = tokio::time::Instant::now();
+        for _ in 0..11 {
+            pace.wait().await;
+        }
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(200), "{took:?}");
+        assert!(took < Duration::from_secs(2), "{took:?}");
+    }
+}
