@@ -36,7 +36,6 @@ pub struct Metrics {
     handler_runs: Family<Route, Counter>,
     conflicts: Family<Route, Counter>,
     dead_letters_archived: Family<Route, Counter>,
-    dead_letters_parked: Family<Route, Counter>,
     panics: Family<Route, Counter>,
     connected: Family<Route, Gauge>,
     /// Outbox rows published (confirmed) by the relay.
@@ -63,7 +62,6 @@ impl Default for Metrics {
         let handler_runs = Family::<Route, Counter>::default();
         let conflicts = Family::<Route, Counter>::default();
         let dead_letters_archived = Family::<Route, Counter>::default();
-        let dead_letters_parked = Family::<Route, Counter>::default();
         let panics = Family::<Route, Counter>::default();
         let connected = Family::<Route, Gauge>::default();
         let outbox_published = Counter::default();
@@ -99,11 +97,6 @@ impl Default for Metrics {
             dead_letters_archived.clone(),
         );
         registry.register(
-            "dead_letters_parked",
-            "Dead letters the store refused even in fallback form, left unacked in Q.dlq",
-            dead_letters_parked.clone(),
-        );
-        registry.register(
             "delivery_panics",
             "Panics caught while processing a delivery",
             panics.clone(),
@@ -132,7 +125,6 @@ impl Default for Metrics {
             handler_runs,
             conflicts,
             dead_letters_archived,
-            dead_letters_parked,
             panics,
             connected,
             outbox_published,
@@ -188,14 +180,6 @@ impl Metrics {
 
     pub fn dead_letter_archived(&self, route: &str) {
         self.dead_letters_archived
-            .get_or_create(&Route {
-                route: route.into(),
-            })
-            .inc();
-    }
-
-    pub fn dead_letter_parked(&self, route: &str) {
-        self.dead_letters_parked
             .get_or_create(&Route {
                 route: route.into(),
             })

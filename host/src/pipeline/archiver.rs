@@ -5,10 +5,9 @@
 //! `x-first-death-reason`, and anything else published straight to `Q.dlx` is archived as
 //! such.
 //!
-//! Only store trouble makes the archiver wait and retry. Data the store refuses is archived
-//! in a plain fallback form; if even that is refused, the message is *parked*: left unacked
-//! in `Q.dlq` (visible there), counted in `carteiro_dead_letters_parked_total` and logged,
-//! never retried in a loop and never a reason to pause the routes.
+//! The store keeps any text a dead letter carries (NUL bytes and all, see
+//! `Store::dead_letter_insert`), so only store trouble makes the archiver wait and retry, and
+//! it stops waiting on shutdown: a dead letter never loops and never pauses the routes.
 
 use super::context::RouteContext;
 use crate::broker::headers::{header_int, header_text, to_text_pairs};
@@ -149,56 +148,6 @@ fn record_of(ctx: &RouteContext, delivery: &Delivery) -> NewDeadLetter {
     )
 }
 
-/// The same dead letter in plain ASCII text: every header packed as hex-encoded JSON into
-/// one, the reason saying why. Only the body stays as it came.
-fn fallback(record: &NewDeadLetter, refused: &str) -> NewDeadLetter {
-    let packed = hex::encode(crate::store::headers_to_json(&record.headers));
-    NewDeadLetter {
-        reason: crate::broker::outgoing::cap_reason(&format!(
-            "archived in fallback form (the store refused it as received: {refused}); \
-             reason as received (escaped): {}",
-            record.reason.escape_default()
-        )),
-        plugin: None,
-        queue: record.route.clone(),
-        headers: vec![("x-carteiro-archived-headers-hex-json".to_owned(), packed)],
-        ..record.clone()
-    }
-}
-
-/// What became of a dead letter handed to the store.
-pub enum Stored {
-    /// Archived (as it came, or in fallback form) under this id.
-    Archived(i64),
-    /// The store itself failed: try again once it answers.
-    StoreTrouble(String),
-    /// The store refused it even in fallback form (logged; counted as parked).
-    Refused(String),
-}
-
-/// Inserts `record`; if the store refuses its data, inserts its fallback form instead.
-pub async fn store_dead_letter(ctx: &RouteContext, record: &NewDeadLetter) -> Stored {
-    let refused = match ctx.store.dead_letter_insert(record).await {
-        Ok(id) => return Stored::Archived(id),
-        Err(e) if e.is_transient() => return Stored::StoreTrouble(e.to_string()),
-        Err(e) => e.to_string(),
-    };
-    tracing::warn!(route = %ctx.queue, error = %refused, "the store refused a dead letter as received; archiving it in fallback form");
-    match ctx
-        .store
-        .dead_letter_insert(&fallback(record, &refused))
-        .await
-    {
-        Ok(id) => Stored::Archived(id),
-        Err(e) if e.is_transient() => Stored::StoreTrouble(e.to_string()),
-        Err(e) => {
-            ctx.metrics.dead_letter_parked(&ctx.queue);
-            tracing::error!(route = %ctx.queue, error = %e, "the store refused a dead letter even in fallback form");
-            Stored::Refused(e.to_string())
-        }
-    }
-}
-
 async fn archive(ctx: &RouteContext, delivery: Delivery, stop: &CancellationToken) {
     let record = record_of(ctx, &delivery);
     tokio::select! {
@@ -206,16 +155,17 @@ async fn archive(ctx: &RouteContext, delivery: Delivery, stop: &CancellationToke
         // Unacked: the broker keeps it in Q.dlq for the next start.
         () = stop.cancelled() => return,
     }
-    match store_dead_letter(ctx, &record).await {
-        Stored::Archived(id) => {
+    match ctx.store.dead_letter_insert(&record).await {
+        Ok(id) => {
             ctx.metrics.dead_letter_archived(&ctx.queue);
             tracing::info!(id, route = %ctx.queue, reason = %record.reason, "dead letter archived");
             if let Err(e) = delivery.acker.ack(BasicAckOptions::default()).await {
                 tracing::warn!(error = %e, "dead letter archived but not acked; it may be archived twice");
             }
         }
-        Stored::StoreTrouble(e) => {
-            ctx.gate.report_failure(&e);
+        // Only store trouble is left: wait for the store.
+        Err(e) => {
+            ctx.gate.report_failure(&e.to_string());
             tokio::select! {
                 () = tokio::time::sleep(Duration::from_millis(500)) => {}
                 () = stop.cancelled() => {}
@@ -226,45 +176,5 @@ async fn archive(ctx: &RouteContext, delivery: Delivery, stop: &CancellationToke
             };
             let _ = delivery.acker.nack(requeue).await;
         }
-        Stored::Refused(_) => {
-            tracing::error!(route = %ctx.queue, "the dead letter stays parked (unacked) in the dead-letter queue until the gateway restarts");
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-
-    use super::*;
-
-    #[test]
-    fn the_fallback_form_is_plain_text_and_keeps_everything() {
-        let record = NewDeadLetter {
-            route: "orders".into(),
-            queue: "q\0ueue".into(),
-            reason: "bad\0reason".into(),
-            plugin: Some("plug\0in".into()),
-            attempts: 3,
-            headers: vec![("x-na\0me".into(), "v\0alue".into())],
-            body: b"b\0dy".to_vec(),
-            first_failed_at: Some(1),
-            dead_lettered_at: 2,
-        };
-        let plain = fallback(&record, "NUL in text");
-        assert!(plain.reason.contains("NUL in text"), "{}", plain.reason);
-        assert!(plain.reason.contains("bad\\u{0}reason"), "{}", plain.reason);
-        assert!(!plain.reason.contains('\0') && !plain.queue.contains('\0'));
-        assert_eq!(plain.plugin, None);
-        let (name, packed) = &plain.headers[0];
-        assert_eq!(plain.headers.len(), 1);
-        assert!(packed.is_ascii() && !name.contains('\0'));
-        let json = String::from_utf8(hex::decode(packed).unwrap()).unwrap();
-        let back: Vec<(String, String)> = serde_json::from_str(&json).unwrap();
-        assert_eq!(
-            back, record.headers,
-            "headers recoverable from the fallback"
-        );
-        assert_eq!((plain.body, plain.attempts), (record.body, 3));
     }
 }

@@ -3,7 +3,7 @@
 //! carry (its headers would not fit the broker's frame) is archived straight into the
 //! store instead, with a reason saying so: never a loop of failing publishes.
 
-use super::archiver::{self, Stored};
+use super::archiver;
 use super::context::RouteContext;
 use super::plan::Outcome;
 use super::received::Received;
@@ -14,22 +14,6 @@ use crate::common::{headers as h, now_ms};
 use lapin::message::Delivery;
 use lapin::types::FieldTable;
 use std::time::Duration;
-
-/// Why a delivery could not be handed on.
-pub enum HandOffError {
-    /// Broker or store trouble: requeue and try again later.
-    Retryable(String),
-    /// Nothing Carteiro can store or publish: reject it for the broker to dead-letter.
-    Refused(String),
-}
-
-impl std::fmt::Display for HandOffError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Retryable(why) | Self::Refused(why) => f.write_str(why),
-        }
-    }
-}
 
 /// What a copy is made from.
 pub struct Copy<'a> {
@@ -82,11 +66,7 @@ async fn publish(
 }
 
 /// Publishes a copy to the retry tier for `delay`, with the attempt counter incremented.
-pub async fn to_retry(
-    copy: &Copy<'_>,
-    delay: Duration,
-    reason: &str,
-) -> Result<Outcome, HandOffError> {
+pub async fn to_retry(copy: &Copy<'_>, delay: Duration, reason: &str) -> Result<Outcome, String> {
     let mut headers = failure_headers(copy.received, reason, false);
     set_int(
         &mut headers,
@@ -103,16 +83,12 @@ pub async fn to_retry(
             );
             archive_directly(copy, &reason, "unpublishable").await
         }
-        Err(e) => Err(HandOffError::Retryable(e.to_string())),
+        Err(e) => Err(e.to_string()),
     }
 }
 
 /// Publishes to the route's dead-letter exchange with the reason and the plugin's identity.
-pub async fn to_dead_letter(
-    copy: &Copy<'_>,
-    reason: &str,
-    kind: &str,
-) -> Result<Outcome, HandOffError> {
+pub async fn to_dead_letter(copy: &Copy<'_>, reason: &str, kind: &str) -> Result<Outcome, String> {
     let ctx = copy.ctx;
     let mut headers = failure_headers(copy.received, reason, true);
     set_text(&mut headers, h::REASON, reason);
@@ -130,16 +106,12 @@ pub async fn to_dead_letter(
             );
             archive_directly(copy, &reason, kind).await
         }
-        Err(e) => Err(HandOffError::Retryable(e.to_string())),
+        Err(e) => Err(e.to_string()),
     }
 }
 
 /// Writes the dead letter into the archive without the broker's help.
-async fn archive_directly(
-    copy: &Copy<'_>,
-    reason: &str,
-    kind: &str,
-) -> Result<Outcome, HandOffError> {
+async fn archive_directly(copy: &Copy<'_>, reason: &str, kind: &str) -> Result<Outcome, String> {
     let ctx = copy.ctx;
     tracing::warn!(%reason, kind, "archiving the dead letter directly into the store");
     let record = archiver::record(
@@ -154,22 +126,16 @@ async fn archive_directly(
         header_int(Some(&copy.received.table), h::FIRST_FAILURE_AT),
         now_ms(),
     );
-    match archiver::store_dead_letter(ctx, &record).await {
-        Stored::Archived(id) => {
+    match ctx.store.dead_letter_insert(&record).await {
+        Ok(id) => {
             ctx.metrics.dead_letter_archived(&ctx.queue);
             tracing::info!(id, route = %ctx.queue, "dead letter archived directly");
             Ok(Outcome::Archived)
         }
-        Stored::StoreTrouble(e) => {
-            ctx.gate.report_failure(&e);
-            Err(HandOffError::Retryable(format!(
-                "archiving directly failed: {e}"
-            )))
+        // The store keeps any text: only store trouble is left.
+        Err(e) => {
+            ctx.gate.report_failure(&e.to_string());
+            Err(format!("archiving directly failed: {e}"))
         }
-        // Nothing more Carteiro can do with it: the broker dead-letters it to Q.dlx, whose
-        // archiver parks it visibly if the store refuses it there too.
-        Stored::Refused(e) => Err(HandOffError::Refused(format!(
-            "the store refused it even in fallback form: {e}"
-        ))),
     }
 }

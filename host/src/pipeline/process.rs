@@ -11,7 +11,7 @@
 
 use super::acks::Acks;
 use super::context::RouteContext;
-use super::disposition::{Copy, HandOffError, to_dead_letter, to_retry};
+use super::disposition::{Copy, to_dead_letter, to_retry};
 use super::key;
 use super::plan::{self, Outcome, Plan};
 use super::received::Received;
@@ -307,7 +307,6 @@ async fn carry_out(copy: &Copy<'_>, plan: Plan) -> Settle {
             tracing::info!(attempt = copy.received.attempt, ?delay, %reason, "scheduling retry");
             match to_retry(copy, delay, &reason).await {
                 Ok(outcome) => Settle::Ack(outcome),
-                Err(HandOffError::Refused(e)) => Settle::Reject(e),
                 Err(e) => Settle::Requeue(format!("retry publish failed: {e}")),
             }
         }
@@ -315,7 +314,6 @@ async fn carry_out(copy: &Copy<'_>, plan: Plan) -> Settle {
             tracing::warn!(%reason, kind, "dead-lettering");
             match to_dead_letter(copy, &reason, kind).await {
                 Ok(outcome) => Settle::Ack(outcome),
-                Err(HandOffError::Refused(e)) => Settle::Reject(e),
                 Err(e) => Settle::Requeue(format!("dead-letter failed: {e}")),
             }
         }

@@ -410,7 +410,7 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 /// Headers as JSON text: `[["name","value"], ...]` keeps order and duplicates.
-pub fn headers_to_json(headers: &[(String, String)]) -> String {
+pub(crate) fn headers_to_json(headers: &[(String, String)]) -> String {
     serde_json::to_string(headers).unwrap_or_else(|_| "[]".to_string())
 }
 
