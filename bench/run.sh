@@ -31,7 +31,7 @@ echo "rabbitmq:   $CARTEIRO_TEST_AMQP_URL"
 echo "postgresql: $CARTEIRO_TEST_POSTGRES_URL"
 
 echo "== plugins (wasm32-wasip2 components)"
-scripts/build-plugins.sh
+scripts/build-plugins.sh  # Rust, Python and JavaScript
 
 args=()
 for b in "${benches[@]}"; do args+=(--bench "$b"); done

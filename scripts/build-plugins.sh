@@ -3,13 +3,17 @@
 # and copies them to <repo>/target/plugins/:
 #   plugins/<name>/              -> target/plugins/<name>.wasm           (enrollment, noop, counter)
 #   plugins/fixtures/<name>/     -> target/plugins/fixture-<name>.wasm   (trap, spin, hog, ...)
-# The output file is the cargo package name with a .wasm suffix.
+# The output file is the cargo package name with a .wasm suffix. Then the Python and
+# JavaScript handlers, through scripts/build-lang-plugins.sh (which installs its own
+# toolchains and skips components whose inputs did not change).
 #
-# Usage: scripts/build-plugins.sh            (from any directory; CI runs it on a fresh machine)
+# Usage: scripts/build-plugins.sh [--rust-only]   (from any directory; CI runs it on a fresh machine)
 # Honours CARGO_TARGET_DIR for the cargo build (default <repo>/target); the components are
 # always copied to <repo>/target/plugins/.
 set -euo pipefail
 
+rust_only=0
+[[ "${1:-}" == "--rust-only" ]] && rust_only=1
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 target_dir="${CARGO_TARGET_DIR:-$repo/target}"
 out_dir="$repo/target/plugins"
@@ -49,3 +53,7 @@ while IFS= read -r manifest; do
     echo "$out_dir/$name.wasm"
 done < <(find "$repo/plugins" -name Cargo.toml -not -path "$repo/plugins/Cargo.toml" \
     -not -path "*/target/*" | sort)
+
+if [[ "$rust_only" -eq 0 ]]; then
+    "$repo/scripts/build-lang-plugins.sh"
+fi

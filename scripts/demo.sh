@@ -10,7 +10,7 @@ cd "$repo"
 rustup target add wasm32-wasip2 >/dev/null
 CARTEIRO_AMQP_URL="$(scripts/rabbitmq.sh start | tail -n 1)"
 export CARTEIRO_AMQP_URL
-scripts/build-plugins.sh
+scripts/build-plugins.sh --rust-only
 cargo build -p carteiro
 bin="${CARGO_TARGET_DIR:-$repo/target}/debug/carteiro"
 config="$repo/config/carteiro.toml"

@@ -20,11 +20,8 @@ echo "== fmt"
 cargo fmt --all --check
 (cd plugins && cargo fmt --all --check)
 
-echo "== plugins (wasm32-wasip2 components)"
+echo "== plugins (wasm32-wasip2 components: Rust, then Python and JavaScript, which are skipped when unchanged)"
 scripts/build-plugins.sh
-
-echo "== Python and JavaScript plugins (componentize-py, ComponentizeJS; skipped when unchanged)"
-scripts/build-lang-plugins.sh
 
 echo "== clippy"
 cargo clippy --workspace --all-targets -- -D warnings

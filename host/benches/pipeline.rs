@@ -54,6 +54,8 @@ struct Settings {
     rounds: usize,
     prefetch: u16,
     systems: Vec<System>,
+    /// The enrollment handler's language: `enrollment`, `enrollment-py`, `enrollment-js`.
+    plugin: String,
 }
 
 /// One timed run.
@@ -93,6 +95,7 @@ fn settings() -> Settings {
         rounds: env_or("BENCH_ROUNDS", 3),
         prefetch: env_or("BENCH_PREFETCH", 256),
         systems,
+        plugin: std::env::var("BENCH_PLUGIN").unwrap_or_else(|_| "enrollment".into()),
     }
 }
 
@@ -175,10 +178,12 @@ fn histogram_mean(text: &str, family: &str, route: &str) -> Option<f64> {
 }
 
 fn gateway_toml(s: &Settings, queue: &str, store_url: &str) -> String {
-    let plugin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins/enrollment.wasm");
+    let plugin = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/plugins")
+        .join(format!("{}.wasm", s.plugin));
     assert!(
         plugin.is_file(),
-        "{} is missing: run scripts/build-plugins.sh",
+        "{} is missing: run scripts/build-plugins.sh (and scripts/build-lang-plugins.sh)",
         plugin.display()
     );
     format!(
@@ -371,7 +376,8 @@ fn ms(v: Option<f64>) -> String {
 async fn main() {
     let s = settings();
     println!(
-        "pipeline: {} messages per run, prefetch {}, {} rounds of [{}], relay off, commit_batch default",
+        "pipeline: plugin {}, {} messages per run, prefetch {}, {} rounds of [{}], relay off, commit_batch default",
+        s.plugin,
         s.messages,
         s.prefetch,
         s.rounds,
@@ -425,4 +431,17 @@ async fn main() {
         );
     }
     println!("goal: >= 5000 msg/s per gateway");
+    // The gateway runs in this process: its peak is the gateway's plus the publisher's.
+    if let Some(peak) = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:").map(str::to_owned))
+        })
+    {
+        println!(
+            "peak RSS of this process (gateway + publisher): {}",
+            peak.trim()
+        );
+    }
 }
