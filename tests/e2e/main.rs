@@ -9,4 +9,5 @@ mod outages;
 mod relay;
 mod resilience;
 mod runtime;
+mod scaffold;
 mod support;
