@@ -1,5 +1,9 @@
 //! The `carteiro` command line: argument types and dispatch. Each command lives in its own
 //! module; `main.rs` only sets up tracing and signals and calls [`run`].
+//!
+//! `ops` (run, check, migrate, relay, publish, outbox), `dlq`, `plugin_test`; for handler
+//! authors `scaffold` (`plugin new`), `plugin_build` (`plugin build`), `sdk` (the embedded
+//! SDKs, vendoring, `plugin sdk`) and `toolchain` (pinned build tools, missing-tool errors).
 
 mod dlq;
 mod ops;

@@ -277,9 +277,15 @@ fn build_js(dir: &Path, out: &Path, pins: &Pins) -> anyhow::Result<()> {
     if major.is_some_and(|m| m < 20) {
         bail!("node {version} is too old: ComponentizeJS needs Node.js 20 or newer");
     }
+    // Where Node itself would look: DIR/node_modules, then each parent's (npm workspaces).
+    let holding = |package: &str| {
+        dir.ancestors()
+            .map(|d| d.join("node_modules"))
+            .find(|m| m.join(package).join("package.json").is_file())
+    };
     let toolchain = match std::env::var_os(JS_TOOLCHAIN_VAR).filter(|v| !v.is_empty()) {
         Some(path) => std::path::absolute(PathBuf::from(path))?,
-        None => dir.join("node_modules"),
+        None => holding(JS_PACKAGES[0]).unwrap_or_else(|| dir.join("node_modules")),
     };
     for package in JS_PACKAGES {
         if !toolchain.join(package).join("package.json").is_file() {
@@ -292,7 +298,7 @@ fn build_js(dir: &Path, out: &Path, pins: &Pins) -> anyhow::Result<()> {
             );
         }
     }
-    if !dir.join("node_modules/carteiro-sdk/package.json").is_file() {
+    if holding("carteiro-sdk").is_none() {
         bail!(
             "carteiro-sdk is not in {}: run `npm install` there (package.json depends on \
              \"carteiro-sdk\": \"file:vendor/carteiro-sdk\")",
