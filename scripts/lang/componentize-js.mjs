@@ -5,7 +5,9 @@
 //   2. ComponentizeJS turns that module into a component of the carteiro:handler world.
 //
 // Usage: node scripts/lang/componentize-js.mjs ENTRY.js|ENTRY.ts OUT.wasm WIT_DIR
-// (run by scripts/build-lang-plugins.sh, which installs the pinned toolchain first).
+// (run by scripts/build-lang-plugins.sh, which installs the pinned toolchain first; and,
+// embedded in the binary, by `carteiro plugin build`, which runs it from a temporary folder
+// whose node_modules links to the project's toolchain: keep it free of relative imports).
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';

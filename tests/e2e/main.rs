@@ -12,5 +12,6 @@ mod relay_bytes;
 mod replay;
 mod resilience;
 mod runtime;
+mod scaffold;
 mod store_faults;
 mod support;

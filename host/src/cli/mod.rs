@@ -1,10 +1,17 @@
 //! The `carteiro` command line: argument types and dispatch. Each command lives in its own
 //! module; `main.rs` only sets up tracing and signals and calls [`run`].
+//!
+//! `ops` (run, check, migrate, relay, publish, outbox), `dlq`, `plugin_test`; for handler
+//! authors `scaffold` (`plugin new`), `plugin_build` (`plugin build`), `sdk` (the embedded
+//! SDKs, vendoring, `plugin sdk`) and `toolchain` (pinned build tools, missing-tool errors).
 
 mod dlq;
 mod ops;
+mod plugin_build;
 mod plugin_test;
 mod scaffold;
+mod sdk;
+mod toolchain;
 
 use clap::{Parser, Subcommand};
 use std::future::Future;
@@ -88,8 +95,33 @@ pub enum OutboxCommand {
 pub enum PluginCommand {
     /// Run a .wasm handler on one message with an in-memory store (no broker).
     Test(PluginTestArgs),
-    /// Scaffold a new handler crate.
+    /// Scaffold a handler project (Rust, Python or JavaScript) with a vendored SDK.
     New(scaffold::NewArgs),
+    /// Build a handler project into a WebAssembly component; prints its path.
+    Build(plugin_build::BuildArgs),
+    /// Compare a project's vendored SDK with this binary's, or rewrite it (--update).
+    Sdk(sdk::SdkArgs),
+}
+
+/// The language of a handler project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    /// Rust, built with cargo for wasm32-wasip2.
+    Rust,
+    /// Python, built with componentize-py.
+    Python,
+    /// JavaScript or TypeScript, built with ComponentizeJS.
+    Js,
+}
+
+impl std::fmt::Display for Lang {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Lang::Rust => "rust",
+            Lang::Python => "python",
+            Lang::Js => "js",
+        })
+    }
 }
 
 /// Runs a parsed command; returns the process exit code. `shutdown` resolves on SIGTERM.
@@ -107,5 +139,7 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()>) -> anyhow::Result
         Command::Dlq { config, command } => dlq::run(&config.config, command).await,
         Command::Plugin(PluginCommand::Test(args)) => plugin_test::run(args).await,
         Command::Plugin(PluginCommand::New(args)) => scaffold::run(args),
+        Command::Plugin(PluginCommand::Build(args)) => plugin_build::run(args),
+        Command::Plugin(PluginCommand::Sdk(args)) => sdk::run(args),
     }
 }
