@@ -1,8 +1,7 @@
 //! The gateway against a real RabbitMQ and SQLite: verdicts, retries, dead letters,
 //! idempotency and the relay, each test on its own queues and database.
 
-use crate::support::{Client, Gateway, json_props, route_config, unique, wait_for};
-use carteiro::store::DeadLetterFilter;
+use crate::support::{Client, Gateway, dead_letters, json_props, route_config, unique, wait_for};
 use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -40,26 +39,6 @@ impl Route {
             gw,
         }
     }
-}
-
-async fn dead_letters(
-    gw: &Gateway,
-    route: &str,
-    at_least: usize,
-) -> Vec<carteiro::store::DeadLetter> {
-    let filter = DeadLetterFilter {
-        route: Some(route.to_owned()),
-        ..Default::default()
-    };
-    wait_for(
-        &format!("{at_least} dead letters on {route}"),
-        WAIT,
-        || async {
-            let rows = gw.store.dead_letters_list(&filter).await.ok()?;
-            (rows.len() >= at_least).then_some(rows)
-        },
-    )
-    .await
 }
 
 #[tokio::test]
@@ -151,7 +130,7 @@ async fn malformed_payload_is_dead_lettered_with_reason_and_no_effects() {
             br#"{"matricula_id":"M9"}"#,
         )
         .await;
-    let rows = dead_letters(&gw, &queue, 1).await;
+    let rows = dead_letters(&gw.store, &queue, 1).await;
     assert!(
         rows[0].reason.contains("usuario_id") || rows[0].reason.contains("curso_id"),
         "{}",
@@ -188,7 +167,7 @@ async fn retries_back_off_then_exhaust_into_the_dlq() {
     client
         .publish(&exchange, "k", json_props("r-1"), b"{}")
         .await;
-    let rows = dead_letters(&gw, &queue, 1).await;
+    let rows = dead_letters(&gw.store, &queue, 1).await;
     let took = started.elapsed();
     assert!(
         took >= Duration::from_millis(600),
@@ -232,7 +211,7 @@ async fn guards_and_traps_end_in_the_dlq_while_good_messages_flow() {
     client
         .publish(&exchange, "k", json_props("ok-3"), &enrollment_body("M3"))
         .await;
-    let rows = dead_letters(&gw, &queue, 2).await;
+    let rows = dead_letters(&gw.store, &queue, 2).await;
     let reasons: Vec<&str> = rows.iter().map(|r| r.reason.as_str()).collect();
     assert!(
         reasons.iter().any(|r| r.contains("max_body_size")),
@@ -267,7 +246,7 @@ async fn a_trapping_plugin_is_dead_lettered_after_its_attempt_limit() {
     client
         .publish(&exchange, "k", json_props("t-1"), b"{}")
         .await;
-    let rows = dead_letters(&gw, &queue, 1).await;
+    let rows = dead_letters(&gw.store, &queue, 1).await;
     assert!(
         rows[0]
             .reason
@@ -344,7 +323,7 @@ async fn trapping_and_looping_messages_are_dead_lettered_while_others_flow() {
         })
         .await;
     }
-    let rows = dead_letters(&gw, &queue, 2).await;
+    let rows = dead_letters(&gw.store, &queue, 2).await;
     let reasons: Vec<&str> = rows.iter().map(|r| r.reason.as_str()).collect();
     assert!(
         reasons

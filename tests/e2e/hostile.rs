@@ -4,11 +4,12 @@
 //! hostile message ends somewhere visible with a reason, and good messages keep flowing
 //! within a latency bound meanwhile.
 
+use crate::support::dead_letters;
 use crate::support::{
     Client, Gateway, json_props, pg_database, route_config, unique, wait_for, with_store,
 };
 use carteiro::metrics::Metrics;
-use carteiro::store::{DeadLetter, DeadLetterFilter, Store};
+use carteiro::store::DeadLetter;
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use std::sync::Arc;
@@ -90,22 +91,6 @@ impl Route {
     pub async fn dead_letters(&self, at_least: usize) -> Vec<DeadLetter> {
         dead_letters(&self.gw.store, &self.queue, at_least).await
     }
-}
-
-pub async fn dead_letters(store: &Store, route: &str, at_least: usize) -> Vec<DeadLetter> {
-    let filter = DeadLetterFilter {
-        route: Some(route.to_owned()),
-        ..Default::default()
-    };
-    wait_for(
-        &format!("{at_least} dead letters on {route}"),
-        WAIT,
-        || async {
-            let rows = store.dead_letters_list(&filter).await.ok()?;
-            (rows.len() >= at_least).then_some(rows)
-        },
-    )
-    .await
 }
 
 fn text(value: &[u8]) -> AMQPValue {

@@ -4,7 +4,7 @@
 //! names the field, SIGKILL after commit — and each language's misbehaving fixture
 //! classified, with the host healthy afterwards.
 
-use crate::hostile::dead_letters;
+use crate::support::dead_letters;
 use crate::support::{
     Client, Gateway, crash_at_fault, json_props, plugin, route_config, unique, wait_for,
 };

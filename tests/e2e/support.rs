@@ -387,3 +387,24 @@ pub async fn seed_outbox(store: &carteiro::store::Store, exchange: &str, keys: u
         }
     }
 }
+
+/// Waits (30 s at most) until `route` has at least `at_least` archived dead letters.
+pub async fn dead_letters(
+    store: &carteiro::store::Store,
+    route: &str,
+    at_least: usize,
+) -> Vec<carteiro::store::DeadLetter> {
+    let filter = carteiro::store::DeadLetterFilter {
+        route: Some(route.to_owned()),
+        ..Default::default()
+    };
+    wait_for(
+        &format!("{at_least} dead letters on {route}"),
+        Duration::from_secs(30),
+        || async {
+            let rows = store.dead_letters_list(&filter).await.ok()?;
+            (rows.len() >= at_least).then_some(rows)
+        },
+    )
+    .await
+}

@@ -3,7 +3,7 @@
 //! while the store is unavailable.
 
 use super::{Running, carteiro};
-use crate::hostile::dead_letters;
+use crate::support::dead_letters;
 use crate::support::{Client, json_props, load_config, route_config, unique, wait_for};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
