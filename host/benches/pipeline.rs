@@ -200,6 +200,7 @@ listen = ""
 [plugins.enrollment]
 path = "{plugin}"
 timeout = "5s"
+{concurrency}
 [plugins.enrollment.variables]
 events_exchange = "bench.events"
 [[routes]]
@@ -211,6 +212,10 @@ idempotency_key = "message_id"
         amqp = s.amqp,
         plugin = plugin.display(),
         prefetch = s.prefetch,
+        // BENCH_MAX_CONCURRENCY: the plugin's max_concurrency (default: the gateway's).
+        concurrency = std::env::var("BENCH_MAX_CONCURRENCY")
+            .map(|n| format!("max_concurrency = {n}"))
+            .unwrap_or_default(),
     )
 }
 
