@@ -6,6 +6,11 @@
 #   scripts/rabbitmq.sh restart [NAME] [PORT]  stop then start (tests use this for broker restarts)
 #   scripts/rabbitmq.sh url     [NAME] [PORT]  print the AMQP URL without starting anything
 #   scripts/rabbitmq.sh status                 list the instances under .local/rabbitmq
+#   scripts/rabbitmq.sh cluster start [N] [PORT]  N nodes (default 3) cluster-1..N on PORT,
+#                                              PORT+1, ... (default 5700), joined into one
+#                                              cluster; prints one AMQP URL per node
+#   scripts/rabbitmq.sh cluster stop|urls      stop every node / print their URLs
+#   scripts/rabbitmq.sh cluster leader QUEUE   the node leading quorum queue QUEUE
 #
 # NAME defaults to "carteiro", PORT to 5673 (a system broker usually owns 5672). Each instance
 # is a plain process of ours with all state under <repo>/.local/rabbitmq/NAME, so several can
@@ -160,11 +165,70 @@ cmd_status() {
     done
 }
 
+CLUSTER_PREFIX=cluster
+
+cluster_nodes() {
+    local d
+    for d in "$BASE/$CLUSTER_PREFIX"-*/; do
+        [ -d "$d" ] && basename "$d"
+    done | sort -t- -k2 -n
+}
+
+cmd_cluster() {
+    local sub="${1:-}"
+    shift || true
+    case "$sub" in
+    start)
+        local n="${1:-3}" base="${2:-5700}" i first="$CLUSTER_PREFIX-1"
+        case "$n" in '' | *[!0-9]*) die "cluster size must be a number, got '$n'" ;; esac
+        for i in $(seq 1 "$n"); do
+            local name="$CLUSTER_PREFIX-$i"
+            if [ "$i" -gt 1 ]; then
+                # One Erlang cookie for every node, or they cannot talk.
+                mkdir -p "$BASE/$name/home"
+                install -m 400 "$BASE/$first/home/.erlang.cookie" "$BASE/$name/home/.erlang.cookie"
+            fi
+            cmd_start "$name" $((base + i - 1)) >/dev/null
+            if [ "$i" -gt 1 ]; then
+                setup_env "$name" ""
+                if ! ctl cluster_status 2>/dev/null | grep -q "$first@localhost"; then
+                    ctl stop_app >/dev/null
+                    ctl join_cluster "$first@localhost" >/dev/null
+                    ctl start_app >/dev/null
+                fi
+            fi
+        done
+        cmd_cluster urls
+        ;;
+    stop)
+        local name
+        for name in $(cluster_nodes); do cmd_stop "$name"; done
+        ;;
+    urls)
+        local name
+        for name in $(cluster_nodes); do setup_env "$name" ""; url; done
+        ;;
+    leader)
+        [ -n "${1:-}" ] || die "usage: cluster leader QUEUE"
+        local name
+        for name in $(cluster_nodes); do
+            setup_env "$name" ""
+            is_up || continue
+            ctl list_queues -q --no-table-headers name leader 2>/dev/null |
+                awk -v q="$1" '$1 == q { sub(/@.*/, "", $2); print $2; found = 1 } END { exit !found }' && return 0
+        done
+        die "no running node knows queue $1"
+        ;;
+    *) die "usage: cluster start [N] [PORT] | stop | urls | leader QUEUE" ;;
+    esac
+}
+
 case "${1:-}" in
+cluster) shift; cmd_cluster "$@" ;;
 start) shift; cmd_start "$@" ;;
 stop) shift; cmd_stop "$@" ;;
 restart) shift; cmd_stop "${1:-carteiro}"; cmd_start "$@" ;;
 url) shift; setup_env "${1:-carteiro}" "${2:-}"; url ;;
 status) cmd_status ;;
-*) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+*) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

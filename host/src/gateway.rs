@@ -83,7 +83,7 @@ pub async fn seal_key(store: &Store) -> anyhow::Result<SealKey> {
 /// Broker settings from the config.
 pub fn broker_settings(config: &Config, name: &str) -> BrokerSettings {
     BrokerSettings {
-        url: config.broker.url.clone(),
+        urls: config.broker.addresses(),
         connect: ConnectOptions {
             heartbeat: config.broker.heartbeat,
             connect_timeout: config.broker.connect_timeout,

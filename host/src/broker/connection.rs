@@ -1,5 +1,6 @@
 //! Opening a connection to RabbitMQ.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lapin::{Connection, ConnectionProperties, uri::AMQPUri};
@@ -103,6 +104,50 @@ pub async fn connect(url: &str, opts: &ConnectOptions) -> Result<Connection, Bro
             timeout: opts.connect_timeout,
         }),
     }
+}
+
+/// Where the next [`connect_any`] starts, so reconnects after a node loss do not all try
+/// the dead node first.
+static NEXT_ADDRESS: AtomicUsize = AtomicUsize::new(0);
+
+/// Opens one connection to the first of `urls` that answers, starting one further along the
+/// list on every call (a cluster's nodes; one URL behaves like [`connect`]). The error is the
+/// last node's, naming how many were tried.
+pub async fn connect_any(
+    urls: &[String],
+    opts: &ConnectOptions,
+) -> Result<Connection, BrokerError> {
+    let Some(first) = urls.first() else {
+        return Err(BrokerError::InvalidUrl {
+            url: String::new(),
+            reason: "no broker URL configured".into(),
+        });
+    };
+    if urls.len() == 1 {
+        return connect(first, opts).await;
+    }
+    let start = NEXT_ADDRESS.fetch_add(1, Ordering::Relaxed);
+    let mut last = None;
+    for i in 0..urls.len() {
+        let url = &urls[(start + i) % urls.len()];
+        match connect(url, opts).await {
+            Ok(conn) => return Ok(conn),
+            Err(BrokerError::InvalidUrl { url, reason }) => {
+                return Err(BrokerError::InvalidUrl { url, reason });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "broker node unreachable; trying the next");
+                last = Some(e);
+            }
+        }
+    }
+    Err(last.map_or_else(
+        || BrokerError::Channel("no broker node answered".into()),
+        |e| BrokerError::Connect {
+            url: format!("all {} nodes", urls.len()),
+            reason: e.to_string(),
+        },
+    ))
 }
 
 /// `::1` from `amqp://u:p@[::1]:5672/v`.

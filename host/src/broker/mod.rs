@@ -19,5 +19,5 @@ pub mod seal;
 pub(crate) mod testing;
 
 pub use backoff::JitteredBackoff;
-pub use connection::{BrokerError, ConnectOptions, connect, redact_url};
+pub use connection::{BrokerError, ConnectOptions, connect, connect_any, redact_url};
 pub use publisher::{ConfirmedPublisher, Outgoing, PublishError, PublisherOptions};

@@ -1,7 +1,7 @@
 //! `carteiro dlq list|show|stats|replay|purge`: the dead-letter store for operators.
 
 use super::ops::load_config;
-use crate::broker::connect;
+use crate::broker::connect_any;
 use crate::dlq::run::{Progress, ReplayOptions};
 use crate::gateway::{self, broker_settings};
 use crate::store::DeadLetterFilter;
@@ -214,7 +214,7 @@ async fn replay(
         return Ok(0);
     }
     let settings = broker_settings(config, "carteiro dlq replay");
-    let conn = std::sync::Arc::new(connect(&settings.url, &settings.connect).await?);
+    let conn = std::sync::Arc::new(connect_any(&settings.urls, &settings.connect).await?);
     let publisher = crate::dlq::replay_publisher(conn).await?;
     let seal = gateway::seal_key(store).await?;
     let timeout = config.broker.publish_timeout;

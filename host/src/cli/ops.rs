@@ -1,6 +1,6 @@
 //! Operator commands: `run`, `check`, `migrate`, `relay`, `outbox status`.
 
-use crate::broker::connect;
+use crate::broker::connect_any;
 use crate::config::{self, Config};
 use crate::gateway::{self, broker_settings};
 use crate::metrics::Metrics;
@@ -56,7 +56,7 @@ pub async fn check(path: &Path, no_environment: bool) -> anyhow::Result<i32> {
     );
     let settings = broker_settings(&config, "carteiro check");
     // BrokerError already names the (redacted) URL; adding it again printed it twice.
-    let conn = connect(&settings.url, &settings.connect).await?;
+    let conn = connect_any(&settings.urls, &settings.connect).await?;
     for route in &config.routes {
         declare_route(&conn, &RouteTopology::for_route(route))
             .await
@@ -129,7 +129,7 @@ pub async fn publish(path: &Path, args: PublishArgs) -> anyhow::Result<i32> {
     use crate::broker::{ConfirmedPublisher, Outgoing, PublisherOptions};
     let config = load_config(path)?;
     let settings = broker_settings(&config, "carteiro publish");
-    let conn = Arc::new(connect(&settings.url, &settings.connect).await?);
+    let conn = Arc::new(connect_any(&settings.urls, &settings.connect).await?);
     let publisher = ConfirmedPublisher::open(conn, PublisherOptions { lanes: 1 }).await?;
     let mut properties = lapin::BasicProperties::default()
         .with_delivery_mode(2)

@@ -50,7 +50,12 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 pub struct BrokerConfig {
     /// AMQP URL; `${VAR}` is replaced from the environment. Never logged with its password.
+    #[serde(default)]
     pub url: String,
+    /// Instead of `url`: the nodes of a cluster, tried in turn on every (re)connect, so a
+    /// route fails over when its node goes away. `${VAR}` is replaced in each.
+    #[serde(default)]
+    pub urls: Vec<String>,
     /// AMQP heartbeat: how fast a silent dead connection is noticed.
     #[serde(default = "default_heartbeat", with = "units::duration")]
     pub heartbeat: Duration,
@@ -63,6 +68,17 @@ pub struct BrokerConfig {
     /// Longest wait between reconnection attempts (jittered exponential backoff).
     #[serde(default = "default_reconnect_max", with = "units::duration")]
     pub reconnect_max_backoff: Duration,
+}
+
+impl BrokerConfig {
+    /// Every broker address to try: `urls`, or the one `url`.
+    pub fn addresses(&self) -> Vec<String> {
+        if self.urls.is_empty() {
+            vec![self.url.clone()]
+        } else {
+            self.urls.clone()
+        }
+    }
 }
 
 fn default_heartbeat() -> Duration {
@@ -182,6 +198,10 @@ pub struct RelayConfig {
     /// Published rows are deleted after this long.
     #[serde(default = "default_relay_retention", with = "units::duration")]
     pub retention: Duration,
+    /// How long a claim leases its rows: a relay that stops (crash, SIGSTOP, lost database)
+    /// hands its rows to another after this. Never below three publish timeouts.
+    #[serde(default = "default_relay_lease", with = "units::duration")]
+    pub lease: Duration,
 }
 
 fn default_true() -> bool {
@@ -199,6 +219,9 @@ fn default_poll_interval() -> Duration {
 fn default_relay_retention() -> Duration {
     Duration::from_secs(24 * 3600)
 }
+fn default_relay_lease() -> Duration {
+    Duration::from_secs(30)
+}
 
 impl Default for RelayConfig {
     fn default() -> Self {
@@ -208,6 +231,7 @@ impl Default for RelayConfig {
             max_in_flight_bytes: default_max_in_flight_bytes(),
             poll_interval: default_poll_interval(),
             retention: default_relay_retention(),
+            lease: default_relay_lease(),
         }
     }
 }

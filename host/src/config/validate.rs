@@ -105,8 +105,34 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
             ),
         ));
     }
-    config.broker.url =
-        interpolate(&config.broker.url).map_err(|m| err(line_of_key("url"), "broker.url", m))?;
+    match (config.broker.url.is_empty(), config.broker.urls.is_empty()) {
+        (true, true) => {
+            return Err(err(
+                line_of_key("[broker]"),
+                "broker.url",
+                "missing; set `url` (one broker) or `urls` (the nodes of a cluster)".into(),
+            ));
+        }
+        (false, false) => {
+            return Err(err(
+                line_of_key("urls"),
+                "broker.urls",
+                "set either `url` or `urls`, not both".into(),
+            ));
+        }
+        _ => {}
+    }
+    if !config.broker.url.is_empty() {
+        config.broker.url = interpolate(&config.broker.url)
+            .map_err(|m| err(line_of_key("url"), "broker.url", m))?;
+    }
+    for url in &mut config.broker.urls {
+        *url = interpolate(url).map_err(|m| err(line_of_key("urls"), "broker.urls", m))?;
+    }
+    if config.broker.url.is_empty() {
+        // The first node names the broker in logs and single-connection commands.
+        config.broker.url = config.broker.urls[0].clone();
+    }
     config.store.url =
         interpolate(&config.store.url).map_err(|m| err(line_of_key("url"), "store.url", m))?;
     config.store.url = resolve_sqlite_path(&config.store.url, base_dir);

@@ -7,7 +7,7 @@ use super::archiver;
 use super::context::RouteContext;
 use super::process::process;
 use crate::broker::{
-    ConfirmedPublisher, ConnectOptions, JitteredBackoff, PublisherOptions, connect,
+    ConfirmedPublisher, ConnectOptions, JitteredBackoff, PublisherOptions, connect_any,
 };
 use crate::topology::{TopologyError, declare_route};
 use futures::StreamExt;
@@ -21,7 +21,8 @@ use tokio_util::sync::CancellationToken;
 /// Broker settings shared by every route.
 #[derive(Clone)]
 pub struct BrokerSettings {
-    pub url: String,
+    /// Every node to try, in turn (`[broker] url` or `urls`).
+    pub urls: Vec<String>,
     pub connect: ConnectOptions,
     pub reconnect_max_backoff: Duration,
     /// How long in-flight deliveries may take to finish after SIGTERM.
@@ -81,7 +82,7 @@ async fn session(
     backoff: &mut JitteredBackoff,
 ) -> Result<(), SessionError> {
     let conn = Arc::new(
-        connect(&broker.url, &broker.connect)
+        connect_any(&broker.urls, &broker.connect)
             .await
             .map_err(|e| SessionError::Lost(e.to_string()))?,
     );

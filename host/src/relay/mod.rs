@@ -18,7 +18,7 @@ mod session;
 use crate::broker::outgoing::Unpublishable;
 pub use crate::broker::outgoing::event_properties;
 use crate::broker::{
-    ConfirmedPublisher, ConnectOptions, JitteredBackoff, Outgoing, PublisherOptions, connect,
+    ConfirmedPublisher, ConnectOptions, JitteredBackoff, Outgoing, PublisherOptions, connect_any,
 };
 use crate::common::FaultPoint;
 use crate::config::Config;
@@ -29,15 +29,13 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// A lease outlives any publish by far; a crashed relay's rows come back after it.
-const LEASE: Duration = Duration::from_secs(30);
-
 /// One relay instance.
 pub struct Relay {
     store: Store,
     metrics: Arc<Metrics>,
     wake: Arc<Notify>,
-    url: String,
+    /// Broker nodes, tried in turn.
+    urls: Vec<String>,
     /// The store's URL, for PostgreSQL `LISTEN` (never logged).
     store_url: String,
     connect: ConnectOptions,
@@ -47,7 +45,7 @@ pub struct Relay {
     max_in_flight_bytes: u64,
     poll_interval: Duration,
     reconnect_max: Duration,
-    /// How long a claim leases its rows: [`LEASE`], or more with a long publish timeout.
+    /// How long a claim leases its rows: `[relay] lease`, or more with a long publish timeout.
     lease: Duration,
     fault: Option<FaultPoint>,
 }
@@ -64,7 +62,7 @@ impl Relay {
             store,
             metrics,
             wake: wake.unwrap_or_default(),
-            url: config.broker.url.clone(),
+            urls: config.broker.addresses(),
             store_url: config.store.url.clone(),
             connect: ConnectOptions {
                 heartbeat: config.broker.heartbeat,
@@ -76,7 +74,7 @@ impl Relay {
             max_in_flight_bytes: config.relay.max_in_flight_bytes.max(1),
             poll_interval: config.relay.poll_interval,
             reconnect_max: config.broker.reconnect_max_backoff,
-            lease: LEASE.max(config.broker.publish_timeout * 3),
+            lease: config.relay.lease.max(config.broker.publish_timeout * 3),
             fault: FaultPoint::from_env(),
         }
     }
@@ -125,7 +123,7 @@ impl Relay {
     }
 
     async fn open_publisher(&self) -> anyhow::Result<ConfirmedPublisher> {
-        let conn = Arc::new(connect(&self.url, &self.connect).await?);
+        let conn = Arc::new(connect_any(&self.urls, &self.connect).await?);
         let lanes = PublisherOptions::for_in_flight(self.max_in_flight);
         Ok(ConfirmedPublisher::open(conn, lanes).await?)
     }

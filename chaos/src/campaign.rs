@@ -1,0 +1,601 @@
+//! One campaign: services, gateways and relays, the workload, faults at random moments,
+//! then the drain and the checker.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use lapin::options::{BasicAckOptions, BasicGetOptions, ExchangeDeclareOptions, QueueBindOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use tokio::sync::Mutex;
+
+use crate::checker::{
+    self, FaultSpan, Findings, ROUTE_COUNTER, ROUTE_DOWNSTREAM, ROUTE_ENROLL, ROUTE_FLAKY, State,
+};
+use crate::config::{self, DOWN_EXCHANGE, DOWN_QUEUE, EVENTS_EXCHANGE, Setup};
+use crate::faults::{self, Fault, World};
+use crate::procs::Proc;
+use crate::services::{Broker, Postgres};
+use crate::sink::{self, SINK_QUEUE};
+use crate::workload::{self, Lag, Ledger};
+use crate::{broker, collect};
+
+/// Longest the campaign waits for progress after a fault before it calls it a stall.
+const RECOVERY_BOUND: Duration = Duration::from_secs(120);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// How to run one campaign.
+pub struct Options {
+    pub repo: PathBuf,
+    pub binary: PathBuf,
+    pub backend: Backend,
+    pub cluster: bool,
+    pub seed: u64,
+    /// Quiet time first (the baseline throughput), then faults until `duration`.
+    pub quiet: Duration,
+    pub duration: Duration,
+    /// Random wait between faults.
+    pub gap: (f64, f64),
+    /// Inputs kept waiting ahead of the gateways.
+    pub backlog: u64,
+    pub drain_timeout: Duration,
+}
+
+/// One injected fault.
+#[derive(Debug, Clone, Serialize)]
+pub struct FaultRecord {
+    pub fault: Fault,
+    pub target: String,
+    pub start_ms: u64,
+    pub healed_ms: u64,
+    /// First progress after healing; `None`: none within [`RECOVERY_BOUND`].
+    pub recovered_ms: Option<u64>,
+}
+
+/// What a campaign found.
+#[derive(Debug, Serialize)]
+pub struct Outcome {
+    pub backend: Backend,
+    pub cluster: bool,
+    pub seed: u64,
+    pub seconds: f64,
+    pub published: u64,
+    pub duplicates_published: u64,
+    pub republished: u64,
+    pub faults: Vec<FaultRecord>,
+    /// Processes that exited without being killed (restarted by the campaign).
+    pub unexpected_exits: Vec<String>,
+    pub drained: bool,
+    /// Commits (inputs finished upstream plus events consumed downstream) per second with
+    /// no fault active, and during faults (from injection to first progress after healing).
+    pub rate_quiet: f64,
+    pub rate_faults: f64,
+    pub findings: Findings,
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        self.findings.passed()
+            && self.drained
+            && self.faults.iter().all(|f| f.recovered_ms.is_some())
+    }
+}
+
+pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
+    let started = Instant::now();
+    let ms = move || started.elapsed().as_millis() as u64;
+    let postgres = opts.backend == Backend::Postgres;
+    let name = format!(
+        "{}{}-{}",
+        if postgres { "postgres" } else { "sqlite" },
+        if opts.cluster { "-cluster" } else { "" },
+        opts.seed
+    );
+    let dir = opts.repo.join(".local/chaos").join(&name);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    std::fs::create_dir_all(&dir)?;
+    println!("chaos: run folder {}", dir.display());
+
+    println!(
+        "chaos: starting a fresh broker{}",
+        if opts.cluster {
+            " cluster (3 nodes)"
+        } else {
+            ""
+        }
+    );
+    let broker = tokio::task::block_in_place(|| Broker::fresh(&opts.repo, opts.cluster))?;
+    let urls = broker.urls();
+    let (pg, store_url, sqlite) = if postgres {
+        let pg = Postgres::fresh(&opts.repo).await?;
+        let url = pg.url();
+        (Some(pg), url, None)
+    } else {
+        let path = dir.join("carteiro.db");
+        (None, format!("sqlite://{}", path.display()), Some(path))
+    };
+    let config_path = dir.join("carteiro.toml");
+    let plugins = opts.repo.join("target/plugins");
+    std::fs::write(
+        &config_path,
+        config::render(&Setup {
+            broker_urls: &urls,
+            store_url: &store_url,
+            plugins: &plugins,
+            relay_in_gateway: !postgres,
+            quorum: opts.cluster,
+        }),
+    )?;
+    migrate(&opts.binary, &config_path)?;
+
+    let processes = if postgres { 2 } else { 1 };
+    let mut world = World {
+        gateways: (1..=processes)
+            .map(|i| {
+                Proc::spawn(
+                    &opts.binary,
+                    "run",
+                    &format!("gateway-{i}"),
+                    &config_path,
+                    &dir,
+                )
+            })
+            .collect::<anyhow::Result<_>>()?,
+        relays: if postgres {
+            (1..=2)
+                .map(|i| {
+                    Proc::spawn(
+                        &opts.binary,
+                        "relay",
+                        &format!("relay-{i}"),
+                        &config_path,
+                        &dir,
+                    )
+                })
+                .collect::<anyhow::Result<_>>()?
+        } else {
+            Vec::new()
+        },
+        broker,
+        postgres: pg,
+        sqlite,
+    };
+    wait_ready(&mut world).await?;
+    declare_sinks(&urls, opts.cluster).await?;
+    let pool = collect::open(&store_url).await?;
+
+    let stop_publisher = Arc::new(AtomicBool::new(false));
+    let stop_sink = Arc::new(AtomicBool::new(false));
+    let stop_sampler = Arc::new(AtomicBool::new(false));
+    let ledger = Arc::new(Ledger::default());
+    let lag = Arc::new(Lag::default());
+    let arrivals = Arc::new(Mutex::new(Vec::new()));
+    let samples = Arc::new(Mutex::new(Vec::<(u64, u64)>::new()));
+    let mut rng = StdRng::seed_from_u64(opts.seed);
+    let publisher = tokio::spawn(workload::publish(
+        urls.clone(),
+        StdRng::seed_from_u64(opts.seed ^ 0x5eed),
+        ledger.clone(),
+        lag.clone(),
+        opts.backlog,
+        stop_publisher.clone(),
+    ));
+    let sink = tokio::spawn(sink::run(
+        urls.clone(),
+        started,
+        arrivals.clone(),
+        stop_sink.clone(),
+    ));
+    let sampler = tokio::spawn(sample(
+        pool.clone(),
+        lag.clone(),
+        samples.clone(),
+        started,
+        stop_sampler.clone(),
+    ));
+
+    println!(
+        "chaos: {:.0} s quiet, then faults until {:.0} s (seed {})",
+        opts.quiet.as_secs_f64(),
+        opts.duration.as_secs_f64(),
+        opts.seed
+    );
+    tokio::time::sleep(opts.quiet).await;
+    let weights = faults::weights(postgres, opts.cluster);
+    let deadline = started + opts.duration;
+    let mut records = Vec::new();
+    let mut unexpected_exits = Vec::new();
+    while Instant::now() < deadline {
+        let gap = Duration::from_secs_f64(rng.random_range(opts.gap.0..opts.gap.1));
+        tokio::time::sleep(gap).await;
+        restart_exited(&mut world, &mut unexpected_exits, ms())?;
+        let fault = faults::pick(&mut rng, &weights);
+        let start_ms = ms();
+        let target = match tokio::time::timeout(
+            Duration::from_secs(180),
+            faults::inject(&mut world, fault, &mut rng),
+        )
+        .await
+        {
+            Ok(Ok(target)) => target,
+            Ok(Err(e)) => bail!("injecting {} failed: {e:#}", fault.name()),
+            Err(_) => bail!("injecting {} did not finish within 180 s", fault.name()),
+        };
+        let healed_ms = ms();
+        let recovered_ms = recovery(&lag.commits, started).await;
+        println!(
+            "chaos: {:>7.1} s  {:<24} {:<36} recovered in {}",
+            start_ms as f64 / 1e3,
+            fault.name(),
+            target,
+            recovered_ms.map_or("NEVER".to_owned(), |r| format!(
+                "{:.2} s",
+                (r - healed_ms) as f64 / 1e3
+            ))
+        );
+        records.push(FaultRecord {
+            fault,
+            target,
+            start_ms,
+            healed_ms,
+            recovered_ms,
+        });
+    }
+    restart_exited(&mut world, &mut unexpected_exits, ms())?;
+    stop_publisher.store(true, Ordering::Relaxed);
+    publisher.await?;
+    println!(
+        "chaos: publishing stopped after {} inputs ({} duplicates); draining",
+        ledger.confirmed.load(Ordering::Relaxed),
+        ledger.duplicates.load(Ordering::Relaxed)
+    );
+
+    let drained = drain(&urls, &pool, opts.drain_timeout).await;
+    if !drained {
+        eprintln!("chaos: NOT drained within {:?}", opts.drain_timeout);
+    }
+    restart_exited(&mut world, &mut unexpected_exits, ms())?;
+    for p in world.gateways.iter_mut().chain(world.relays.iter_mut()) {
+        p.terminate(Duration::from_secs(40));
+    }
+    let queued = take_queued(&urls).await?;
+    wait_sink_empty(&urls).await;
+    stop_sink.store(true, Ordering::Relaxed);
+    stop_sampler.store(true, Ordering::Relaxed);
+    sink.await?;
+    sampler.await?;
+
+    let mut state = State {
+        sent: ledger.sent.lock().await.clone(),
+        queued,
+        sink: arrivals.lock().await.clone(),
+        faults: records
+            .iter()
+            .map(|r| FaultSpan {
+                start_ms: r.start_ms,
+                healed_ms: r.recovered_ms.unwrap_or(r.healed_ms),
+            })
+            .collect(),
+        window_ms: (faults::LEASE + Duration::from_secs(7)).as_millis() as u64,
+        ..State::default()
+    };
+    collect::store(&pool, &mut state).await?;
+    let findings = checker::check(&state);
+    let (rate_quiet, rate_faults) = rates(
+        &samples.lock().await,
+        &records,
+        opts.quiet.as_millis() as u64,
+    );
+    std::fs::write(
+        dir.join("findings.json"),
+        serde_json::to_string_pretty(&findings)?,
+    )?;
+    Ok(Outcome {
+        backend: opts.backend,
+        cluster: opts.cluster,
+        seed: opts.seed,
+        seconds: started.elapsed().as_secs_f64(),
+        published: ledger.confirmed.load(Ordering::Relaxed),
+        duplicates_published: ledger.duplicates.load(Ordering::Relaxed),
+        republished: ledger.republished.load(Ordering::Relaxed),
+        faults: records,
+        unexpected_exits,
+        drained,
+        rate_quiet,
+        rate_faults,
+        findings,
+    })
+}
+
+fn migrate(binary: &Path, config: &Path) -> anyhow::Result<()> {
+    let out = std::process::Command::new(binary)
+        .args(["migrate", "-c"])
+        .arg(config)
+        .output()
+        .context("run carteiro migrate")?;
+    if !out.status.success() {
+        bail!(
+            "carteiro migrate failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// Every gateway consumes its four routes and every relay runs, within 120 s.
+async fn wait_ready(world: &mut World) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let gateways = world
+            .gateways
+            .iter()
+            .all(|g| g.tail(400).matches("consumer started").count() >= 4);
+        let relays = world
+            .relays
+            .iter()
+            .all(|r| r.tail(400).contains("outbox relay running"));
+        if gateways && relays {
+            return Ok(());
+        }
+        for p in world.gateways.iter_mut().chain(world.relays.iter_mut()) {
+            if let Some(status) = p.exited() {
+                bail!(
+                    "{} exited during start-up ({status}):\n{}",
+                    p.name,
+                    p.tail(30)
+                );
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("the gateways were not consuming within 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The sink on the events exchange, and a capped queue for the downstream route's events.
+async fn declare_sinks(urls: &[String], quorum: bool) -> anyhow::Result<()> {
+    let conn = broker::connect(urls).await?;
+    let ch = conn.create_channel().await?;
+    broker::declare_queue(&ch, SINK_QUEUE, quorum).await?;
+    ch.queue_bind(
+        SINK_QUEUE.into(),
+        EVENTS_EXCHANGE.into(),
+        "#".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await?;
+    let durable = ExchangeDeclareOptions {
+        durable: true,
+        ..ExchangeDeclareOptions::default()
+    };
+    ch.exchange_declare(
+        DOWN_EXCHANGE.into(),
+        lapin::ExchangeKind::Topic,
+        durable,
+        FieldTable::default(),
+    )
+    .await?;
+    let mut args = FieldTable::default();
+    args.insert(
+        ShortString::from("x-max-length"),
+        AMQPValue::LongLongInt(1_000),
+    );
+    if quorum {
+        args.insert(
+            ShortString::from("x-queue-type"),
+            AMQPValue::LongString(LongString::from("quorum")),
+        );
+    }
+    let opts = lapin::options::QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    ch.queue_declare(DOWN_QUEUE.into(), opts, args).await?;
+    ch.queue_bind(
+        DOWN_QUEUE.into(),
+        DOWN_EXCHANGE.into(),
+        "#".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await?;
+    conn.close(200, "declared".into()).await?;
+    Ok(())
+}
+
+/// Progress once a second, for the publisher's backlog, recoveries and throughput.
+async fn sample(
+    pool: sqlx::AnyPool,
+    lag: Arc<Lag>,
+    samples: Arc<Mutex<Vec<(u64, u64)>>>,
+    started: Instant,
+    stop: Arc<AtomicBool>,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        if let Some((done, events)) = collect::downstream(&pool).await {
+            lag.events_behind
+                .store(events.saturating_sub(done), Ordering::Relaxed);
+        }
+        if let Some((done, _)) = collect::progress(&pool).await {
+            lag.processed.store(done, Ordering::Relaxed);
+            samples
+                .lock()
+                .await
+                .push((started.elapsed().as_millis() as u64, done));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// When progress first resumes after a healed fault.
+async fn recovery(processed: &AtomicU64, started: Instant) -> Option<u64> {
+    let before = processed.load(Ordering::Relaxed);
+    let deadline = Instant::now() + RECOVERY_BOUND;
+    while Instant::now() < deadline {
+        if processed.load(Ordering::Relaxed) > before {
+            return Some(started.elapsed().as_millis() as u64);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+/// A process that died on its own is a finding; it is restarted so the campaign goes on.
+fn restart_exited(world: &mut World, exits: &mut Vec<String>, at_ms: u64) -> anyhow::Result<()> {
+    for p in world.gateways.iter_mut().chain(world.relays.iter_mut()) {
+        if let Some(status) = p.exited() {
+            let what = format!(
+                "{} exited ({status}) at {:.1} s: {}",
+                p.name,
+                at_ms as f64 / 1e3,
+                p.tail(3)
+            );
+            eprintln!("chaos: {what}");
+            exits.push(what);
+            p.start()?;
+        }
+    }
+    Ok(())
+}
+
+/// Waits until every queue is empty, the outbox is published and every event took effect
+/// downstream, and that holds for three samples in a row.
+async fn drain(urls: &[String], pool: &sqlx::AnyPool, bound: Duration) -> bool {
+    let deadline = Instant::now() + bound;
+    let mut quiet = 0;
+    while Instant::now() < deadline {
+        let empty = queues_empty(urls).await;
+        let outbox = collect::progress(pool)
+            .await
+            .is_some_and(|(_, pending)| pending == 0);
+        let downstream = collect::downstream(pool)
+            .await
+            .is_some_and(|(done, events)| done == events);
+        quiet = if empty && outbox && downstream {
+            quiet + 1
+        } else {
+            0
+        };
+        if quiet >= 3 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    false
+}
+
+fn all_queues() -> Vec<String> {
+    [ROUTE_ENROLL, ROUTE_COUNTER, ROUTE_FLAKY, ROUTE_DOWNSTREAM]
+        .iter()
+        .flat_map(|r| config::queues_of(r))
+        .collect()
+}
+
+async fn queues_empty(urls: &[String]) -> bool {
+    let Ok(conn) = broker::connect(urls).await else {
+        return false;
+    };
+    let mut empty = true;
+    for q in all_queues() {
+        // A passive declare of a missing queue closes the channel: one channel per queue.
+        let Ok(ch) = conn.create_channel().await else {
+            return false;
+        };
+        empty &= broker::depth(&ch, &q).await.unwrap_or(0) == 0;
+    }
+    let _ = conn.close(200, "checked".into()).await;
+    empty
+}
+
+/// After the gateways stopped: the message ids left in any route queue.
+async fn take_queued(urls: &[String]) -> anyhow::Result<std::collections::HashSet<String>> {
+    let conn = broker::connect(urls).await?;
+    let mut ids = std::collections::HashSet::new();
+    for q in all_queues() {
+        let ch = conn.create_channel().await?;
+        for _ in 0..1_000_000 {
+            let get = ch.basic_get(q.as_str().into(), BasicGetOptions::default());
+            let Ok(Ok(Some(msg))) = tokio::time::timeout(Duration::from_secs(5), get).await else {
+                break;
+            };
+            if let Some(id) = msg.delivery.properties.message_id() {
+                ids.insert(id.to_string());
+            }
+            msg.delivery.acker.ack(BasicAckOptions::default()).await?;
+        }
+    }
+    if !ids.is_empty() {
+        println!(
+            "chaos: {} messages were still queued after the drain",
+            ids.len()
+        );
+    }
+    Ok(ids)
+}
+
+async fn wait_sink_empty(urls: &[String]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok(conn) = broker::connect(urls).await
+            && let Ok(ch) = conn.create_channel().await
+            && broker::depth(&ch, SINK_QUEUE).await == Some(0)
+        {
+            // Let the consumer's last deliveries land.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Commits per second outside faults and during them.
+fn rates(samples: &[(u64, u64)], faults: &[FaultRecord], quiet_from: u64) -> (f64, f64) {
+    let in_fault = |t: u64| {
+        faults
+            .iter()
+            .any(|f| t >= f.start_ms && t <= f.recovered_ms.unwrap_or(f.healed_ms))
+    };
+    let last_fault = faults
+        .iter()
+        .map(|f| f.recovered_ms.unwrap_or(f.healed_ms))
+        .max()
+        .unwrap_or(0);
+    let (mut quiet, mut faulty) = ((0u64, 0u64), (0u64, 0u64));
+    for w in samples.windows(2) {
+        let ((t0, d0), (t1, d1)) = (w[0], w[1]);
+        // Skip the start-up ramp and the drain, where the backlog is not steady.
+        if t0 < quiet_from / 4 || (last_fault > 0 && t1 > last_fault) {
+            continue;
+        }
+        let slot = if in_fault(t0) || in_fault(t1) {
+            &mut faulty
+        } else {
+            &mut quiet
+        };
+        slot.0 += d1.saturating_sub(d0);
+        slot.1 += t1 - t0;
+    }
+    let rate = |(n, ms): (u64, u64)| {
+        if ms == 0 {
+            0.0
+        } else {
+            n as f64 * 1e3 / ms as f64
+        }
+    };
+    (rate(quiet), rate(faulty))
+}

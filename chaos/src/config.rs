@@ -1,0 +1,115 @@
+//! The gateways' config for a campaign: four routes, short heartbeats, leases and backoffs
+//! so that faults bite and recoveries are quick.
+
+use std::path::Path;
+
+use crate::checker::{ROUTE_COUNTER, ROUTE_DOWNSTREAM, ROUTE_ENROLL, ROUTE_FLAKY};
+use crate::faults::{HEARTBEAT, LEASE, RECONNECT_MAX};
+use crate::workload::INPUT_EXCHANGE;
+
+/// The exchange the upstream routes emit to; the downstream route and the sink consume it.
+pub const EVENTS_EXCHANGE: &str = "chaos.events";
+/// Where the downstream route's own events go (a capped queue nobody checks).
+pub const DOWN_EXCHANGE: &str = "chaos.down";
+pub const DOWN_QUEUE: &str = "chaos-down-sink";
+/// The retry tiers every route has.
+pub const BACKOFF_MS: [u64; 2] = [300, 1000];
+
+/// What varies between campaigns.
+pub struct Setup<'a> {
+    pub broker_urls: &'a [String],
+    pub store_url: &'a str,
+    pub plugins: &'a Path,
+    /// Relays run inside the gateways (SQLite) or as their own processes (PostgreSQL).
+    pub relay_in_gateway: bool,
+    pub quorum: bool,
+}
+
+pub fn render(s: &Setup<'_>) -> String {
+    let urls: Vec<String> = s.broker_urls.iter().map(|u| format!("\"{u}\"")).collect();
+    let plugin = |name: &str| s.plugins.join(format!("{name}.wasm")).display().to_string();
+    let queue_type = if s.quorum { "quorum" } else { "classic" };
+    let backoff: Vec<String> = BACKOFF_MS.iter().map(|ms| format!("\"{ms}ms\"")).collect();
+    let route = |queue: &str, plugin: &str, exchange: &str, key: &str| {
+        format!(
+            r#"
+[[routes]]
+queue = "{queue}"
+queue_type = "{queue_type}"
+plugin = "{plugin}"
+prefetch = 32
+[[routes.bindings]]
+exchange = "{exchange}"
+routing_key = "{key}"
+[routes.retry]
+max_attempts = 4
+backoff = [{backoff}]
+"#,
+            backoff = backoff.join(", ")
+        )
+    };
+    let mut text = format!(
+        r#"# Written by carteiro-chaos for one campaign.
+version = 1
+
+[broker]
+urls = [{urls}]
+heartbeat = "{heartbeat}s"
+connect_timeout = "3s"
+publish_timeout = "2s"
+reconnect_max_backoff = "{reconnect}s"
+
+[store]
+url = "{store}"
+statement_timeout = "5s"
+
+[relay]
+enabled = {relay}
+lease = "{lease}s"
+poll_interval = "500ms"
+max_in_flight = 256
+
+[admin]
+listen = ""
+
+[plugins.enrollment]
+path = "{enrollment}"
+[plugins.enrollment.variables]
+events_exchange = "{EVENTS_EXCHANGE}"
+
+[plugins.counter]
+path = "{counter}"
+[plugins.counter.variables]
+out_exchange = "{EVENTS_EXCHANGE}"
+
+[plugins.mixed]
+path = "{mixed}"
+
+[plugins.downstream]
+path = "{counter}"
+[plugins.downstream.variables]
+out_exchange = "{DOWN_EXCHANGE}"
+"#,
+        urls = urls.join(", "),
+        heartbeat = HEARTBEAT.as_secs(),
+        reconnect = RECONNECT_MAX.as_secs(),
+        store = s.store_url,
+        relay = s.relay_in_gateway,
+        lease = LEASE.as_secs(),
+        enrollment = plugin("enrollment"),
+        counter = plugin("counter"),
+        mixed = plugin("fixture-mixed"),
+    );
+    text += &route(ROUTE_ENROLL, "enrollment", INPUT_EXCHANGE, "enroll");
+    text += &route(ROUTE_COUNTER, "counter", INPUT_EXCHANGE, "count");
+    text += &route(ROUTE_FLAKY, "mixed", INPUT_EXCHANGE, "flaky");
+    text += &route(ROUTE_DOWNSTREAM, "downstream", EVENTS_EXCHANGE, "#");
+    text
+}
+
+/// Every queue a route owns: work queue, retry tiers, DLQ.
+pub fn queues_of(route: &str) -> Vec<String> {
+    let mut q = vec![route.to_owned(), format!("{route}.dlq")];
+    q.extend(BACKOFF_MS.iter().map(|ms| format!("{route}.retry.{ms}ms")));
+    q
+}

@@ -1,0 +1,128 @@
+//! The campaign's summary: printed after every run, written as Markdown for full runs.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use crate::campaign::Outcome;
+use crate::faults::Fault;
+
+/// Markdown: the setup, faults by kind with their longest recovery, and the checker's counts.
+pub fn markdown(o: &Outcome, command: &str, date: &str) -> String {
+    let mut s = String::new();
+    let setup = format!(
+        "{}{}",
+        match o.backend {
+            crate::campaign::Backend::Sqlite => "SQLite, one gateway (relay inside)",
+            crate::campaign::Backend::Postgres => "PostgreSQL, two gateways and two relays",
+        },
+        if o.cluster {
+            ", 3-node RabbitMQ cluster, quorum queues"
+        } else {
+            ", one RabbitMQ node"
+        }
+    );
+    let _ = writeln!(s, "# Fault campaign: {setup}\n");
+    let _ = writeln!(
+        s,
+        "{date}, seed {}, {:.0} s, `{command}`\n",
+        o.seed, o.seconds
+    );
+    let _ = writeln!(
+        s,
+        "**Result: {}**\n",
+        if o.passed() { "passed" } else { "FAILED" }
+    );
+    let _ = writeln!(
+        s,
+        "| fault | injected | longest recovery |\n|---|---:|---:|"
+    );
+    let mut by_kind: BTreeMap<Fault, (usize, Option<u64>, bool)> = BTreeMap::new();
+    for f in &o.faults {
+        let e = by_kind.entry(f.fault).or_insert((0, Some(0), true));
+        e.0 += 1;
+        match f.recovered_ms {
+            Some(r) => e.1 = e.1.map(|m| m.max(r - f.healed_ms)),
+            None => e.2 = false,
+        }
+    }
+    for (fault, (n, longest, all)) in &by_kind {
+        let longest = match (all, longest) {
+            (true, Some(ms)) => format!("{:.2} s", *ms as f64 / 1e3),
+            _ => "no recovery".to_owned(),
+        };
+        let _ = writeln!(s, "| {} | {n} | {longest} |", fault.name());
+    }
+    let _ = writeln!(s, "| **all** | **{}** | |\n", o.faults.len());
+    let f = &o.findings;
+    let rows = [
+        ("inputs (distinct)", f.inputs.to_string()),
+        (
+            "messages published (with duplicates and unconfirmed resends)",
+            (o.published + o.republished).to_string(),
+        ),
+        (
+            "duplicates by message id published",
+            o.duplicates_published.to_string(),
+        ),
+        ("events emitted", f.events.to_string()),
+        ("dead letters", f.dead_letters.to_string()),
+        ("**lost**", f.lost.to_string()),
+        ("**duplicate effects**", f.duplicate_effects.to_string()),
+        ("**unexpected**", f.unexpected.to_string()),
+        (
+            "**dead letters without a reason**",
+            f.dead_letters_without_reason.to_string(),
+        ),
+        (
+            "**per-key order violations downstream**",
+            f.order_violations.to_string(),
+        ),
+        (
+            "**duplicate events beyond a fault's window**",
+            f.duplicate_events_beyond_window.to_string(),
+        ),
+        (
+            "duplicate events within a fault's window",
+            f.duplicate_events_within_window.to_string(),
+        ),
+        (
+            "dead letters archived twice (at least once)",
+            f.repeated_dead_letters.to_string(),
+        ),
+        ("still queued after the drain", f.still_queued.to_string()),
+        ("drained", o.drained.to_string()),
+        (
+            "processes that exited unprompted",
+            o.unexpected_exits.len().to_string(),
+        ),
+        (
+            "throughput during faults / without",
+            format!(
+                "{:.0} / {:.0} commits/s = {:.0}%",
+                o.rate_faults,
+                o.rate_quiet,
+                if o.rate_quiet > 0.0 {
+                    100.0 * o.rate_faults / o.rate_quiet
+                } else {
+                    0.0
+                }
+            ),
+        ),
+    ];
+    let _ = writeln!(s, "| checked | count |\n|---|---:|");
+    for (what, n) in rows {
+        let _ = writeln!(s, "| {what} | {n} |");
+    }
+    if !f.examples.is_empty() || !o.unexpected_exits.is_empty() {
+        let _ = writeln!(s, "\n## Examples\n");
+        for (kind, list) in &f.examples {
+            for e in list {
+                let _ = writeln!(s, "- {kind}: {e}");
+            }
+        }
+        for e in &o.unexpected_exits {
+            let _ = writeln!(s, "- exit: {}", e.replace('\n', " "));
+        }
+    }
+    s
+}

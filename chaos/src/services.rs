@@ -1,0 +1,223 @@
+//! The services a campaign owns, through the project's scripts: its own RabbitMQ (one node
+//! or a cluster) and its own PostgreSQL, on ports apart from the test suite's, so a campaign
+//! can restart them freely.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use sqlx::Connection;
+
+/// The single-node broker instance and its port.
+const BROKER: (&str, u16) = ("chaos", 5690);
+/// First port of the cluster's nodes.
+const CLUSTER_PORT: u16 = 5700;
+/// The PostgreSQL instance and its port.
+const POSTGRES: (&str, u16) = ("chaos", 55440);
+
+/// RabbitMQ: one node, or `nodes` cluster members.
+pub struct Broker {
+    repo: PathBuf,
+    nodes: usize,
+    cluster: bool,
+}
+
+impl Broker {
+    /// Starts a broker with no state from earlier runs.
+    pub fn fresh(repo: &Path, cluster: bool) -> anyhow::Result<Self> {
+        let broker = Self {
+            repo: repo.to_owned(),
+            nodes: if cluster { 3 } else { 1 },
+            cluster,
+        };
+        if cluster {
+            broker.script(&["cluster", "stop"])?;
+        } else {
+            broker.script(&["stop", BROKER.0])?;
+        }
+        for i in 0..broker.nodes {
+            let dir = repo.join(".local/rabbitmq").join(broker.node(i));
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)
+                    .with_context(|| format!("remove {}", dir.display()))?;
+            }
+        }
+        if cluster {
+            broker.script(&["cluster", "start", "3", &CLUSTER_PORT.to_string()])?;
+        } else {
+            broker.script(&["start", BROKER.0, &BROKER.1.to_string()])?;
+        }
+        Ok(broker)
+    }
+
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+
+    /// Every node's AMQP URL.
+    pub fn urls(&self) -> Vec<String> {
+        (0..self.nodes)
+            .map(|i| format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port(i)))
+            .collect()
+    }
+
+    fn node(&self, i: usize) -> String {
+        if self.cluster {
+            format!("cluster-{}", i + 1)
+        } else {
+            BROKER.0.to_owned()
+        }
+    }
+
+    fn port(&self, i: usize) -> u16 {
+        if self.cluster {
+            CLUSTER_PORT + i as u16
+        } else {
+            BROKER.1
+        }
+    }
+
+    /// Graceful stop of node `i` (waits until its process is gone).
+    pub fn stop(&self, i: usize) -> anyhow::Result<()> {
+        self.script(&["stop", &self.node(i)])
+    }
+
+    /// Starts node `i` again (it rejoins its cluster from its own state).
+    pub fn start(&self, i: usize) -> anyhow::Result<()> {
+        self.script(&["start", &self.node(i), &self.port(i).to_string()])
+    }
+
+    /// SIGKILL of node `i`'s Erlang VM: no goodbye to clients or peers.
+    pub fn kill(&self, i: usize) -> anyhow::Result<()> {
+        let pid_file = self
+            .repo
+            .join(".local/rabbitmq")
+            .join(self.node(i))
+            .join("rabbitmq.pid");
+        let pid = std::fs::read_to_string(&pid_file)
+            .with_context(|| format!("read {}", pid_file.display()))?;
+        let pid = pid.trim();
+        signal("KILL", pid)?;
+        // The VM is gone once its pid is; bounded, it dies at once.
+        for _ in 0..100 {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = std::fs::remove_file(&pid_file);
+        Ok(())
+    }
+
+    /// The node (index) leading quorum queue `queue`, when the cluster can say.
+    pub fn leader(&self, queue: &str) -> Option<usize> {
+        let out = Command::new(self.repo.join("scripts/rabbitmq.sh"))
+            .args(["cluster", "leader", queue])
+            .output()
+            .ok()?;
+        let name = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        (0..self.nodes).find(|&i| self.node(i) == name)
+    }
+
+    fn script(&self, args: &[&str]) -> anyhow::Result<()> {
+        run(&self.repo.join("scripts/rabbitmq.sh"), args)
+    }
+}
+
+/// The campaign's PostgreSQL instance and its database `chaos`.
+pub struct Postgres {
+    repo: PathBuf,
+}
+
+impl Postgres {
+    /// Starts the server and makes an empty `chaos` database.
+    pub async fn fresh(repo: &Path) -> anyhow::Result<Self> {
+        let pg = Self {
+            repo: repo.to_owned(),
+        };
+        pg.start()?;
+        let mut admin = pg.admin().await?;
+        // A run that died mid-flip must not leave the server read-only.
+        sqlx::raw_sql("ALTER SYSTEM RESET default_transaction_read_only; SELECT pg_reload_conf();")
+            .execute(&mut admin)
+            .await?;
+        sqlx::raw_sql("DROP DATABASE IF EXISTS chaos WITH (FORCE)")
+            .execute(&mut admin)
+            .await?;
+        sqlx::raw_sql("CREATE DATABASE chaos")
+            .execute(&mut admin)
+            .await?;
+        Ok(pg)
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/chaos", POSTGRES.1)
+    }
+
+    pub fn start(&self) -> anyhow::Result<()> {
+        self.script(&["start", POSTGRES.0, &POSTGRES.1.to_string()])
+    }
+
+    /// Fast shutdown: every connection is cut, in-flight transactions roll back.
+    pub fn stop(&self) -> anyhow::Result<()> {
+        self.script(&["stop", POSTGRES.0])
+    }
+
+    /// Switches every session to read-only (`on`) or back: writes fail with SQLSTATE 25006.
+    pub async fn read_only(&self, on: bool) -> anyhow::Result<()> {
+        let mut admin = self.admin().await?;
+        let sql = if on {
+            "ALTER SYSTEM SET default_transaction_read_only = on; SELECT pg_reload_conf();"
+        } else {
+            "ALTER SYSTEM RESET default_transaction_read_only; SELECT pg_reload_conf();"
+        };
+        sqlx::raw_sql(sql).execute(&mut admin).await?;
+        Ok(())
+    }
+
+    async fn admin(&self) -> anyhow::Result<sqlx::PgConnection> {
+        let url = format!("postgres://postgres@127.0.0.1:{}/postgres", POSTGRES.1);
+        let mut conn =
+            tokio::time::timeout(Duration::from_secs(10), sqlx::PgConnection::connect(&url))
+                .await
+                .context("connect to PostgreSQL timed out")??;
+        // This session must be able to write even while the server is read-only.
+        sqlx::raw_sql("SET default_transaction_read_only = off")
+            .execute(&mut conn)
+            .await?;
+        Ok(conn)
+    }
+
+    fn script(&self, args: &[&str]) -> anyhow::Result<()> {
+        run(&self.repo.join("scripts/postgres.sh"), args)
+    }
+}
+
+/// Sends `signal` (`KILL`, `STOP`, `CONT`, `TERM`) to `pid`.
+pub fn signal(signal: &str, pid: &str) -> anyhow::Result<()> {
+    let status = Command::new("kill")
+        .args([format!("-{signal}"), pid.to_owned()])
+        .status()?;
+    if !status.success() {
+        bail!("kill -{signal} {pid} failed");
+    }
+    Ok(())
+}
+
+fn run(script: &Path, args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new(script)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .with_context(|| format!("run {}", script.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} {} failed: {}",
+            script.display(),
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
