@@ -33,7 +33,13 @@ log="$(mktemp)"
 # The Python and JavaScript SDKs and plugins against their mock hosts (pytest, node --test).
 scripts/test-lang-sdks.sh 2>&1 | tee -a "$log"
 cargo test --workspace 2>&1 | tee -a "$log"
+# The fault campaign's smoke on both backends (its own broker and PostgreSQL, random seed):
+# any lost or duplicated effect fails the run and prints the seed that replays it.
+echo "== fault campaign (smoke)"
+scripts/chaos.sh --smoke --backend sqlite 2>&1 | tee -a "$log"
+scripts/chaos.sh --smoke --backend postgres 2>&1 | tee -a "$log"
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } }
      /^lang-sdks: [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
+     /^chaos: PASSED/ { p += 1 }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
 rm -f "$log"

@@ -427,16 +427,17 @@ async fn sample(
     stop: Arc<AtomicBool>,
 ) {
     while !stop.load(Ordering::Relaxed) {
-        if let Some((done, events)) = collect::downstream(&pool).await {
+        let down = collect::downstream(&pool).await;
+        if let Some((done, events)) = down {
             lag.events_behind
                 .store(events.saturating_sub(done), Ordering::Relaxed);
         }
         if let Some((done, _)) = collect::progress(&pool).await {
             lag.processed.store(done, Ordering::Relaxed);
-            samples
-                .lock()
-                .await
-                .push((started.elapsed().as_millis() as u64, done));
+            let commits = done + down.map_or(0, |(d, _)| d);
+            lag.commits.store(commits, Ordering::Relaxed);
+            let at = started.elapsed().as_millis() as u64;
+            samples.lock().await.push((at, commits));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

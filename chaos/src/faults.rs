@@ -186,9 +186,9 @@ pub async fn inject(world: &mut World, fault: Fault, rng: &mut StdRng) -> anyhow
                 .as_ref()
                 .expect("PostgreSQL faults only on PostgreSQL");
             let hold = secs(rng, 3.0, 8.0);
-            pg.read_only(true).await?;
+            tokio::task::block_in_place(|| pg.read_only(true))?;
             tokio::time::sleep(hold).await;
-            pg.read_only(false).await?;
+            tokio::task::block_in_place(|| pg.read_only(false))?;
             Ok(format!("for {:.1} s", hold.as_secs_f64()))
         }
         Fault::SqliteLock => {

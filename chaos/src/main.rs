@@ -103,7 +103,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         duration,
         gap: if args.full { (2.0, 8.0) } else { (1.0, 4.0) },
         backlog: if args.full { 1_000 } else { 400 },
-        drain_timeout: Duration::from_secs(240),
+        drain_timeout: Duration::from_secs(if args.full { 600 } else { 240 }),
     })
     .await?;
     let date = today();

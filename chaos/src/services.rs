@@ -136,12 +136,10 @@ impl Postgres {
         let pg = Self {
             repo: repo.to_owned(),
         };
-        pg.start()?;
-        let mut admin = pg.admin().await?;
+        tokio::task::block_in_place(|| pg.start())?;
         // A run that died mid-flip must not leave the server read-only.
-        sqlx::raw_sql("ALTER SYSTEM RESET default_transaction_read_only; SELECT pg_reload_conf();")
-            .execute(&mut admin)
-            .await?;
+        tokio::task::block_in_place(|| pg.read_only(false))?;
+        let mut admin = pg.admin().await?;
         sqlx::raw_sql("DROP DATABASE IF EXISTS chaos WITH (FORCE)")
             .execute(&mut admin)
             .await?;
@@ -165,15 +163,29 @@ impl Postgres {
     }
 
     /// Switches every session to read-only (`on`) or back: writes fail with SQLSTATE 25006.
-    pub async fn read_only(&self, on: bool) -> anyhow::Result<()> {
-        let mut admin = self.admin().await?;
-        let sql = if on {
-            "ALTER SYSTEM SET default_transaction_read_only = on; SELECT pg_reload_conf();"
+    pub fn read_only(&self, on: bool) -> anyhow::Result<()> {
+        let set = if on {
+            "ALTER SYSTEM SET default_transaction_read_only = on"
         } else {
-            "ALTER SYSTEM RESET default_transaction_read_only; SELECT pg_reload_conf();"
+            "ALTER SYSTEM RESET default_transaction_read_only"
         };
-        sqlx::raw_sql(sql).execute(&mut admin).await?;
-        Ok(())
+        // psql runs each -c on its own, outside a transaction block, as ALTER SYSTEM needs.
+        let port = POSTGRES.1.to_string();
+        let args = [
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-q",
+        ];
+        run(
+            Path::new("psql"),
+            &[&args[..], &["-c", set, "-c", "SELECT pg_reload_conf()"]].concat(),
+        )
     }
 
     async fn admin(&self) -> anyhow::Result<sqlx::PgConnection> {

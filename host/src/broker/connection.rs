@@ -210,6 +210,27 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn connect_any_fails_over_past_a_dead_node_and_names_all_when_none_answers() {
+        let opts = ConnectOptions {
+            connect_timeout: Duration::from_secs(3),
+            ..Default::default()
+        };
+        let dead = "amqp://guest:s3cretpw@127.0.0.1:1/%2f".to_owned();
+        let urls = [dead.clone(), test_url()];
+        // Whichever node the rotation starts at, the live one is reached.
+        for _ in 0..2 {
+            let conn = connect_any(&urls, &opts).await.expect("fail over");
+            assert!(conn.status().connected());
+        }
+        let err = connect_any(&[dead.clone(), dead], &opts)
+            .await
+            .expect_err("no node answers")
+            .to_string();
+        assert!(err.contains("all 2 nodes"), "{err}");
+        assert!(!err.contains("s3cretpw"), "{err}");
+    }
+
+    #[tokio::test]
     async fn connect_negotiates_the_heartbeat() {
         let opts = ConnectOptions {
             heartbeat: Duration::from_secs(7),

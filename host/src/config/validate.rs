@@ -335,6 +335,35 @@ plugin = "p"
     }
 
     #[test]
+    fn broker_urls_list_a_cluster_and_exclude_url() {
+        let cluster = GOOD.replace(
+            "url = \"amqp://localhost\"",
+            "urls = [\"amqp://a:5672\", \"amqp://b:5672\"]",
+        );
+        let config = parse(&cluster).expect("valid");
+        assert_eq!(
+            config.broker.addresses(),
+            ["amqp://a:5672", "amqp://b:5672"]
+        );
+        assert_eq!(
+            config.broker.url, "amqp://a:5672",
+            "the first node names the broker"
+        );
+        assert_eq!(
+            parse(GOOD).expect("valid").broker.addresses(),
+            ["amqp://localhost"]
+        );
+        let both = GOOD.replace(
+            "url = \"amqp://localhost\"",
+            "url = \"amqp://localhost\"\nurls = [\"amqp://b\"]",
+        );
+        let err = parse(&both).unwrap_err();
+        assert!(err.to_string().contains("either `url` or `urls`"), "{err}");
+        let err = parse(&GOOD.replace("url = \"amqp://localhost\"", "")).unwrap_err();
+        assert!(err.to_string().contains("set `url`"), "{err}");
+    }
+
+    #[test]
     fn unknown_key_names_key_and_line() {
         let err =
             parse(&GOOD.replace("queue = \"q\"", "queue = \"q\"\nqueue_typo = 1")).unwrap_err();
