@@ -213,9 +213,11 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
         opts.duration.as_secs_f64(),
         opts.seed
     );
+    let load_started = Instant::now();
     tokio::time::sleep(opts.quiet).await;
     let weights = faults::weights(postgres, opts.cluster);
-    let deadline = started + opts.duration;
+    // The run's length counts from the first input, not from the services' start-up.
+    let deadline = load_started + opts.duration;
     let mut records = Vec::new();
     let mut unexpected_exits = Vec::new();
     while Instant::now() < deadline {
@@ -297,7 +299,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
     let (rate_quiet, rate_faults) = rates(
         &samples.lock().await,
         &records,
-        opts.quiet.as_millis() as u64,
+        (load_started - started + opts.quiet / 4).as_millis() as u64,
     );
     std::fs::write(
         dir.join("findings.json"),
@@ -565,7 +567,7 @@ async fn wait_sink_empty(urls: &[String]) {
 }
 
 /// Commits per second outside faults and during them.
-fn rates(samples: &[(u64, u64)], faults: &[FaultRecord], quiet_from: u64) -> (f64, f64) {
+fn rates(samples: &[(u64, u64)], faults: &[FaultRecord], ramp_until: u64) -> (f64, f64) {
     let in_fault = |t: u64| {
         faults
             .iter()
@@ -580,7 +582,7 @@ fn rates(samples: &[(u64, u64)], faults: &[FaultRecord], quiet_from: u64) -> (f6
     for w in samples.windows(2) {
         let ((t0, d0), (t1, d1)) = (w[0], w[1]);
         // Skip the start-up ramp and the drain, where the backlog is not steady.
-        if t0 < quiet_from / 4 || (last_fault > 0 && t1 > last_fault) {
+        if t0 < ramp_until || (last_fault > 0 && t1 > last_fault) {
             continue;
         }
         let slot = if in_fault(t0) || in_fault(t1) {

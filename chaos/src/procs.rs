@@ -59,7 +59,7 @@ impl Proc {
             .open(&self.log)?;
         let child = Command::new(&self.binary)
             .args(&self.args)
-            .env("RUST_LOG", "info")
+            .env("CARTEIRO_LOG", "info")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
