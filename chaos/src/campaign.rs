@@ -282,6 +282,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
 
     let mut state = State {
         sent: ledger.sent.lock().await.clone(),
+        publishes: ledger.publishes.lock().await.clone(),
         queued,
         sink: arrivals.lock().await.clone(),
         faults: records

@@ -142,6 +142,9 @@ pub struct Ledger {
     pub duplicates: AtomicU64,
     /// Publishes that got no confirm and were sent again.
     pub republished: AtomicU64,
+    /// Confirmed publishes per message id: a poison input published twice is dead-lettered
+    /// twice, rightly.
+    pub publishes: Mutex<std::collections::HashMap<String, u32>>,
 }
 
 /// Messages published before their confirms are awaited.
@@ -213,14 +216,17 @@ pub async fn publish(
             },
         };
         let confirmed = publish_batch(&ch, &batch).await;
+        let mut publishes = ledger.publishes.lock().await;
         for (msg, ok) in batch.into_iter().zip(confirmed) {
             if ok {
                 ledger.confirmed.fetch_add(1, Ordering::Relaxed);
+                *publishes.entry(msg.id.clone()).or_default() += 1;
             } else {
                 ledger.republished.fetch_add(1, Ordering::Relaxed);
                 resend.push(msg);
             }
         }
+        drop(publishes);
         if !resend.is_empty() {
             // No confirm: the broker may or may not have them. Fresh connection, send again.
             channel = None;
