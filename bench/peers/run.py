@@ -241,7 +241,7 @@ async def failure_mix(system, seed):
                 return None
             return s if s["effects"] >= good and s["dead"] >= poison else None
 
-        deadline = time.monotonic() + 60 + MIX_N / 5
+        deadline = time.monotonic() + 30 + MIX_N / 10
         while not (state := await settled()):
             alive(procs, system.name)
             if time.monotonic() > deadline:
