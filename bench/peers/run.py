@@ -18,7 +18,8 @@ and every poison message dead-lettered. Any difference fails the run (exit 1).
     python run.py [--smoke]       (bench/run.sh peers installs the venv and calls this)
 
 Knobs (environment): BENCH_MESSAGES (N, 2000), BENCH_ROUNDS (3), BENCH_PREFETCH (64),
-BENCH_LATENCY_MESSAGES (L, 200), BENCH_LATENCY_RATE (50), BENCH_MIX_MESSAGES (M, 400),
+BENCH_LATENCY_MESSAGES (L, 100), BENCH_LATENCY_RATE (20 msg/s: below the slowest peer's
+throughput on this box, so the figure is latency, not queueing), BENCH_MIX_MESSAGES (M, 400),
 BENCH_SYSTEMS (all), BENCH_SMOKE=1 (= --smoke: N=200, 1 round, L=20, M=200).
 Needed: CARTEIRO_TEST_AMQP_URL, CARTEIRO_TEST_POSTGRES_URL, CARTEIRO_BIN, CARTEIRO_PLUGINS.
 """
@@ -57,8 +58,8 @@ SMOKE = "--smoke" in sys.argv or os.environ.get("BENCH_SMOKE") == "1"
 N = knob("BENCH_MESSAGES", 2000, 200)
 ROUNDS = knob("BENCH_ROUNDS", 3, 1)
 PREFETCH = knob("BENCH_PREFETCH", 64)
-LAT_N = knob("BENCH_LATENCY_MESSAGES", 200, 20)
-LAT_RATE = knob("BENCH_LATENCY_RATE", 50)
+LAT_N = knob("BENCH_LATENCY_MESSAGES", 100, 20)
+LAT_RATE = knob("BENCH_LATENCY_RATE", 20)
 MIX_N = knob("BENCH_MIX_MESSAGES", 400, 200)
 POLL_S = 0.1
 
