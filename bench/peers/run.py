@@ -29,6 +29,7 @@ import datetime
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import sys
@@ -143,6 +144,7 @@ async def with_run(system, tag, body):
     run_id = f"peers_{tag}_{uuid.uuid4().hex[:8]}"
     workdir = REPO / ".local" / "peers" / run_id
     workdir.mkdir(parents=True)
+    succeeded = False  # a failed run keeps its folder (logs, SQLite file) for a look
     RUN = sysmod.Run(system, run_id, workdir, os.environ["CARTEIRO_TEST_AMQP_URL"],
                      os.environ["CARTEIRO_TEST_POSTGRES_URL"], PREFETCH)
     connection = await aio_pika.connect(RUN.amqp_url)
@@ -153,16 +155,17 @@ async def with_run(system, tag, body):
             sysmod.create_database(RUN)
         await sysmod.declare_events(channel, RUN)
         await system.declare(channel, RUN)
-        return await body(RUN, channel, procs)
+        result = await body(RUN, channel, procs)
+        succeeded = result is not False
+        return result
     finally:
         stop(procs)
-        names = [RUN.queue, f"{RUN.queue}.dlq", f"{RUN.queue}.retry", RUN.sink,
-                 f"{RUN.queue}.retry.{int(sysmod.business.RETRY_DELAY_S * 1000)}ms"]
-        cleanup = await connection.channel()
-        await sysmod.delete_queues(cleanup, RUN, names)
+        await sysmod.clean_broker(connection, RUN)
         await connection.close()
         if system.backend != "none":
             sysmod.drop_database(RUN)
+        if succeeded:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 async def throughput(system, rnd):

@@ -95,12 +95,16 @@ async def declare_route(channel, run):
                                 arguments={"x-dead-letter-exchange": f"{run.queue}.dlx"})
 
 
-async def delete_queues(channel, run, names):
-    for name in names:
-        try:
+async def clean_broker(connection, run):
+    """Deletes the run's queues and exchanges: the broker is shared, leave nothing behind."""
+    retry_tier = f"{run.queue}.retry.{int(business.RETRY_DELAY_S * 1000)}ms"  # Carteiro's
+    for name in (run.queue, f"{run.queue}.dlq", f"{run.queue}.retry", retry_tier, run.sink):
+        # A channel per delete: deleting a queue that is not there closes the channel.
+        async with connection.channel() as channel:
             await channel.queue_delete(name)
-        except Exception:  # already gone, or the channel closed on an error: nothing to clean
-            pass
+    for name in (f"{run.queue}.dlx", run.events):
+        async with connection.channel() as channel:
+            await channel.exchange_delete(name)
 
 
 def enrollment(mid, kind):
