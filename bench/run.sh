@@ -6,6 +6,10 @@
 #
 #   bench/run.sh                 all three benchmarks
 #   bench/run.sh pipeline relay  only those (names of host/benches/*.rs)
+#   bench/run.sh peers           Carteiro against the aio-pika pattern, Celery and an
+#                                ack-only consumer (bench/peers/run.py, results under
+#                                bench/results/); `peers --smoke`: a few hundred messages,
+#                                every system once, fails if any loses or duplicates (CI)
 #
 # Knobs are environment variables read by the benchmarks (see bench/README.md), e.g.
 #   BENCH_MESSAGES=5000 BENCH_ROUNDS=1 bench/run.sh pipeline
@@ -15,6 +19,11 @@ cd "$repo"
 
 benches=("$@")
 [ ${#benches[@]} -eq 0 ] && benches=(dispatch pipeline relay)
+peers=false
+if [ "${benches[0]}" = peers ]; then
+    peers=true
+    peer_args=("${benches[@]:1}")
+fi
 
 echo "== toolchain"
 if ! command -v cargo >/dev/null 2>&1; then
@@ -32,6 +41,33 @@ echo "postgresql: $CARTEIRO_TEST_POSTGRES_URL"
 
 echo "== plugins (wasm32-wasip2 components)"
 scripts/build-plugins.sh  # Rust, Python and JavaScript
+
+if $peers; then
+    # The peers are Python programs: a venv of their own under .local/, reinstalled only
+    # when the pinned requirements change.
+    echo "== peers venv (bench/peers/requirements.txt)"
+    venv="$repo/.local/peers-venv"
+    want="$(cat bench/peers/requirements.txt bench/peers/constraints.txt | sha256sum)"
+    if [ "$(cat "$venv/.installed" 2>/dev/null)" != "$want" ]; then
+        python3.11 -m venv "$venv" 2>/dev/null || python3 -m venv "$venv"
+        "$venv/bin/pip" install -q --disable-pip-version-check \
+            -r bench/peers/requirements.txt -c bench/peers/constraints.txt
+        echo "$want" >"$venv/.installed"
+    fi
+    # The smoke (CI) uses the debug binary scripts/test.sh has built; figures want release.
+    if [[ " ${peer_args[*]} " == *" --smoke "* || "${BENCH_SMOKE:-}" == 1 ]]; then
+        echo "== build (debug carteiro)"
+        cargo build -q -p carteiro --bin carteiro
+        bin="${CARGO_TARGET_DIR:-$repo/target}/debug/carteiro"
+    else
+        echo "== build (release carteiro)"
+        cargo build -q --release -p carteiro --bin carteiro
+        bin="${CARGO_TARGET_DIR:-$repo/target}/release/carteiro"
+    fi
+    echo "== run peers"
+    CARTEIRO_BIN="$bin" CARTEIRO_PLUGINS="$repo/target/plugins" \
+        exec nice -n 10 "$venv/bin/python" bench/peers/run.py "${peer_args[@]}"
+fi
 
 args=()
 for b in "${benches[@]}"; do args+=(--bench "$b"); done
