@@ -1,5 +1,6 @@
-//! The admin HTTP server (loopback by default): `/healthz`, `/readyz`, `/metrics`, and a
-//! read-only dead-letter API (`/dlq`, `/dlq/{id}`, `/dlq/stats`).
+//! The admin HTTP server (loopback by default): `/healthz`, `/readyz` (with plugin versions
+//! and the last reload's outcome), `/metrics`, `POST /admin/reload`, and a read-only
+//! dead-letter API (`/dlq`, `/dlq/{id}`, `/dlq/stats`).
 
 use crate::gateway::GatewayHandle;
 use crate::store::DeadLetterFilter;
@@ -7,7 +8,7 @@ use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
@@ -21,6 +22,7 @@ pub async fn serve(
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
+        .route("/admin/reload", post(reload))
         .route("/dlq", get(dlq_list))
         .route("/dlq/stats", get(dlq_stats))
         .route("/dlq/{id}", get(dlq_show))
@@ -31,12 +33,31 @@ pub async fn serve(
     Ok(())
 }
 
+/// First line `ready` or why not; then the detail: plugin versions, routes, last reload. A
+/// refused reload does not make the gateway unready: it still serves on the previous one.
 async fn ready(State(h): State<GatewayHandle>) -> Response {
+    let detail = h.live.readiness_detail();
     if h.gate.is_healthy() {
-        (StatusCode::OK, "ready").into_response()
+        (StatusCode::OK, format!("ready\n{detail}")).into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "store unavailable").into_response()
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("store unavailable\n{detail}"),
+        )
+            .into_response()
     }
+}
+
+/// Reloads the config file and plugins; 200 with the report when applied, 422 with the
+/// reason when refused (the previous config keeps running).
+async fn reload(State(h): State<GatewayHandle>) -> Response {
+    let report = h.live.reload("POST /admin/reload").await;
+    let status = if report.applied {
+        StatusCode::OK
+    } else {
+        StatusCode::UNPROCESSABLE_ENTITY
+    };
+    (status, Json(report)).into_response()
 }
 
 async fn metrics(State(h): State<GatewayHandle>) -> Response {

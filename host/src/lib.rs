@@ -16,6 +16,7 @@
 //! - [`relay`]: the outbox publisher.
 //! - [`dlq`]: dead letters for people (JSON views, replay).
 //! - [`gateway`]: `carteiro run` — everything wired together.
+//! - [`live`]: changing handlers while running — reload (SIGHUP, `POST /admin/reload`).
 //! - [`admin`]: health, readiness, metrics and DLQ over HTTP.
 //! - [`metrics`], [`housekeeping`]: Prometheus metrics, retention cleanup.
 //! - [`redact`]: the one redaction for URLs that may hold a password (broker and store).
@@ -28,6 +29,7 @@ pub mod config;
 pub mod dlq;
 pub mod gateway;
 pub mod housekeeping;
+pub mod live;
 pub mod metrics;
 pub mod pipeline;
 pub mod redact;

@@ -21,6 +21,20 @@ struct Failure {
     kind: String,
 }
 
+/// Deliveries by the plugin version they ran on (`version`: 12 hex digits of its digest).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionOutcome {
+    route: String,
+    version: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginVersion {
+    plugin: String,
+    version: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Route {
     route: String,
@@ -38,6 +52,14 @@ pub struct Metrics {
     dead_letters_archived: Family<Route, Counter>,
     panics: Family<Route, Counter>,
     connected: Family<Route, Gauge>,
+    version_deliveries: Family<VersionOutcome, Counter>,
+    plugin_versions: Family<PluginVersion, Gauge>,
+    /// Reloads applied (SIGHUP, `POST /admin/reload`).
+    pub reloads: Counter,
+    /// Reloads refused (the old config and plugins kept running).
+    pub reload_failures: Counter,
+    /// 1 when the last reload was applied (or none was tried), 0 when it was refused.
+    pub config_reload_success: Gauge,
     /// Outbox rows published (confirmed) by the relay.
     pub outbox_published: Counter,
     /// Outbox publish failures (nack, returned, timeout).
@@ -66,6 +88,33 @@ impl Default for Metrics {
         let connected = Family::<Route, Gauge>::default();
         let outbox_published = Counter::default();
         let outbox_failed = Counter::default();
+        let version_deliveries = Family::<VersionOutcome, Counter>::default();
+        let plugin_versions = Family::<PluginVersion, Gauge>::default();
+        let reloads = Counter::default();
+        let reload_failures = Counter::default();
+        let config_reload_success = Gauge::default();
+        config_reload_success.set(1);
+        registry.register(
+            "plugin_version_deliveries",
+            "Deliveries settled, by route, plugin version (12 hex digits of its sha256) and outcome",
+            version_deliveries.clone(),
+        );
+        registry.register(
+            "plugin_version",
+            "1 for each plugin version new deliveries run on",
+            plugin_versions.clone(),
+        );
+        registry.register("reloads", "Reloads applied", reloads.clone());
+        registry.register(
+            "reload_failures",
+            "Reloads refused; the running config and plugins were kept",
+            reload_failures.clone(),
+        );
+        registry.register(
+            "config_reload_success",
+            "1 if the last reload was applied (or none was tried), 0 if it was refused",
+            config_reload_success.clone(),
+        );
         registry.register(
             "deliveries",
             "Deliveries settled, by outcome",
@@ -127,6 +176,11 @@ impl Default for Metrics {
             dead_letters_archived,
             panics,
             connected,
+            version_deliveries,
+            plugin_versions,
+            reloads,
+            reload_failures,
+            config_reload_success,
             outbox_published,
             outbox_failed,
         }
@@ -146,6 +200,46 @@ impl Metrics {
                 route: route.into(),
             })
             .observe(took.as_secs_f64());
+    }
+
+    /// A delivery settled on `route` with plugin `version`.
+    pub fn version_delivery(&self, route: &str, version: &str, outcome: &str) {
+        self.version_deliveries
+            .get_or_create(&VersionOutcome {
+                route: route.into(),
+                version: version.into(),
+                outcome: outcome.into(),
+            })
+            .inc();
+    }
+
+    /// Deliveries settled on `route` with plugin `version` and `outcome` (for tests).
+    pub fn version_delivered(&self, route: &str, version: &str, outcome: &str) -> u64 {
+        self.version_deliveries
+            .get_or_create(&VersionOutcome {
+                route: route.into(),
+                version: version.into(),
+                outcome: outcome.into(),
+            })
+            .get()
+    }
+
+    /// Plugin `plugin` now runs `version` (`None`: it was unloaded); `previous` is dropped.
+    pub fn plugin_version(&self, plugin: &str, previous: Option<&str>, version: Option<&str>) {
+        if let Some(previous) = previous {
+            self.plugin_versions.remove(&PluginVersion {
+                plugin: plugin.into(),
+                version: previous.into(),
+            });
+        }
+        if let Some(version) = version {
+            self.plugin_versions
+                .get_or_create(&PluginVersion {
+                    plugin: plugin.into(),
+                    version: version.into(),
+                })
+                .set(1);
+        }
     }
 
     pub fn handler_duration(&self, route: &str, took: Duration) {

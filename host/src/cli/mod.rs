@@ -124,10 +124,17 @@ impl std::fmt::Display for Lang {
     }
 }
 
-/// Runs a parsed command; returns the process exit code. `shutdown` resolves on SIGTERM.
-pub async fn run(cli: Cli, shutdown: impl Future<Output = ()>) -> anyhow::Result<i32> {
+/// Runs a parsed command; returns the process exit code. `shutdown` resolves on SIGTERM;
+/// `sighup` yields once per SIGHUP (`carteiro run` reloads; other commands drop it).
+pub async fn run(
+    cli: Cli,
+    shutdown: impl Future<Output = ()>,
+    sighup: tokio::sync::mpsc::UnboundedReceiver<()>,
+) -> anyhow::Result<i32> {
+    // Only a running gateway reloads: other commands let SIGHUP be logged and ignored.
+    let sighup = matches!(cli.command, Command::Run(_)).then_some(sighup);
     match cli.command {
-        Command::Run(c) => ops::run(&c.config, shutdown).await,
+        Command::Run(c) => ops::run(&c.config, shutdown, sighup).await,
         Command::Check {
             config,
             no_environment,

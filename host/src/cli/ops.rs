@@ -17,10 +17,19 @@ pub fn load_config(path: &Path) -> anyhow::Result<Config> {
     Ok(config::load(path)?)
 }
 
-/// `carteiro run`.
-pub async fn run(path: &Path, shutdown: impl Future<Output = ()>) -> anyhow::Result<i32> {
+/// `carteiro run`; each item of `sighup` reloads `path`.
+pub async fn run(
+    path: &Path,
+    shutdown: impl Future<Output = ()>,
+    sighup: Option<tokio::sync::mpsc::UnboundedReceiver<()>>,
+) -> anyhow::Result<i32> {
     let config = load_config(path)?;
-    gateway::run(config, shutdown).await?;
+    let options = gateway::LiveOptions {
+        metrics: Arc::new(Metrics::default()),
+        config_path: Some(path.to_owned()),
+        signals: sighup,
+    };
+    gateway::run_live(config, options, shutdown).await?;
     Ok(0)
 }
 

@@ -8,13 +8,14 @@ use crate::metrics::Metrics;
 use crate::runtime::{KvFuture, KvSource, KvValue, Plugin};
 use crate::store::{BatchedReads, CommitterHandle, Store};
 use crate::topology::{self, RouteTopology};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// One route, ready to process deliveries.
 pub struct RouteContext {
     pub queue: String,
-    pub plugin: Arc<Plugin>,
+    /// The plugin version new deliveries run on; swapped by a reload (see [`Self::plugin`]).
+    plugin: Mutex<Arc<Plugin>>,
     pub store: Store,
     pub committer: CommitterHandle,
     /// Inbox pre-checks and handler kv reads, batched across deliveries.
@@ -57,7 +58,7 @@ impl RouteContext {
             queue: route.queue.clone(),
             kv: Arc::new(StoreKv(reads.clone())),
             reads,
-            plugin,
+            plugin: Mutex::new(plugin),
             store,
             committer,
             gate,
@@ -75,6 +76,25 @@ impl RouteContext {
             seal,
             rerun_turn: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// The plugin version a new delivery runs on. A delivery takes it once, when it
+    /// arrives, and keeps it to the end (handler re-runs and dead-letter headers included),
+    /// so a reload never changes the version under a delivery in flight.
+    pub fn plugin(&self) -> Arc<Plugin> {
+        self.plugin
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Makes `plugin` the version of every delivery that arrives from now on; returns the
+    /// version it replaces.
+    pub fn swap_plugin(&self, plugin: Arc<Plugin>) -> Arc<Plugin> {
+        std::mem::replace(
+            &mut *self.plugin.lock().unwrap_or_else(PoisonError::into_inner),
+            plugin,
+        )
     }
 
     /// The retry queue for a delay (declared by the topology).

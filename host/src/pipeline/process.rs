@@ -19,7 +19,7 @@ use crate::broker::ConfirmedPublisher;
 use crate::broker::outgoing::cap_reason;
 use crate::common::{FaultPoint, hang_if};
 use crate::config::MissingKeyPolicy;
-use crate::runtime::{Invocation, Message};
+use crate::runtime::{Invocation, Message, Plugin};
 use crate::store::{CommitOutcome, CommitRequest, KvRead, KvWrite, NewOutboxRow};
 use futures::FutureExt;
 use lapin::message::Delivery;
@@ -61,15 +61,18 @@ pub async fn process(
     delivery: Delivery,
 ) {
     let started = Instant::now();
+    // The version this delivery runs on, whatever a reload swaps in meanwhile.
+    let plugin = ctx.plugin();
     let span = tracing::info_span!(
         "delivery",
         messaging.system = "rabbitmq",
         messaging.destination.name = %ctx.queue,
         messaging.rabbitmq.destination.routing_key = %delivery.routing_key,
         messaging.message.id = delivery.properties.message_id().as_ref().map(|s| s.as_str()).unwrap_or(""),
-        plugin = ctx.plugin.name(),
+        plugin = plugin.name(),
+        plugin.version = plugin.version(),
     );
-    let run = AssertUnwindSafe(settle(&ctx, &publisher, &delivery))
+    let run = AssertUnwindSafe(settle(&ctx, &plugin, &publisher, &delivery))
         .catch_unwind()
         .instrument(span.clone())
         .await;
@@ -80,7 +83,7 @@ pub async fn process(
             ctx.metrics.panic(&ctx.queue);
             if delivery.redelivered {
                 tracing::error!(parent: &span, panic = %what, "the gateway panicked processing this delivery again; dead-lettering it");
-                dead_letter_after_panic(&ctx, &publisher, &delivery, &what)
+                dead_letter_after_panic(&ctx, &plugin, &publisher, &delivery, &what)
                     .instrument(span.clone())
                     .await
             } else {
@@ -95,11 +98,20 @@ pub async fn process(
         Settle::Ack(outcome) => {
             ctx.metrics
                 .delivery(&ctx.queue, outcome.label(), started.elapsed());
+            ctx.metrics
+                .version_delivery(&ctx.queue, plugin.version(), outcome.label());
+            tracing::debug!(
+                outcome = outcome.label(),
+                sha256 = plugin.digest(),
+                "delivery settled"
+            );
             acks.ack(tag);
         }
         Settle::Requeue(why) => {
             ctx.metrics
                 .delivery(&ctx.queue, Outcome::Requeued.label(), started.elapsed());
+            ctx.metrics
+                .version_delivery(&ctx.queue, plugin.version(), Outcome::Requeued.label());
             tracing::warn!(reason = %why, "requeueing delivery; nothing was committed");
             tokio::time::sleep(REQUEUE_DELAY).await;
             let requeue = BasicNackOptions {
@@ -114,6 +126,11 @@ pub async fn process(
         Settle::Reject(why) => {
             ctx.metrics
                 .delivery(&ctx.queue, Outcome::DeadLettered.label(), started.elapsed());
+            ctx.metrics.version_delivery(
+                &ctx.queue,
+                plugin.version(),
+                Outcome::DeadLettered.label(),
+            );
             tracing::warn!(reason = %why, "rejecting delivery to the dead-letter exchange");
             if let Err(e) = delivery
                 .acker
@@ -132,6 +149,7 @@ pub async fn process(
 /// dead-letter.
 async fn dead_letter_after_panic(
     ctx: &RouteContext,
+    plugin: &Plugin,
     publisher: &ConfirmedPublisher,
     delivery: &Delivery,
     what: &str,
@@ -144,6 +162,7 @@ async fn dead_letter_after_panic(
         let copy = Copy {
             publisher,
             ctx,
+            plugin,
             delivery,
             received: &received,
         };
@@ -166,7 +185,12 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Processes until settled; waits for the store (in place) when it fails.
-async fn settle(ctx: &RouteContext, publisher: &ConfirmedPublisher, delivery: &Delivery) -> Settle {
+async fn settle(
+    ctx: &RouteContext,
+    plugin: &Plugin,
+    publisher: &ConfirmedPublisher,
+    delivery: &Delivery,
+) -> Settle {
     let received = Received::new(ctx, delivery);
     if ctx.fault == Some(FaultPoint::PanicOnBody) && delivery.data.starts_with(b"panic") {
         panic!("fault injection: panic while processing a delivery");
@@ -174,7 +198,7 @@ async fn settle(ctx: &RouteContext, publisher: &ConfirmedPublisher, delivery: &D
     let mut round = 0;
     loop {
         round += 1;
-        match step(ctx, publisher, delivery, &received).await {
+        match step(ctx, plugin, publisher, delivery, &received).await {
             Step::Done(settle) => return settle,
             Step::StoreTrouble(why) => {
                 ctx.gate.report_failure(&why);
@@ -192,6 +216,7 @@ async fn settle(ctx: &RouteContext, publisher: &ConfirmedPublisher, delivery: &D
 
 async fn step(
     ctx: &RouteContext,
+    plugin: &Plugin,
     publisher: &ConfirmedPublisher,
     delivery: &Delivery,
     received: &Received,
@@ -199,6 +224,7 @@ async fn step(
     let copy = Copy {
         publisher,
         ctx,
+        plugin,
         delivery,
         received,
     };
@@ -241,7 +267,7 @@ async fn step(
     let mut serialized = None;
     for _ in 0..MAX_CONFLICT_RERUNS {
         let started = Instant::now();
-        let result = ctx.plugin.handle(&message, ctx.kv.clone()).await;
+        let result = plugin.handle(&message, ctx.kv.clone()).await;
         ctx.metrics.handler_duration(&ctx.queue, started.elapsed());
         if let Err(failure) = &result {
             ctx.metrics.plugin_failure(&ctx.queue, failure.kind());
@@ -276,7 +302,7 @@ async fn step(
             }
             (plan, _) => return Step::Done(carry_out(&copy, plan).await),
         };
-        match commit(ctx, &inbox_key, trace_context(&message), invocation).await {
+        match commit(ctx, plugin, &inbox_key, trace_context(&message), invocation).await {
             Ok(CommitOutcome::Committed) => return Step::Done(Settle::Ack(Outcome::Acked)),
             Ok(CommitOutcome::Duplicate) => return Step::Done(Settle::Ack(Outcome::Duplicate)),
             Ok(CommitOutcome::Conflict) => {
@@ -336,12 +362,13 @@ fn trace_context(message: &Message) -> Option<(String, String)> {
 /// Commits inbox + kv + outbox through the group committer. `Err` is a store failure.
 async fn commit(
     ctx: &RouteContext,
+    plugin: &Plugin,
     inbox_key: &str,
     trace: Option<(String, String)>,
     invocation: Invocation,
 ) -> Result<CommitOutcome, String> {
     let effects = invocation.effects;
-    let plugin = ctx.plugin.name().to_owned();
+    let plugin = plugin.name().to_owned();
     let request = CommitRequest {
         route: ctx.queue.clone(),
         inbox_key: inbox_key.to_owned(),
