@@ -14,7 +14,7 @@
 //! - [`pipeline`]: one delivery from receipt to ack, and the supervised consumers.
 //! - [`store`]: sqlx on SQLite or PostgreSQL — inbox, kv, outbox, dead letters, group commit.
 //! - [`relay`]: the outbox publisher.
-//! - [`dlq`]: dead letters for people (JSON views, replay).
+//! - [`dlq`]: dead letters for people (JSON views, replay, shadow replay of a new version).
 //! - [`gateway`]: `carteiro run` — everything wired together.
 //! - [`live`]: changing handlers while running — reload (SIGHUP, `POST /admin/reload`).
 //! - [`admin`]: health, readiness, metrics and DLQ over HTTP.

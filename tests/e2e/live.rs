@@ -2,6 +2,8 @@
 //! - `reload`: SIGHUP and `POST /admin/reload` — a plugin swapped under load with nothing
 //!   lost or run twice; broken configs and mismatched digests refused while the old version
 //!   keeps serving; routes added and removed.
+//! - `shadow`: `dlq replay --shadow` over dead letters of a buggy version reports exactly what
+//!   the fixed one acks and changes nothing; `--only-acked-by` replays exactly those.
 //!
 //! Helpers: plugin versions that differ only in their bytes (a custom section appended, so
 //! the digest differs and the behaviour does not), a free admin port, a minimal HTTP client,
@@ -9,6 +11,7 @@
 //! delivery ran with.
 
 mod reload;
+mod shadow;
 
 use crate::resilience::{Running, carteiro};
 use sha2::{Digest, Sha256};
