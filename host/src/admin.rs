@@ -1,5 +1,6 @@
 //! The admin HTTP server (loopback by default): `/healthz`, `/readyz` (with plugin versions
-//! and the last reload's outcome), `/metrics`, `POST /admin/reload`, and a read-only
+//! and the last reload's outcome), `/metrics`, `POST /admin/reload`, `/shadow` (live-shadow
+//! comparisons), and a read-only
 //! dead-letter API (`/dlq`, `/dlq/{id}`, `/dlq/stats`).
 
 use crate::gateway::GatewayHandle;
@@ -23,6 +24,7 @@ pub async fn serve(
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
         .route("/admin/reload", post(reload))
+        .route("/shadow", get(shadow))
         .route("/dlq", get(dlq_list))
         .route("/dlq/stats", get(dlq_stats))
         .route("/dlq/{id}", get(dlq_show))
@@ -46,6 +48,11 @@ async fn ready(State(h): State<GatewayHandle>) -> Response {
         )
             .into_response()
     }
+}
+
+/// Live-shadow counts per route and result, and the newest disagreements.
+async fn shadow(State(h): State<GatewayHandle>) -> Response {
+    Json(h.live.shadows.report()).into_response()
 }
 
 /// Reloads the config file and plugins; 200 with the report when applied, 422 with the

@@ -61,6 +61,24 @@ pub fn load_plugin(
     Ok(plugin)
 }
 
+/// Loads the live shadow of plugin `name`, if the config gives it one (`shadow`, pinned by
+/// `shadow_sha256`), with the plugin's own settings and name (so it reads the same kv).
+pub fn load_shadow(
+    runtime: &Arc<Runtime>,
+    name: &str,
+    p: &PluginConfig,
+) -> Result<Option<Plugin>, LoadError> {
+    let Some(path) = &p.shadow else {
+        return Ok(None);
+    };
+    let mut settings = p.clone();
+    settings.path = path.clone();
+    settings.sha256 = p.shadow_sha256.clone();
+    let shadow = load_plugin(runtime, name, &settings)?;
+    tracing::info!(plugin = %name, shadow = shadow.version(), sample = p.shadow_sample, "live shadow loaded: compared, never committed or published");
+    Ok(Some(shadow))
+}
+
 /// Loads every plugin of the config (digests checked) into one runtime.
 pub fn load_plugins(config: &Config) -> anyhow::Result<(Arc<Runtime>, Plugins)> {
     let runtime = new_runtime(config)?;

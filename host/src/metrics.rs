@@ -29,6 +29,14 @@ struct VersionOutcome {
     outcome: String,
 }
 
+/// Live-shadow comparisons (`version`: the shadow's).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShadowRun {
+    route: String,
+    version: String,
+    result: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PluginVersion {
     plugin: String,
@@ -54,6 +62,7 @@ pub struct Metrics {
     connected: Family<Route, Gauge>,
     version_deliveries: Family<VersionOutcome, Counter>,
     plugin_versions: Family<PluginVersion, Gauge>,
+    shadow_runs: Family<ShadowRun, Counter>,
     /// Reloads applied (SIGHUP, `POST /admin/reload`).
     pub reloads: Counter,
     /// Reloads refused (the old config and plugins kept running).
@@ -90,6 +99,12 @@ impl Default for Metrics {
         let outbox_failed = Counter::default();
         let version_deliveries = Family::<VersionOutcome, Counter>::default();
         let plugin_versions = Family::<PluginVersion, Gauge>::default();
+        let shadow_runs = Family::<ShadowRun, Counter>::default();
+        registry.register(
+            "shadow_runs",
+            "Live-shadow runs by route, shadow version and result (agree, verdict, effects, shadow-failure, skipped)",
+            shadow_runs.clone(),
+        );
         let reloads = Counter::default();
         let reload_failures = Counter::default();
         let config_reload_success = Gauge::default();
@@ -178,6 +193,7 @@ impl Default for Metrics {
             connected,
             version_deliveries,
             plugin_versions,
+            shadow_runs,
             reloads,
             reload_failures,
             config_reload_success,
@@ -222,6 +238,17 @@ impl Metrics {
                 outcome: outcome.into(),
             })
             .get()
+    }
+
+    /// A live-shadow run on `route` with shadow `version` ended with `result`.
+    pub fn shadow_run(&self, route: &str, version: &str, result: &str) {
+        self.shadow_runs
+            .get_or_create(&ShadowRun {
+                route: route.into(),
+                version: version.into(),
+                result: result.into(),
+            })
+            .inc();
     }
 
     /// Plugin `plugin` now runs `version` (`None`: it was unloaded); `previous` is dropped.

@@ -4,6 +4,7 @@
 //!   keeps serving; routes added and removed.
 //! - `shadow`: `dlq replay --shadow` over dead letters of a buggy version reports exactly what
 //!   the fixed one acks and changes nothing; `--only-acked-by` replays exactly those.
+//! - `traffic`: a live shadow counts agreements and disagreements by kind on a known mix.
 //!
 //! Helpers: plugin versions that differ only in their bytes (a custom section appended, so
 //! the digest differs and the behaviour does not), a free admin port, a minimal HTTP client,
@@ -12,6 +13,7 @@
 
 mod reload;
 mod shadow;
+mod traffic;
 
 use crate::resilience::{Running, carteiro};
 use sha2::{Digest, Sha256};

@@ -1,7 +1,7 @@
 //! The `carteiro` command line: argument types and dispatch. Each command lives in its own
 //! module; `main.rs` only sets up tracing and signals and calls [`run`].
 //!
-//! `ops` (run, check, migrate, relay, publish, outbox), `dlq`, `plugin_test`; for handler
+//! `ops` (run, check, migrate, relay, publish, outbox), `dlq`, `shadow`, `plugin_test`; for handler
 //! authors `scaffold` (`plugin new`), `plugin_build` (`plugin build`), `sdk` (the embedded
 //! SDKs, vendoring, `plugin sdk`) and `toolchain` (pinned build tools, missing-tool errors).
 
@@ -11,6 +11,7 @@ mod plugin_build;
 mod plugin_test;
 mod scaffold;
 mod sdk;
+mod shadow;
 mod toolchain;
 
 use clap::{Parser, Subcommand};
@@ -81,6 +82,13 @@ pub enum Command {
     /// Work with handler plugins.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Live shadows (`[plugins.NAME] shadow = "new.wasm"`) of the running gateway.
+    Shadow {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[command(subcommand)]
+        command: shadow::ShadowCommand,
+    },
 }
 
 /// `carteiro outbox ...`
@@ -144,6 +152,7 @@ pub async fn run(
         Command::Publish { config, args } => ops::publish(&config.config, args).await,
         Command::Outbox(OutboxCommand::Status(c)) => ops::outbox_status(&c.config).await,
         Command::Dlq { config, command } => dlq::run(&config.config, command).await,
+        Command::Shadow { config, command } => shadow::run(&config.config, command).await,
         Command::Plugin(PluginCommand::Test(args)) => plugin_test::run(args).await,
         Command::Plugin(PluginCommand::New(args)) => scaffold::run(args),
         Command::Plugin(PluginCommand::Build(args)) => plugin_build::run(args),

@@ -270,6 +270,28 @@ pub struct PluginConfig {
     /// Variables the plugin reads through the `config` import; `${VAR}` allowed.
     #[serde(default)]
     pub variables: BTreeMap<String, String>,
+    /// A new version run beside this one on live traffic (same settings and kv namespace,
+    /// a throwaway store): its verdicts and effects are compared and counted, never
+    /// committed or published. Relative to the config file.
+    #[serde(default)]
+    pub shadow: Option<PathBuf>,
+    /// Optional pin of the shadow component's SHA-256 (hex).
+    #[serde(default)]
+    pub shadow_sha256: Option<String>,
+    /// Share of deliveries also run on the shadow, 0.0 to 1.0.
+    #[serde(default = "default_shadow_sample")]
+    pub shadow_sample: f64,
+    /// CPU budget of the shadow: runs at once. A sampled delivery arriving while all are
+    /// busy is not shadowed (counted as `skipped`).
+    #[serde(default = "default_shadow_max_in_flight")]
+    pub shadow_max_in_flight: u32,
+}
+
+fn default_shadow_sample() -> f64 {
+    1.0
+}
+fn default_shadow_max_in_flight() -> u32 {
+    2
 }
 
 fn default_timeout() -> Duration {

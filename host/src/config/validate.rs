@@ -156,6 +156,25 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
         if plugin.path.is_relative() {
             plugin.path = base_dir.join(&plugin.path);
         }
+        if let Some(shadow) = &mut plugin.shadow {
+            if shadow.is_relative() {
+                *shadow = base_dir.join(&*shadow);
+            }
+            if !shadow.is_file() {
+                return Err(err(
+                    line_of_key("shadow"),
+                    &format!("{key}.shadow"),
+                    format!("no shadow plugin file at {}", shadow.display()),
+                ));
+            }
+        }
+        if !(0.0..=1.0).contains(&plugin.shadow_sample) || plugin.shadow_max_in_flight == 0 {
+            return Err(err(
+                line_of_key("shadow_sample"),
+                &format!("{key}.shadow_sample"),
+                "shadow_sample must be within 0.0..=1.0 and shadow_max_in_flight above zero".into(),
+            ));
+        }
         if !plugin.path.is_file() {
             return Err(err(
                 line_of_key(&format!("[plugins.{name}]")),

@@ -11,6 +11,7 @@ mod reload;
 
 pub use reload::{Shared, Supervisor};
 
+use crate::pipeline::shadow::ShadowLog;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -43,6 +44,8 @@ pub struct ReloadReport {
 pub struct RunningPlugin {
     pub version: String,
     pub sha256: String,
+    /// The live shadow's version, if it has one.
+    pub shadow: Option<String>,
 }
 
 /// What runs now.
@@ -66,6 +69,8 @@ struct Request {
 pub struct LiveHandle {
     requests: mpsc::Sender<Request>,
     status: Arc<Mutex<LiveStatus>>,
+    /// Live-shadow counts and disagreements of every route.
+    pub shadows: Arc<ShadowLog>,
 }
 
 impl LiveHandle {
@@ -74,6 +79,7 @@ impl LiveHandle {
         let handle = Self {
             requests,
             status: Arc::default(),
+            shadows: Arc::default(),
         };
         (handle, receiver)
     }
@@ -136,6 +142,9 @@ impl LiveHandle {
                 "plugin {name}: version {} (sha256 {})\n",
                 p.version, p.sha256
             ));
+            if let Some(shadow) = &p.shadow {
+                out.push_str(&format!("plugin {name}: shadow version {shadow}\n"));
+            }
         }
         out.push_str(&format!("routes: {}\n", status.routes.join(", ")));
         if let Some(r) = &status.last_reload {

@@ -18,8 +18,9 @@ use super::{LiveHandle, ReloadReport, Request, RunningPlugin};
 use crate::broker::connect;
 use crate::broker::seal::SealKey;
 use crate::config::{self, Config, PluginConfig, RouteConfig};
-use crate::gateway::{Plugins, broker_settings, load_plugin};
+use crate::gateway::{Plugins, broker_settings, load_plugin, load_shadow};
 use crate::metrics::Metrics;
+use crate::pipeline::shadow::Shadow;
 use crate::pipeline::{RouteContext, RouteError, StoreGate, run_route};
 use crate::runtime::{Plugin, Runtime};
 use crate::store::{BatchedReads, CommitterHandle, Store};
@@ -50,6 +51,7 @@ pub struct Shared {
 /// A loaded plugin and what it was loaded from.
 struct Loaded {
     plugin: Arc<Plugin>,
+    shadow: Option<Arc<Shadow>>,
     /// The `[plugins.NAME]` table it was loaded with (compared, never printed: variables may
     /// hold secrets).
     settings: String,
@@ -131,6 +133,16 @@ fn restart_only_changes(running: &Config, new: &Config) -> Vec<String> {
     out
 }
 
+fn shadow_of(shared: &Shared, live: &LiveHandle, plugin: Plugin, p: &PluginConfig) -> Arc<Shadow> {
+    Arc::new(Shadow::new(
+        Arc::new(plugin),
+        p.shadow_sample,
+        p.shadow_max_in_flight,
+        live.shadows.clone(),
+        shared.metrics.clone(),
+    ))
+}
+
 impl Supervisor {
     /// Starts the config's routes on `plugins` (already loaded).
     pub fn start(
@@ -142,17 +154,24 @@ impl Supervisor {
     ) -> anyhow::Result<(Self, LiveHandle)> {
         let (live, requests) = LiveHandle::new();
         let (fatal_tx, fatal_rx) = mpsc::unbounded_channel();
-        let plugins = plugins
-            .into_iter()
-            .map(|(name, plugin)| {
-                let settings = config
-                    .plugins
-                    .get(&name)
-                    .map(plugin_settings)
-                    .unwrap_or_default();
-                (name, Loaded { plugin, settings })
-            })
-            .collect();
+        let mut loaded = BTreeMap::new();
+        for (name, plugin) in plugins {
+            let Some(p) = config.plugins.get(&name) else {
+                continue;
+            };
+            let shadow =
+                load_shadow(&shared.runtime, &name, p)?.map(|s| shadow_of(&shared, &live, s, p));
+            let settings = plugin_settings(p);
+            loaded.insert(
+                name,
+                Loaded {
+                    plugin,
+                    shadow,
+                    settings,
+                },
+            );
+        }
+        let plugins = loaded;
         let mut supervisor = Self {
             shared,
             config,
@@ -186,20 +205,17 @@ impl Supervisor {
         route: &RouteConfig,
         plugins: &BTreeMap<String, Loaded>,
     ) -> Result<RouteContext, String> {
-        let plugin = plugins
-            .get(route.plugin_name())
-            .map(|l| l.plugin.clone())
-            .ok_or_else(|| {
-                format!(
-                    "route `{}` names unknown plugin `{}`",
-                    route.queue,
-                    route.plugin_name()
-                )
-            })?;
+        let loaded = plugins.get(route.plugin_name()).ok_or_else(|| {
+            format!(
+                "route `{}` names unknown plugin `{}`",
+                route.queue,
+                route.plugin_name()
+            )
+        })?;
         let s = &self.shared;
-        RouteContext::new(
+        let ctx = RouteContext::new(
             route,
-            plugin,
+            loaded.plugin.clone(),
             s.store.clone(),
             s.committer.clone(),
             s.reads.clone(),
@@ -208,7 +224,9 @@ impl Supervisor {
             s.metrics.clone(),
             s.seal.clone(),
         )
-        .map_err(|e| format!("route `{}`: {e}", route.queue))
+        .map_err(|e| format!("route `{}`: {e}", route.queue))?;
+        ctx.set_shadow(loaded.shadow.clone());
+        Ok(ctx)
     }
 
     fn spawn_route(&mut self, route: &RouteConfig, ctx: RouteContext) {
@@ -243,6 +261,7 @@ impl Supervisor {
                 let running = RunningPlugin {
                     version: l.plugin.version().to_owned(),
                     sha256: l.plugin.digest().to_owned(),
+                    shadow: l.shadow.as_ref().map(|s| s.plugin.version().to_owned()),
                 };
                 (name.clone(), running)
             })
@@ -332,10 +351,15 @@ impl Supervisor {
             let settings = plugin_settings(p);
             let running = self.plugins.get(name);
             let unchanged = running.filter(|l| {
-                l.settings == settings && file_digest(&p.path).as_deref() == Some(l.plugin.digest())
+                l.settings == settings
+                    && file_digest(&p.path).as_deref() == Some(l.plugin.digest())
+                    && p.shadow.as_deref().map(file_digest)
+                        == l.shadow
+                            .as_ref()
+                            .map(|s| Some(s.plugin.digest().to_owned()))
             });
-            let plugin = match unchanged {
-                Some(l) => l.plugin.clone(),
+            let (plugin, shadow) = match unchanged {
+                Some(l) => (l.plugin.clone(), l.shadow.clone()),
                 None => {
                     let (runtime, name2, p2) =
                         (self.shared.runtime.clone(), name.clone(), p.clone());
@@ -345,6 +369,14 @@ impl Supervisor {
                             .map_err(|e| format!("loading plugin `{name}` failed: {e}"))?
                             .map_err(|e| e.to_string())?;
                     let loaded = Arc::new(loaded);
+                    let (runtime, name2, p2) =
+                        (self.shared.runtime.clone(), name.clone(), p.clone());
+                    let shadow =
+                        tokio::task::spawn_blocking(move || load_shadow(&runtime, &name2, &p2))
+                            .await
+                            .map_err(|e| format!("loading the shadow of `{name}` failed: {e}"))?
+                            .map_err(|e| format!("shadow of plugin `{name}`: {e}"))?
+                            .map(|s| shadow_of(&self.shared, &self.live, s, p));
                     report.changes.push(match running {
                         Some(old) if old.plugin.digest() != loaded.digest() => format!(
                             "plugin `{name}`: version {} -> {}",
@@ -357,10 +389,17 @@ impl Supervisor {
                         ),
                         None => format!("plugin `{name}`: loaded version {}", loaded.version()),
                     });
-                    loaded
+                    (loaded, shadow)
                 }
             };
-            plugins.insert(name.clone(), Loaded { plugin, settings });
+            plugins.insert(
+                name.clone(),
+                Loaded {
+                    plugin,
+                    shadow,
+                    settings,
+                },
+            );
         }
         for name in self.plugins.keys().filter(|n| !plugins.contains_key(*n)) {
             report.changes.push(format!("plugin `{name}`: unloaded"));
@@ -402,6 +441,7 @@ impl Supervisor {
                 continue;
             };
             let current = running.ctx.plugin();
+            running.ctx.set_shadow(next.shadow.clone());
             if !Arc::ptr_eq(&current, &next.plugin) {
                 running.ctx.swap_plugin(next.plugin.clone());
                 tracing::info!(queue = %queue, plugin = next.plugin.name(), from = current.version(), to = next.plugin.version(), sha256 = next.plugin.digest(), "route swapped to a new plugin version; deliveries in flight finish on the old one");

@@ -1,6 +1,7 @@
 //! Everything one route's deliveries need, built once at start-up.
 
 use super::gate::StoreGate;
+use super::shadow::Shadow;
 use crate::broker::seal::SealKey;
 use crate::common::FaultPoint;
 use crate::config::{FailurePolicy, KeySource, MissingKeyPolicy, RetryConfig, RouteConfig};
@@ -16,6 +17,8 @@ pub struct RouteContext {
     pub queue: String,
     /// The plugin version new deliveries run on; swapped by a reload (see [`Self::plugin`]).
     plugin: Mutex<Arc<Plugin>>,
+    /// The plugin's live shadow, when it has one (swapped with it by a reload).
+    shadow: Mutex<Option<Arc<Shadow>>>,
     pub store: Store,
     pub committer: CommitterHandle,
     /// Inbox pre-checks and handler kv reads, batched across deliveries.
@@ -59,6 +62,7 @@ impl RouteContext {
             kv: Arc::new(StoreKv(reads.clone())),
             reads,
             plugin: Mutex::new(plugin),
+            shadow: Mutex::new(None),
             store,
             committer,
             gate,
@@ -95,6 +99,19 @@ impl RouteContext {
             &mut *self.plugin.lock().unwrap_or_else(PoisonError::into_inner),
             plugin,
         )
+    }
+
+    /// The live shadow new deliveries are compared with, if any.
+    pub fn shadow(&self) -> Option<Arc<Shadow>> {
+        self.shadow
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Sets (or, with `None`, ends) the live shadow.
+    pub fn set_shadow(&self, shadow: Option<Arc<Shadow>>) {
+        *self.shadow.lock().unwrap_or_else(PoisonError::into_inner) = shadow;
     }
 
     /// The retry queue for a delay (declared by the topology).

@@ -10,6 +10,7 @@
 //! - `archiver`: `Q.dlq` → `dead_letters` table.
 //! - `gate`: pause consumption while the store is down.
 //! - `key`: idempotency keys.
+//! - `shadow`: a new plugin version compared with the live one on sampled deliveries.
 
 mod acks;
 mod archiver;
@@ -20,6 +21,7 @@ mod key;
 pub mod plan;
 mod process;
 mod received;
+pub mod shadow;
 mod worker;
 
 pub use context::RouteContext;

@@ -15,11 +15,12 @@ use super::disposition::{Copy, to_dead_letter, to_retry};
 use super::key;
 use super::plan::{self, Outcome, Plan};
 use super::received::Received;
+use super::shadow::{Decision, RecordingKv};
 use crate::broker::ConfirmedPublisher;
 use crate::broker::outgoing::cap_reason;
 use crate::common::{FaultPoint, hang_if};
 use crate::config::MissingKeyPolicy;
-use crate::runtime::{Invocation, Message, Plugin};
+use crate::runtime::{Invocation, KvSource, Message, Plugin};
 use crate::store::{CommitOutcome, CommitRequest, KvRead, KvWrite, NewOutboxRow};
 use futures::FutureExt;
 use lapin::message::Delivery;
@@ -262,12 +263,27 @@ async fn step(
 
     // 5-6. Run the handler; re-run it if its reads conflict at commit.
     let message = received.message(delivery);
+    // A live shadow compares its decision with the one that settles this delivery.
+    let shadow = ctx.shadow().filter(|s| s.sampled());
     // Held from the first conflict on: re-runs of contended deliveries take turns, so a hot
     // key makes progress one commit at a time instead of livelocking in optimistic retries.
     let mut serialized = None;
     for _ in 0..MAX_CONFLICT_RERUNS {
         let started = Instant::now();
-        let result = plugin.handle(&message, ctx.kv.clone()).await;
+        let recording = shadow
+            .as_ref()
+            .map(|_| Arc::new(RecordingKv::new(ctx.kv.clone())));
+        let kv: Arc<dyn KvSource> = match &recording {
+            Some(r) => r.clone(),
+            None => ctx.kv.clone(),
+        };
+        let result = plugin.handle(&message, kv).await;
+        let compare = |live: Decision| {
+            if let (Some(shadow), Some(recording)) = (&shadow, &recording) {
+                shadow.compare_later(&ctx.queue, &message, recording.take(), ctx.kv.clone(), live);
+            }
+        };
+        let live = shadow.as_ref().map(|_| Decision::of(&result));
         ctx.metrics.handler_duration(&ctx.queue, started.elapsed());
         if let Err(failure) = &result {
             ctx.metrics.plugin_failure(&ctx.queue, failure.kind());
@@ -300,10 +316,20 @@ async fn step(
                     "store unavailable during the handler: {error}"
                 ));
             }
-            (plan, _) => return Step::Done(carry_out(&copy, plan).await),
+            (plan, _) => {
+                if let Some(live) = live {
+                    compare(live);
+                }
+                return Step::Done(carry_out(&copy, plan).await);
+            }
         };
         match commit(ctx, plugin, &inbox_key, trace_context(&message), invocation).await {
-            Ok(CommitOutcome::Committed) => return Step::Done(Settle::Ack(Outcome::Acked)),
+            Ok(CommitOutcome::Committed) => {
+                if let Some(live) = live {
+                    compare(live);
+                }
+                return Step::Done(Settle::Ack(Outcome::Acked));
+            }
             Ok(CommitOutcome::Duplicate) => return Step::Done(Settle::Ack(Outcome::Duplicate)),
             Ok(CommitOutcome::Conflict) => {
                 ctx.metrics.conflict(&ctx.queue);

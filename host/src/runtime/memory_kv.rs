@@ -22,6 +22,13 @@ impl MemoryKv {
         }
     }
 
+    /// Sets what `key` reads as (`None`: absent), shadowing the seed.
+    pub fn preset(&self, namespace: &str, key: &str, value: Option<KvValue>) {
+        if let Ok(mut m) = self.entries.lock() {
+            m.insert((namespace.to_owned(), key.to_owned()), value);
+        }
+    }
+
     /// Applies one delivery's writes as its commit would (each written key's version one
     /// above the version it had), so later deliveries read them. The seed is never touched.
     pub async fn apply(
