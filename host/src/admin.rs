@@ -1,6 +1,6 @@
 //! The admin HTTP server (loopback by default): `/healthz`, `/readyz` (with plugin versions
 //! and the last reload's outcome), `/metrics`, `POST /admin/reload`, `/shadow` (live-shadow
-//! comparisons), and a read-only
+//! comparisons), `POST /admin/canary/{plugin}/promote|abort`, and a read-only
 //! dead-letter API (`/dlq`, `/dlq/{id}`, `/dlq/stats`).
 
 use crate::gateway::GatewayHandle;
@@ -25,6 +25,7 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .route("/admin/reload", post(reload))
         .route("/shadow", get(shadow))
+        .route("/admin/canary/{plugin}/{action}", post(canary))
         .route("/dlq", get(dlq_list))
         .route("/dlq/stats", get(dlq_stats))
         .route("/dlq/{id}", get(dlq_show))
@@ -47,6 +48,22 @@ async fn ready(State(h): State<GatewayHandle>) -> Response {
             format!("store unavailable\n{detail}"),
         )
             .into_response()
+    }
+}
+
+/// `promote` or `abort` plugin `plugin`'s canary.
+async fn canary(
+    State(h): State<GatewayHandle>,
+    Path((plugin, action)): Path<(String, String)>,
+) -> Response {
+    let promote = match action.as_str() {
+        "promote" => true,
+        "abort" => false,
+        _ => return (StatusCode::NOT_FOUND, "use promote or abort").into_response(),
+    };
+    match h.live.finish_canary(&plugin, promote) {
+        Ok(state) => (StatusCode::OK, state).into_response(),
+        Err(why) => (StatusCode::CONFLICT, why).into_response(),
     }
 }
 

@@ -79,6 +79,24 @@ pub fn load_shadow(
     Ok(Some(shadow))
 }
 
+/// Loads the canary of plugin `name`, if the config gives it one, with the plugin's own
+/// settings and name (so it reads and writes the same kv).
+pub fn load_canary(
+    runtime: &Arc<Runtime>,
+    name: &str,
+    p: &PluginConfig,
+) -> Result<Option<Plugin>, LoadError> {
+    let Some(canary) = &p.canary else {
+        return Ok(None);
+    };
+    let mut settings = p.clone();
+    settings.path = canary.path.clone();
+    settings.sha256 = canary.sha256.clone();
+    let plugin = load_plugin(runtime, name, &settings)?;
+    tracing::info!(plugin = %name, canary = plugin.version(), percent = canary.percent, "canary loaded");
+    Ok(Some(plugin))
+}
+
 /// Loads every plugin of the config (digests checked) into one runtime.
 pub fn load_plugins(config: &Config) -> anyhow::Result<(Arc<Runtime>, Plugins)> {
     let runtime = new_runtime(config)?;

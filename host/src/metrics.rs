@@ -44,6 +44,11 @@ struct PluginVersion {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginLabel {
+    plugin: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Route {
     route: String,
 }
@@ -63,6 +68,8 @@ pub struct Metrics {
     version_deliveries: Family<VersionOutcome, Counter>,
     plugin_versions: Family<PluginVersion, Gauge>,
     shadow_runs: Family<ShadowRun, Counter>,
+    canary_percent: Family<PluginVersion, Gauge>,
+    canary_rollbacks: Family<PluginLabel, Counter>,
     /// Reloads applied (SIGHUP, `POST /admin/reload`).
     pub reloads: Counter,
     /// Reloads refused (the old config and plugins kept running).
@@ -100,6 +107,18 @@ impl Default for Metrics {
         let version_deliveries = Family::<VersionOutcome, Counter>::default();
         let plugin_versions = Family::<PluginVersion, Gauge>::default();
         let shadow_runs = Family::<ShadowRun, Counter>::default();
+        let canary_percent = Family::<PluginVersion, Gauge>::default();
+        let canary_rollbacks = Family::<PluginLabel, Counter>::default();
+        registry.register(
+            "canary_percent",
+            "Share of deliveries (percent) a plugin's canary version takes now",
+            canary_percent.clone(),
+        );
+        registry.register(
+            "canary_rollbacks",
+            "Canaries rolled back automatically",
+            canary_rollbacks.clone(),
+        );
         registry.register(
             "shadow_runs",
             "Live-shadow runs by route, shadow version and result (agree, verdict, effects, shadow-failure, skipped)",
@@ -194,6 +213,8 @@ impl Default for Metrics {
             version_deliveries,
             plugin_versions,
             shadow_runs,
+            canary_percent,
+            canary_rollbacks,
             reloads,
             reload_failures,
             config_reload_success,
@@ -247,6 +268,25 @@ impl Metrics {
                 route: route.into(),
                 version: version.into(),
                 result: result.into(),
+            })
+            .inc();
+    }
+
+    /// The canary `version` of `plugin` takes `percent` of the deliveries.
+    pub fn canary_percent(&self, plugin: &str, version: &str, percent: f64) {
+        self.canary_percent
+            .get_or_create(&PluginVersion {
+                plugin: plugin.into(),
+                version: version.into(),
+            })
+            .set(percent.round() as i64);
+    }
+
+    /// The canary of `plugin` was rolled back.
+    pub fn canary_rollback(&self, plugin: &str) {
+        self.canary_rollbacks
+            .get_or_create(&PluginLabel {
+                plugin: plugin.into(),
             })
             .inc();
     }

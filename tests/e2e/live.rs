@@ -4,6 +4,8 @@
 //!   keeps serving; routes added and removed.
 //! - `shadow`: `dlq replay --shadow` over dead letters of a buggy version reports exactly what
 //!   the fixed one acks and changes nothing; `--only-acked-by` replays exactly those.
+//! - `canary`: a canary failing a fifth of its deliveries rolls back by itself; a healthy
+//!   one takes its share by key hash and is promoted by `carteiro canary promote`.
 //! - `traffic`: a live shadow counts agreements and disagreements by kind on a known mix.
 //!
 //! Helpers: plugin versions that differ only in their bytes (a custom section appended, so
@@ -11,6 +13,7 @@
 //! and the per-delivery log lines (`delivery settled`, JSON) that name the digest each
 //! delivery ran with.
 
+mod canary;
 mod reload;
 mod shadow;
 mod traffic;

@@ -1,10 +1,11 @@
 //! The `carteiro` command line: argument types and dispatch. Each command lives in its own
 //! module; `main.rs` only sets up tracing and signals and calls [`run`].
 //!
-//! `ops` (run, check, migrate, relay, publish, outbox), `dlq`, `shadow`, `plugin_test`; for handler
+//! `ops` (run, check, migrate, relay, publish, outbox), `dlq`, `shadow`, `canary`, `plugin_test`; for handler
 //! authors `scaffold` (`plugin new`), `plugin_build` (`plugin build`), `sdk` (the embedded
 //! SDKs, vendoring, `plugin sdk`) and `toolchain` (pinned build tools, missing-tool errors).
 
+mod canary;
 mod dlq;
 mod ops;
 mod plugin_build;
@@ -82,6 +83,13 @@ pub enum Command {
     /// Work with handler plugins.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Canaries (`[plugins.NAME.canary]`) of the running gateway: promote or abort one.
+    Canary {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[command(subcommand)]
+        command: canary::CanaryCommand,
+    },
     /// Live shadows (`[plugins.NAME] shadow = "new.wasm"`) of the running gateway.
     Shadow {
         #[command(flatten)]
@@ -153,6 +161,7 @@ pub async fn run(
         Command::Outbox(OutboxCommand::Status(c)) => ops::outbox_status(&c.config).await,
         Command::Dlq { config, command } => dlq::run(&config.config, command).await,
         Command::Shadow { config, command } => shadow::run(&config.config, command).await,
+        Command::Canary { config, command } => canary::run(&config.config, command).await,
         Command::Plugin(PluginCommand::Test(args)) => plugin_test::run(args).await,
         Command::Plugin(PluginCommand::New(args)) => scaffold::run(args),
         Command::Plugin(PluginCommand::Build(args)) => plugin_build::run(args),

@@ -21,11 +21,18 @@ pub enum ShadowCommand {
 /// How long the admin server may take to answer.
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-/// GETs `path` from the admin server at `address` (plain HTTP/1.1 on loopback).
-async fn get(address: &str, path: &str) -> anyhow::Result<String> {
+/// One request to the admin server at `address` (plain HTTP/1.1 on loopback); returns the
+/// status code and the body.
+pub(super) async fn request(
+    address: &str,
+    method: &str,
+    path: &str,
+) -> anyhow::Result<(u16, String)> {
     let request = async {
         let mut stream = tokio::net::TcpStream::connect(address).await?;
-        let head = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
         stream.write_all(head.as_bytes()).await?;
         let mut response = Vec::new();
         stream.read_to_end(&mut response).await?;
@@ -38,13 +45,12 @@ async fn get(address: &str, path: &str) -> anyhow::Result<String> {
     let (head, body) = response
         .split_once("\r\n\r\n")
         .ok_or_else(|| anyhow::anyhow!("not an HTTP response from {address}"))?;
-    if !head.starts_with("HTTP/1.1 200") {
-        anyhow::bail!(
-            "{address}{path} answered {}",
-            head.lines().next().unwrap_or("")
-        );
-    }
-    Ok(body.to_owned())
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("not an HTTP response from {address}"))?;
+    Ok((status, body.to_owned()))
 }
 
 /// Runs a `shadow` subcommand; returns the exit code.
@@ -56,7 +62,10 @@ pub async fn run(config_path: &Path, command: ShadowCommand) -> anyhow::Result<i
         );
     }
     let ShadowCommand::Report { json } = command;
-    let body = get(&config.admin.listen, "/shadow").await?;
+    let (status, body) = request(&config.admin.listen, "GET", "/shadow").await?;
+    if status != 200 {
+        anyhow::bail!("{}/shadow answered {status}: {body}", config.admin.listen);
+    }
     if json {
         println!("{body}");
         return Ok(0);

@@ -11,6 +11,7 @@ mod reload;
 
 pub use reload::{Shared, Supervisor};
 
+use crate::pipeline::canary::Canary;
 use crate::pipeline::shadow::ShadowLog;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -71,6 +72,8 @@ pub struct LiveHandle {
     status: Arc<Mutex<LiveStatus>>,
     /// Live-shadow counts and disagreements of every route.
     pub shadows: Arc<ShadowLog>,
+    /// Canaries by plugin name.
+    canaries: Arc<Mutex<BTreeMap<String, Arc<Canary>>>>,
 }
 
 impl LiveHandle {
@@ -80,6 +83,7 @@ impl LiveHandle {
             requests,
             status: Arc::default(),
             shadows: Arc::default(),
+            canaries: Arc::default(),
         };
         (handle, receiver)
     }
@@ -129,6 +133,23 @@ impl LiveHandle {
             .clone()
     }
 
+    fn set_canaries(&self, canaries: BTreeMap<String, Arc<Canary>>) {
+        *self.canaries.lock().unwrap_or_else(PoisonError::into_inner) = canaries;
+    }
+
+    /// Ends plugin `name`'s canary by hand (`carteiro canary promote|abort`).
+    pub fn finish_canary(&self, name: &str, promote: bool) -> Result<String, String> {
+        let canary = self
+            .canaries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("plugin `{name}` has no canary"))?;
+        canary.finish(promote)?;
+        Ok(canary.describe())
+    }
+
     fn update(&self, change: impl FnOnce(&mut LiveStatus)) {
         change(&mut self.status.lock().unwrap_or_else(PoisonError::into_inner));
     }
@@ -145,6 +166,14 @@ impl LiveHandle {
             if let Some(shadow) = &p.shadow {
                 out.push_str(&format!("plugin {name}: shadow version {shadow}\n"));
             }
+        }
+        for (name, canary) in self
+            .canaries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            out.push_str(&format!("plugin {name}: {}\n", canary.describe()));
         }
         out.push_str(&format!("routes: {}\n", status.routes.join(", ")));
         if let Some(r) = &status.last_reload {

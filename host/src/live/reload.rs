@@ -18,8 +18,9 @@ use super::{LiveHandle, ReloadReport, Request, RunningPlugin};
 use crate::broker::connect;
 use crate::broker::seal::SealKey;
 use crate::config::{self, Config, PluginConfig, RouteConfig};
-use crate::gateway::{Plugins, broker_settings, load_plugin, load_shadow};
+use crate::gateway::{Plugins, broker_settings, load_canary, load_plugin, load_shadow};
 use crate::metrics::Metrics;
+use crate::pipeline::canary::Canary;
 use crate::pipeline::shadow::Shadow;
 use crate::pipeline::{RouteContext, RouteError, StoreGate, run_route};
 use crate::runtime::{Plugin, Runtime};
@@ -52,6 +53,7 @@ pub struct Shared {
 struct Loaded {
     plugin: Arc<Plugin>,
     shadow: Option<Arc<Shadow>>,
+    canary: Option<Arc<Canary>>,
     /// The `[plugins.NAME]` table it was loaded with (compared, never printed: variables may
     /// hold secrets).
     settings: String,
@@ -143,6 +145,21 @@ fn shadow_of(shared: &Shared, live: &LiveHandle, plugin: Plugin, p: &PluginConfi
     ))
 }
 
+fn canary_of(shared: &Shared, stable: &Plugin, canary: Plugin, p: &PluginConfig) -> Arc<Canary> {
+    let (percent, rule) = p
+        .canary
+        .as_ref()
+        .map(|c| (c.percent, c.rollback_on.clone()))
+        .unwrap_or_default();
+    Arc::new(Canary::new(
+        Arc::new(canary),
+        stable,
+        percent,
+        rule,
+        shared.metrics.clone(),
+    ))
+}
+
 impl Supervisor {
     /// Starts the config's routes on `plugins` (already loaded).
     pub fn start(
@@ -161,12 +178,15 @@ impl Supervisor {
             };
             let shadow =
                 load_shadow(&shared.runtime, &name, p)?.map(|s| shadow_of(&shared, &live, s, p));
+            let canary =
+                load_canary(&shared.runtime, &name, p)?.map(|c| canary_of(&shared, &plugin, c, p));
             let settings = plugin_settings(p);
             loaded.insert(
                 name,
                 Loaded {
                     plugin,
                     shadow,
+                    canary,
                     settings,
                 },
             );
@@ -226,6 +246,7 @@ impl Supervisor {
         )
         .map_err(|e| format!("route `{}`: {e}", route.queue))?;
         ctx.set_shadow(loaded.shadow.clone());
+        ctx.set_canary(loaded.canary.clone());
         Ok(ctx)
     }
 
@@ -254,6 +275,12 @@ impl Supervisor {
     }
 
     fn publish_status(&self, last: Option<ReloadReport>) {
+        self.live.set_canaries(
+            self.plugins
+                .iter()
+                .filter_map(|(name, l)| Some((name.clone(), l.canary.clone()?)))
+                .collect(),
+        );
         let plugins = self
             .plugins
             .iter()
@@ -357,9 +384,13 @@ impl Supervisor {
                         == l.shadow
                             .as_ref()
                             .map(|s| Some(s.plugin.digest().to_owned()))
+                    && p.canary.as_ref().map(|c| file_digest(&c.path))
+                        == l.canary
+                            .as_ref()
+                            .map(|c| Some(c.plugin.digest().to_owned()))
             });
-            let (plugin, shadow) = match unchanged {
-                Some(l) => (l.plugin.clone(), l.shadow.clone()),
+            let (plugin, shadow, canary) = match unchanged {
+                Some(l) => (l.plugin.clone(), l.shadow.clone(), l.canary.clone()),
                 None => {
                     let (runtime, name2, p2) =
                         (self.shared.runtime.clone(), name.clone(), p.clone());
@@ -377,6 +408,14 @@ impl Supervisor {
                             .map_err(|e| format!("loading the shadow of `{name}` failed: {e}"))?
                             .map_err(|e| format!("shadow of plugin `{name}`: {e}"))?
                             .map(|s| shadow_of(&self.shared, &self.live, s, p));
+                    let (runtime, name2, p2) =
+                        (self.shared.runtime.clone(), name.clone(), p.clone());
+                    let canary =
+                        tokio::task::spawn_blocking(move || load_canary(&runtime, &name2, &p2))
+                            .await
+                            .map_err(|e| format!("loading the canary of `{name}` failed: {e}"))?
+                            .map_err(|e| format!("canary of plugin `{name}`: {e}"))?
+                            .map(|c| canary_of(&self.shared, &loaded, c, p));
                     report.changes.push(match running {
                         Some(old) if old.plugin.digest() != loaded.digest() => format!(
                             "plugin `{name}`: version {} -> {}",
@@ -389,7 +428,7 @@ impl Supervisor {
                         ),
                         None => format!("plugin `{name}`: loaded version {}", loaded.version()),
                     });
-                    (loaded, shadow)
+                    (loaded, shadow, canary)
                 }
             };
             plugins.insert(
@@ -397,6 +436,7 @@ impl Supervisor {
                 Loaded {
                     plugin,
                     shadow,
+                    canary,
                     settings,
                 },
             );
@@ -442,6 +482,7 @@ impl Supervisor {
             };
             let current = running.ctx.plugin();
             running.ctx.set_shadow(next.shadow.clone());
+            running.ctx.set_canary(next.canary.clone());
             if !Arc::ptr_eq(&current, &next.plugin) {
                 running.ctx.swap_plugin(next.plugin.clone());
                 tracing::info!(queue = %queue, plugin = next.plugin.name(), from = current.version(), to = next.plugin.version(), sha256 = next.plugin.digest(), "route swapped to a new plugin version; deliveries in flight finish on the old one");

@@ -1,5 +1,6 @@
 //! Everything one route's deliveries need, built once at start-up.
 
+use super::canary::Canary;
 use super::gate::StoreGate;
 use super::shadow::Shadow;
 use crate::broker::seal::SealKey;
@@ -19,6 +20,8 @@ pub struct RouteContext {
     plugin: Mutex<Arc<Plugin>>,
     /// The plugin's live shadow, when it has one (swapped with it by a reload).
     shadow: Mutex<Option<Arc<Shadow>>>,
+    /// The plugin's canary, when it has one (swapped with it by a reload).
+    canary: Mutex<Option<Arc<Canary>>>,
     pub store: Store,
     pub committer: CommitterHandle,
     /// Inbox pre-checks and handler kv reads, batched across deliveries.
@@ -63,6 +66,7 @@ impl RouteContext {
             reads,
             plugin: Mutex::new(plugin),
             shadow: Mutex::new(None),
+            canary: Mutex::new(None),
             store,
             committer,
             gate,
@@ -112,6 +116,19 @@ impl RouteContext {
     /// Sets (or, with `None`, ends) the live shadow.
     pub fn set_shadow(&self, shadow: Option<Arc<Shadow>>) {
         *self.shadow.lock().unwrap_or_else(PoisonError::into_inner) = shadow;
+    }
+
+    /// The canary new deliveries may be assigned to, if any.
+    pub fn canary(&self) -> Option<Arc<Canary>> {
+        self.canary
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Sets (or, with `None`, ends) the canary.
+    pub fn set_canary(&self, canary: Option<Arc<Canary>>) {
+        *self.canary.lock().unwrap_or_else(PoisonError::into_inner) = canary;
     }
 
     /// The retry queue for a delay (declared by the topology).

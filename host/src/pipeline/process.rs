@@ -10,6 +10,7 @@
 //! panics again on redelivery.
 
 use super::acks::Acks;
+use super::canary::Canary;
 use super::context::RouteContext;
 use super::disposition::{Copy, to_dead_letter, to_retry};
 use super::key;
@@ -62,8 +63,25 @@ pub async fn process(
     delivery: Delivery,
 ) {
     let started = Instant::now();
-    // The version this delivery runs on, whatever a reload swaps in meanwhile.
-    let plugin = ctx.plugin();
+    // The version this delivery runs on, whatever a reload swaps in meanwhile: the stable
+    // one, or the canary when its key's hash falls in the canary's share.
+    let received = Received::new(&ctx, &delivery);
+    let canary = ctx.canary().and_then(|c| {
+        let key = key::extract(
+            &ctx.key_source,
+            received.message_id.as_deref(),
+            &received.headers,
+            &delivery.data,
+        )
+        .ok()?;
+        c.assign(&key).then_some(c)
+    });
+    let plugin = match &canary {
+        Some(c) => c.plugin.clone(),
+        None => ctx.plugin(),
+    };
+    // Every handler outcome of a plugin with a canary counts towards its rollback rule.
+    let tally = ctx.canary().map(|c| (c, canary.is_some()));
     let span = tracing::info_span!(
         "delivery",
         messaging.system = "rabbitmq",
@@ -73,10 +91,17 @@ pub async fn process(
         plugin = plugin.name(),
         plugin.version = plugin.version(),
     );
-    let run = AssertUnwindSafe(settle(&ctx, &plugin, &publisher, &delivery))
-        .catch_unwind()
-        .instrument(span.clone())
-        .await;
+    let run = AssertUnwindSafe(settle(
+        &ctx,
+        &plugin,
+        tally.as_ref(),
+        &publisher,
+        &delivery,
+        received,
+    ))
+    .catch_unwind()
+    .instrument(span.clone())
+    .await;
     let settle = match run {
         Ok(settle) => settle,
         Err(panic) => {
@@ -189,17 +214,18 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 async fn settle(
     ctx: &RouteContext,
     plugin: &Plugin,
+    tally: Option<&(Arc<Canary>, bool)>,
     publisher: &ConfirmedPublisher,
     delivery: &Delivery,
+    received: Received,
 ) -> Settle {
-    let received = Received::new(ctx, delivery);
     if ctx.fault == Some(FaultPoint::PanicOnBody) && delivery.data.starts_with(b"panic") {
         panic!("fault injection: panic while processing a delivery");
     }
     let mut round = 0;
     loop {
         round += 1;
-        match step(ctx, plugin, publisher, delivery, &received).await {
+        match step(ctx, plugin, tally, publisher, delivery, &received).await {
             Step::Done(settle) => return settle,
             Step::StoreTrouble(why) => {
                 ctx.gate.report_failure(&why);
@@ -218,6 +244,7 @@ async fn settle(
 async fn step(
     ctx: &RouteContext,
     plugin: &Plugin,
+    tally: Option<&(Arc<Canary>, bool)>,
     publisher: &ConfirmedPublisher,
     delivery: &Delivery,
     received: &Received,
@@ -320,6 +347,9 @@ async fn step(
                 if let Some(live) = live {
                     compare(live);
                 }
+                if let Some((canary, on_canary)) = tally {
+                    canary.record(*on_canary, true);
+                }
                 return Step::Done(carry_out(&copy, plan).await);
             }
         };
@@ -327,6 +357,9 @@ async fn step(
             Ok(CommitOutcome::Committed) => {
                 if let Some(live) = live {
                     compare(live);
+                }
+                if let Some((canary, on_canary)) = tally {
+                    canary.record(*on_canary, false);
                 }
                 return Step::Done(Settle::Ack(Outcome::Acked));
             }
