@@ -46,6 +46,14 @@ pub async fn check(path: &Path, no_environment: bool) -> anyhow::Result<i32> {
     for (name, plugin) in &plugins {
         println!("plugin   {name}: loads, sha256 {}", plugin.digest());
     }
+    for (name, p) in &config.plugins {
+        if let Some(shadow) = gateway::load_shadow(&runtime, name, p)? {
+            println!("shadow   {name}: loads, sha256 {}", shadow.digest());
+        }
+        if let Some(canary) = gateway::load_canary(&runtime, name, p)? {
+            println!("canary   {name}: loads, sha256 {}", canary.digest());
+        }
+    }
     match (runtime.compile_cache_dir(), runtime.compile_cache_stats()) {
         (Some(dir), Some((hits, misses))) => println!(
             "cache    {}: {hits} compiled components reused, {misses} compiled and stored (the next start reuses them)",
