@@ -1,5 +1,7 @@
-//! The admin HTTP server (loopback by default): `/healthz`, `/readyz`, `/metrics`, and a
-//! read-only dead-letter API (`/dlq`, `/dlq/{id}`, `/dlq/stats`).
+//! The admin HTTP server (loopback by default): `/healthz`, `/readyz` (with plugin versions
+//! and the last reload's outcome), `/metrics`, `POST /admin/reload`, `/shadow` (live-shadow
+//! comparisons), `POST /admin/canary/{plugin}/promote|abort`, and a read-only
+//! dead-letter API (`/dlq`, `/dlq/{id}`, `/dlq/stats`).
 
 use crate::gateway::GatewayHandle;
 use crate::store::DeadLetterFilter;
@@ -7,7 +9,7 @@ use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
@@ -21,6 +23,9 @@ pub async fn serve(
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
+        .route("/admin/reload", post(reload))
+        .route("/shadow", get(shadow))
+        .route("/admin/canary/{plugin}/{action}", post(canary))
         .route("/dlq", get(dlq_list))
         .route("/dlq/stats", get(dlq_stats))
         .route("/dlq/{id}", get(dlq_show))
@@ -31,12 +36,52 @@ pub async fn serve(
     Ok(())
 }
 
+/// First line `ready` or why not; then the detail: plugin versions, routes, last reload. A
+/// refused reload does not make the gateway unready: it still serves on the previous one.
 async fn ready(State(h): State<GatewayHandle>) -> Response {
+    let detail = h.live.readiness_detail();
     if h.gate.is_healthy() {
-        (StatusCode::OK, "ready").into_response()
+        (StatusCode::OK, format!("ready\n{detail}")).into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "store unavailable").into_response()
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("store unavailable\n{detail}"),
+        )
+            .into_response()
     }
+}
+
+/// `promote` or `abort` plugin `plugin`'s canary.
+async fn canary(
+    State(h): State<GatewayHandle>,
+    Path((plugin, action)): Path<(String, String)>,
+) -> Response {
+    let promote = match action.as_str() {
+        "promote" => true,
+        "abort" => false,
+        _ => return (StatusCode::NOT_FOUND, "use promote or abort").into_response(),
+    };
+    match h.live.finish_canary(&plugin, promote) {
+        Ok(state) => (StatusCode::OK, state).into_response(),
+        Err(why) => (StatusCode::CONFLICT, why).into_response(),
+    }
+}
+
+/// Live-shadow counts per route and result, and the newest disagreements.
+async fn shadow(State(h): State<GatewayHandle>) -> Response {
+    Json(h.live.shadows.report()).into_response()
+}
+
+/// Reloads the config file and plugins; 200 with the report when applied, 422 with the
+/// reason when refused (the previous config keeps running).
+async fn reload(State(h): State<GatewayHandle>) -> Response {
+    let report = h.live.reload("POST /admin/reload").await;
+    let status = if report.applied {
+        StatusCode::OK
+    } else {
+        StatusCode::UNPROCESSABLE_ENTITY
+    };
+    (status, Json(report)).into_response()
 }
 
 async fn metrics(State(h): State<GatewayHandle>) -> Response {

@@ -1,8 +1,10 @@
 //! Dead letters for people: JSON views and replay (back onto the route's work queue with a
 //! fresh attempt counter, via a confirmed publish, then marked replayed). `run`: a replay
-//! of everything a filter selects, resumable.
+//! of everything a filter selects, resumable. `shadow`: what a new plugin version would
+//! decide on dead letters, in a throwaway store (nothing committed or published).
 
 pub mod run;
+pub mod shadow;
 
 use crate::broker::outgoing::replay_properties;
 use crate::broker::seal::SealKey;
@@ -39,6 +41,13 @@ pub fn detail_json(d: &DeadLetter) -> serde_json::Value {
     value["body"] = body_preview(&d.body);
     value["body_bytes"] = serde_json::json!(d.body.len());
     value["first_failed_at"] = serde_json::json!(d.first_failed_at);
+    // The plugin version that gave up on it (a sealed header of the dead-letter copy).
+    value["plugin_sha256"] = serde_json::json!(
+        d.headers
+            .iter()
+            .find(|(k, _)| k == crate::common::headers::PLUGIN_SHA256)
+            .map(|(_, v)| v)
+    );
     value["replayed_at"] = serde_json::json!(d.replayed_at);
     value["stored_encoded"] = serde_json::json!(d.stored_encoded);
     value
@@ -55,14 +64,9 @@ fn is_failure_header(name: &str) -> bool {
         || name.starts_with(':')
 }
 
-/// Publishes the dead letter back to its route's queue (confirmed) and marks it replayed.
-pub async fn replay(
-    store: &Store,
-    publisher: &ConfirmedPublisher,
-    seal: &SealKey,
-    d: &DeadLetter,
-    timeout: Duration,
-) -> anyhow::Result<()> {
+/// The properties a replay of `d` is published with (unsealed): its headers without the
+/// failure story, and its archived message id, content type and correlation id.
+pub fn replay_properties_of(d: &DeadLetter) -> anyhow::Result<lapin::BasicProperties> {
     let prop = |name: &str| {
         d.headers
             .iter()
@@ -75,13 +79,24 @@ pub async fn replay(
         .filter(|(k, _)| !is_failure_header(k))
         .cloned()
         .collect();
-    let properties = replay_properties(
+    replay_properties(
         &pairs,
         prop(PROP_MESSAGE_ID).as_deref(),
         prop(PROP_CONTENT_TYPE).as_deref(),
         prop(PROP_CORRELATION_ID).as_deref(),
     )
-    .map_err(|e| anyhow::anyhow!("dead letter {} cannot be replayed: {e}", d.id))?;
+    .map_err(|e| anyhow::anyhow!("dead letter {} cannot be replayed: {e}", d.id))
+}
+
+/// Publishes the dead letter back to its route's queue (confirmed) and marks it replayed.
+pub async fn replay(
+    store: &Store,
+    publisher: &ConfirmedPublisher,
+    seal: &SealKey,
+    d: &DeadLetter,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let properties = replay_properties_of(d)?;
     // Sealed, so the route believes the original exchange and routing key it carries.
     let properties = seal.seal(&d.route, properties, &d.body);
     publisher

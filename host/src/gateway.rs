@@ -3,14 +3,16 @@
 
 use crate::broker::seal::SealKey;
 use crate::broker::{ConnectOptions, redact_url};
-use crate::config::Config;
+use crate::config::{Config, PluginConfig};
+use crate::live::{LiveHandle, Shared, Supervisor};
 use crate::metrics::Metrics;
-use crate::pipeline::{BrokerSettings, RouteContext, StoreGate, run_route};
-use crate::runtime::{Plugin, PluginLimits, Runtime};
+use crate::pipeline::{BrokerSettings, StoreGate};
+use crate::runtime::{LoadError, Plugin, PluginLimits, Runtime};
 use crate::store::{BatchedReads, GroupCommitter, Store, StoreOptions};
 use anyhow::Context;
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -18,38 +20,89 @@ use tokio_util::sync::CancellationToken;
 /// Plugins by config name.
 pub type Plugins = BTreeMap<String, Arc<Plugin>>;
 
-/// Loads every plugin of the config (digests checked) into one runtime.
-pub fn load_plugins(config: &Config) -> anyhow::Result<(Arc<Runtime>, Plugins)> {
+/// The wasm runtime the config's `[runtime]` section asks for.
+pub fn new_runtime(config: &Config) -> anyhow::Result<Arc<Runtime>> {
     let cache = config
         .runtime
         .compile_cache
         .as_deref()
         .filter(|p| !p.as_os_str().is_empty());
-    let runtime = Runtime::with_compile_cache(config.runtime.max_instances, cache)
-        .map_err(|e| anyhow::anyhow!("cannot start the wasm runtime: {e:#}"))?;
+    Runtime::with_compile_cache(config.runtime.max_instances, cache)
+        .map_err(|e| anyhow::anyhow!("cannot start the wasm runtime: {e:#}"))
+}
+
+/// Reads, checks (digest pin), compiles and pre-links plugin `name` of the config.
+pub fn load_plugin(
+    runtime: &Arc<Runtime>,
+    name: &str,
+    p: &PluginConfig,
+) -> Result<Plugin, LoadError> {
+    let limits = PluginLimits {
+        timeout: p.timeout,
+        memory_bytes: p.memory,
+        max_host_calls: p.max_host_calls,
+        max_events: p.max_events,
+        totals: crate::runtime::DeliveryTotals {
+            kv_bytes: p.max_kv_bytes,
+            event_bytes: p.max_event_bytes,
+            log_bytes: p.max_log_bytes,
+        },
+        max_concurrency: p.max_concurrency,
+    };
+    let plugin = Plugin::load(
+        runtime,
+        name,
+        &p.path,
+        p.sha256.as_deref(),
+        limits,
+        p.variables.clone(),
+    )?;
+    tracing::info!(plugin = %name, version = plugin.version(), sha256 = plugin.digest(), "plugin loaded");
+    Ok(plugin)
+}
+
+/// Loads the live shadow of plugin `name`, if the config gives it one (`shadow`, pinned by
+/// `shadow_sha256`), with the plugin's own settings and name (so it reads the same kv).
+pub fn load_shadow(
+    runtime: &Arc<Runtime>,
+    name: &str,
+    p: &PluginConfig,
+) -> Result<Option<Plugin>, LoadError> {
+    let Some(path) = &p.shadow else {
+        return Ok(None);
+    };
+    let mut settings = p.clone();
+    settings.path = path.clone();
+    settings.sha256 = p.shadow_sha256.clone();
+    let shadow = load_plugin(runtime, name, &settings)?;
+    tracing::info!(plugin = %name, shadow = shadow.version(), sample = p.shadow_sample, "live shadow loaded: compared, never committed or published");
+    Ok(Some(shadow))
+}
+
+/// Loads the canary of plugin `name`, if the config gives it one, with the plugin's own
+/// settings and name (so it reads and writes the same kv).
+pub fn load_canary(
+    runtime: &Arc<Runtime>,
+    name: &str,
+    p: &PluginConfig,
+) -> Result<Option<Plugin>, LoadError> {
+    let Some(canary) = &p.canary else {
+        return Ok(None);
+    };
+    let mut settings = p.clone();
+    settings.path = canary.path.clone();
+    settings.sha256 = canary.sha256.clone();
+    let plugin = load_plugin(runtime, name, &settings)?;
+    tracing::info!(plugin = %name, canary = plugin.version(), percent = canary.percent, "canary loaded");
+    Ok(Some(plugin))
+}
+
+/// Loads every plugin of the config (digests checked) into one runtime.
+pub fn load_plugins(config: &Config) -> anyhow::Result<(Arc<Runtime>, Plugins)> {
+    let runtime = new_runtime(config)?;
     let mut plugins = BTreeMap::new();
     for (name, p) in &config.plugins {
-        let limits = PluginLimits {
-            timeout: p.timeout,
-            memory_bytes: p.memory,
-            max_host_calls: p.max_host_calls,
-            max_events: p.max_events,
-            totals: crate::runtime::DeliveryTotals {
-                kv_bytes: p.max_kv_bytes,
-                event_bytes: p.max_event_bytes,
-                log_bytes: p.max_log_bytes,
-            },
-            max_concurrency: p.max_concurrency,
-        };
-        let plugin = Plugin::load(
-            &runtime,
-            name,
-            &p.path,
-            p.sha256.as_deref(),
-            limits,
-            p.variables.clone(),
-        )?;
-        tracing::info!(plugin = %name, sha256 = plugin.digest(), "plugin loaded");
+        let plugin = load_plugin(&runtime, name, p)?;
         plugins.insert(name.clone(), Arc::new(plugin));
     }
     Ok((runtime, plugins))
@@ -100,6 +153,18 @@ pub struct GatewayHandle {
     pub metrics: Arc<Metrics>,
     pub store: Store,
     pub gate: StoreGate,
+    /// Reloads and what runs now (plugin versions, the last reload's outcome).
+    pub live: LiveHandle,
+}
+
+/// How [`run_live`] is started.
+pub struct LiveOptions {
+    /// Where the metrics go (tests read them).
+    pub metrics: Arc<Metrics>,
+    /// The config file a reload reads again; `None`: reloads are refused.
+    pub config_path: Option<PathBuf>,
+    /// One item per SIGHUP (`main.rs` installs the handler); each asks for a reload.
+    pub signals: Option<tokio::sync::mpsc::UnboundedReceiver<()>>,
 }
 
 /// Runs the gateway until `shutdown` resolves or a route fails for good.
@@ -113,45 +178,51 @@ pub async fn run_with_metrics(
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let (_runtime, plugins) = load_plugins(&config)?;
+    let options = LiveOptions {
+        metrics,
+        config_path: None,
+        signals: None,
+    };
+    run_live(config, options, shutdown).await
+}
+
+/// Runs the gateway until `shutdown` resolves or a route fails for good, reloading the
+/// config file on SIGHUP and `POST /admin/reload` (see `live`).
+pub async fn run_live(
+    config: Config,
+    options: LiveOptions,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let metrics = options.metrics;
+    let (runtime, plugins) = load_plugins(&config)?;
     let store = open_store(&config).await?;
     let seal = seal_key(&store).await?;
     let committer = GroupCommitter::spawn(store.clone(), config.store.commit_batch);
     let reads = BatchedReads::spawn(store.clone());
     let gate = StoreGate::new(store.clone());
     let stop = CancellationToken::new();
+
+    let mut tasks = tokio::task::JoinSet::new();
+    let shared = Shared {
+        runtime,
+        store: store.clone(),
+        committer: committer.clone(),
+        reads: reads.clone(),
+        gate: gate.clone(),
+        seal,
+        metrics: metrics.clone(),
+    };
+    let (supervisor, live) =
+        Supervisor::start(shared, config.clone(), plugins, options.config_path, &stop)?;
     let handle = GatewayHandle {
         metrics: metrics.clone(),
         store: store.clone(),
         gate: gate.clone(),
+        live: live.clone(),
     };
-
-    let mut tasks = tokio::task::JoinSet::new();
-    for route in &config.routes {
-        let plugin = plugins
-            .get(route.plugin_name())
-            .cloned()
-            .with_context(|| format!("route `{}` names unknown plugin", route.queue))?;
-        let publish_timeout = config.broker.publish_timeout;
-        let ctx = RouteContext::new(
-            route,
-            plugin,
-            store.clone(),
-            committer.clone(),
-            reads.clone(),
-            gate.clone(),
-            publish_timeout,
-            metrics.clone(),
-            seal.clone(),
-        )
-        .map_err(|e| anyhow::anyhow!("route `{}`: {e}", route.queue))?;
-        let settings = broker_settings(&config, &format!("carteiro route {}", route.queue));
-        let stop = stop.clone();
-        tasks.spawn(async move {
-            run_route(Arc::new(ctx), settings, stop)
-                .await
-                .map_err(anyhow::Error::from)
-        });
+    tasks.spawn(supervisor.run());
+    if let Some(signals) = options.signals {
+        tasks.spawn(crate::live::forward_signals(signals, live, stop.clone()));
     }
     if config.relay.enabled {
         let relay = crate::relay::Relay::new(

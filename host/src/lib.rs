@@ -14,8 +14,9 @@
 //! - [`pipeline`]: one delivery from receipt to ack, and the supervised consumers.
 //! - [`store`]: sqlx on SQLite or PostgreSQL — inbox, kv, outbox, dead letters, group commit.
 //! - [`relay`]: the outbox publisher.
-//! - [`dlq`]: dead letters for people (JSON views, replay).
+//! - [`dlq`]: dead letters for people (JSON views, replay, shadow replay of a new version).
 //! - [`gateway`]: `carteiro run` — everything wired together.
+//! - [`live`]: changing handlers while running — reload (SIGHUP, `POST /admin/reload`).
 //! - [`admin`]: health, readiness, metrics and DLQ over HTTP.
 //! - [`metrics`], [`housekeeping`]: Prometheus metrics, retention cleanup.
 //! - [`redact`]: the one redaction for URLs that may hold a password (broker and store).
@@ -28,6 +29,7 @@ pub mod config;
 pub mod dlq;
 pub mod gateway;
 pub mod housekeeping;
+pub mod live;
 pub mod metrics;
 pub mod pipeline;
 pub mod redact;

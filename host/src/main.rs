@@ -32,29 +32,33 @@ async fn shutdown_signal() {
     }
 }
 
-/// SIGHUP's default action ends the process. Until live reload exists, a SIGHUP (a habit of
-/// operators and of some supervisors) is logged and otherwise ignored.
-fn ignore_sighup() {
+/// SIGHUP's default action ends the process. Instead each one is handed to the command: a
+/// running gateway reloads its config and plugins; other commands log and ignore it.
+fn forward_sighup() -> tokio::sync::mpsc::UnboundedReceiver<()> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     match signal(SignalKind::hangup()) {
         Ok(mut hup) => {
             tokio::spawn(async move {
                 while hup.recv().await.is_some() {
-                    tracing::warn!(
-                        "SIGHUP received: live reload is not supported yet; ignoring it (restart to apply a new config)"
-                    );
+                    if tx.send(()).is_err() {
+                        tracing::warn!(
+                            "SIGHUP received: this command does not reload; ignoring it"
+                        );
+                    }
                 }
             });
         }
         Err(e) => tracing::warn!(error = %e, "cannot handle SIGHUP; it would end the process"),
     }
+    rx
 }
 
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();
     init_tracing(cli.log_json);
-    ignore_sighup();
-    let code = match run(cli, shutdown_signal()).await {
+    let sighup = forward_sighup();
+    let code = match run(cli, shutdown_signal(), sighup).await {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {error:#}");

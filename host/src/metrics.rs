@@ -21,6 +21,33 @@ struct Failure {
     kind: String,
 }
 
+/// Deliveries by the plugin version they ran on (`version`: 12 hex digits of its digest).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionOutcome {
+    route: String,
+    version: String,
+    outcome: String,
+}
+
+/// Live-shadow comparisons (`version`: the shadow's).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShadowRun {
+    route: String,
+    version: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginVersion {
+    plugin: String,
+    version: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginLabel {
+    plugin: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Route {
     route: String,
@@ -38,6 +65,17 @@ pub struct Metrics {
     dead_letters_archived: Family<Route, Counter>,
     panics: Family<Route, Counter>,
     connected: Family<Route, Gauge>,
+    version_deliveries: Family<VersionOutcome, Counter>,
+    plugin_versions: Family<PluginVersion, Gauge>,
+    shadow_runs: Family<ShadowRun, Counter>,
+    canary_percent: Family<PluginVersion, Gauge>,
+    canary_rollbacks: Family<PluginLabel, Counter>,
+    /// Reloads applied (SIGHUP, `POST /admin/reload`).
+    pub reloads: Counter,
+    /// Reloads refused (the old config and plugins kept running).
+    pub reload_failures: Counter,
+    /// 1 when the last reload was applied (or none was tried), 0 when it was refused.
+    pub config_reload_success: Gauge,
     /// Outbox rows published (confirmed) by the relay.
     pub outbox_published: Counter,
     /// Outbox publish failures (nack, returned, timeout).
@@ -66,6 +104,51 @@ impl Default for Metrics {
         let connected = Family::<Route, Gauge>::default();
         let outbox_published = Counter::default();
         let outbox_failed = Counter::default();
+        let version_deliveries = Family::<VersionOutcome, Counter>::default();
+        let plugin_versions = Family::<PluginVersion, Gauge>::default();
+        let shadow_runs = Family::<ShadowRun, Counter>::default();
+        let canary_percent = Family::<PluginVersion, Gauge>::default();
+        let canary_rollbacks = Family::<PluginLabel, Counter>::default();
+        registry.register(
+            "canary_percent",
+            "Share of deliveries (percent) a plugin's canary version takes now",
+            canary_percent.clone(),
+        );
+        registry.register(
+            "canary_rollbacks",
+            "Canaries rolled back automatically",
+            canary_rollbacks.clone(),
+        );
+        registry.register(
+            "shadow_runs",
+            "Live-shadow runs by route, shadow version and result (agree, verdict, effects, shadow-failure, skipped)",
+            shadow_runs.clone(),
+        );
+        let reloads = Counter::default();
+        let reload_failures = Counter::default();
+        let config_reload_success = Gauge::default();
+        config_reload_success.set(1);
+        registry.register(
+            "plugin_version_deliveries",
+            "Deliveries settled, by route, plugin version (12 hex digits of its sha256) and outcome",
+            version_deliveries.clone(),
+        );
+        registry.register(
+            "plugin_version",
+            "1 for each plugin version new deliveries run on",
+            plugin_versions.clone(),
+        );
+        registry.register("reloads", "Reloads applied", reloads.clone());
+        registry.register(
+            "reload_failures",
+            "Reloads refused; the running config and plugins were kept",
+            reload_failures.clone(),
+        );
+        registry.register(
+            "config_reload_success",
+            "1 if the last reload was applied (or none was tried), 0 if it was refused",
+            config_reload_success.clone(),
+        );
         registry.register(
             "deliveries",
             "Deliveries settled, by outcome",
@@ -127,6 +210,14 @@ impl Default for Metrics {
             dead_letters_archived,
             panics,
             connected,
+            version_deliveries,
+            plugin_versions,
+            shadow_runs,
+            canary_percent,
+            canary_rollbacks,
+            reloads,
+            reload_failures,
+            config_reload_success,
             outbox_published,
             outbox_failed,
         }
@@ -146,6 +237,76 @@ impl Metrics {
                 route: route.into(),
             })
             .observe(took.as_secs_f64());
+    }
+
+    /// A delivery settled on `route` with plugin `version`.
+    pub fn version_delivery(&self, route: &str, version: &str, outcome: &str) {
+        self.version_deliveries
+            .get_or_create(&VersionOutcome {
+                route: route.into(),
+                version: version.into(),
+                outcome: outcome.into(),
+            })
+            .inc();
+    }
+
+    /// Deliveries settled on `route` with plugin `version` and `outcome` (for tests).
+    pub fn version_delivered(&self, route: &str, version: &str, outcome: &str) -> u64 {
+        self.version_deliveries
+            .get_or_create(&VersionOutcome {
+                route: route.into(),
+                version: version.into(),
+                outcome: outcome.into(),
+            })
+            .get()
+    }
+
+    /// A live-shadow run on `route` with shadow `version` ended with `result`.
+    pub fn shadow_run(&self, route: &str, version: &str, result: &str) {
+        self.shadow_runs
+            .get_or_create(&ShadowRun {
+                route: route.into(),
+                version: version.into(),
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// The canary `version` of `plugin` takes `percent` of the deliveries.
+    pub fn canary_percent(&self, plugin: &str, version: &str, percent: f64) {
+        self.canary_percent
+            .get_or_create(&PluginVersion {
+                plugin: plugin.into(),
+                version: version.into(),
+            })
+            .set(percent.round() as i64);
+    }
+
+    /// The canary of `plugin` was rolled back.
+    pub fn canary_rollback(&self, plugin: &str) {
+        self.canary_rollbacks
+            .get_or_create(&PluginLabel {
+                plugin: plugin.into(),
+            })
+            .inc();
+    }
+
+    /// Plugin `plugin` now runs `version` (`None`: it was unloaded); `previous` is dropped.
+    pub fn plugin_version(&self, plugin: &str, previous: Option<&str>, version: Option<&str>) {
+        if let Some(previous) = previous {
+            self.plugin_versions.remove(&PluginVersion {
+                plugin: plugin.into(),
+                version: previous.into(),
+            });
+        }
+        if let Some(version) = version {
+            self.plugin_versions
+                .get_or_create(&PluginVersion {
+                    plugin: plugin.into(),
+                    version: version.into(),
+                })
+                .set(1);
+        }
     }
 
     pub fn handler_duration(&self, route: &str, took: Duration) {

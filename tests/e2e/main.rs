@@ -6,6 +6,7 @@ mod gateway;
 mod hostile;
 mod hostile_props;
 mod languages;
+mod live;
 mod outages;
 mod relay;
 mod relay_bytes;

@@ -3,6 +3,7 @@
 use super::ops::load_config;
 use crate::broker::connect_any;
 use crate::dlq::run::{Progress, ReplayOptions};
+use crate::dlq::shadow::{self, Now, ShadowOptions, Verdicts};
 use crate::gateway::{self, broker_settings};
 use crate::store::DeadLetterFilter;
 use std::io::IsTerminal;
@@ -93,6 +94,19 @@ pub enum DlqCommand {
         /// At most this many replays per second, e.g. `50/s`.
         #[arg(long, value_parser = crate::dlq::run::parse_rate)]
         rate: Option<f64>,
+        /// Publish nothing: run each selected dead letter through this new component (with
+        /// the route's plugin settings, an in-memory store over the real kv, read-only) and
+        /// report, per message and in total, the verdict then and now and the kv writes and
+        /// events the new version would make. Nothing is committed or published.
+        #[arg(long, value_name = "NEW.wasm", conflicts_with_all = ["id", "dry_run", "only_acked_by", "rate"])]
+        shadow: Option<std::path::PathBuf>,
+        /// Replay for real only the selected dead letters this component acks in a shadow
+        /// run (deploy it on the route first: the replayed messages meet the running version).
+        #[arg(long, value_name = "NEW.wasm", conflicts_with_all = ["id", "dry_run"])]
+        only_acked_by: Option<std::path::PathBuf>,
+        /// With --shadow: print JSON lines (one per message, then the summary).
+        #[arg(long, requires = "shadow")]
+        json: bool,
     },
     /// Delete every dead letter matching the filters, replayed or not (at least one filter
     /// is required). `--since 1h` deletes those dead-lettered in the last hour;
@@ -153,12 +167,33 @@ pub async fn run(config_path: &Path, command: DlqCommand) -> anyhow::Result<i32>
             include_replayed,
             dry_run,
             rate,
+            shadow,
+            only_acked_by,
+            json,
         } => {
             let options = ReplayOptions {
                 include_replayed,
                 limit,
                 rate_per_sec: rate,
             };
+            let shadow_options = ShadowOptions {
+                include_replayed,
+                limit,
+            };
+            if let Some(wasm) = shadow {
+                return shadow_report(
+                    &config,
+                    &store,
+                    &wasm,
+                    &filter.filter(),
+                    &shadow_options,
+                    json,
+                )
+                .await;
+            }
+            if let Some(wasm) = only_acked_by {
+                return replay_acked_by(&config, &store, &wasm, &filter.filter(), &options).await;
+            }
             return replay(&config, &store, id, &filter.filter(), &options, dry_run).await;
         }
         DlqCommand::Purge { filter } => {
@@ -264,6 +299,119 @@ async fn replay(
     } else {
         1
     })
+}
+
+/// `dlq replay --shadow NEW.wasm`: the report; exit code 0 (the verdicts are the output).
+async fn shadow_report(
+    config: &crate::config::Config,
+    store: &crate::store::Store,
+    wasm: &Path,
+    filter: &DeadLetterFilter,
+    options: &ShadowOptions,
+    json: bool,
+) -> anyhow::Result<i32> {
+    let mut print = |v: &Verdicts| {
+        if json {
+            println!("{}", shadow::verdicts_json(v));
+        } else {
+            print_verdicts(v);
+        }
+    };
+    let summary = shadow::run(config, store, wasm, filter, options, &mut print).await?;
+    if json {
+        println!("{}", shadow::summary_json(&summary));
+    } else {
+        println!(
+            "shadow of {} (sha256 {}): nothing was committed or published",
+            wasm.display(),
+            summary.sha256
+        );
+        println!("{}", summary.line());
+    }
+    Ok(0)
+}
+
+fn print_verdicts(v: &Verdicts) {
+    let now = match &v.now {
+        Now::Ack => "ack".to_owned(),
+        Now::Retry { reason, .. } => format!("retry: {reason}"),
+        Now::DeadLetter { reason } => format!("still dead-letter: {reason}"),
+        Now::Failure { kind, detail } => format!("failure ({kind}): {detail}"),
+    };
+    println!(
+        "#{:<6} {:<24} {:<20} dead-letter → {now}   (then: {})",
+        v.id,
+        v.route,
+        v.message_id.as_deref().unwrap_or("-"),
+        v.then_reason
+    );
+    for (key, value) in &v.kv_writes {
+        match value {
+            Some(value) => println!(
+                "         kv set    {key:?} = {:?}",
+                String::from_utf8_lossy(value)
+            ),
+            None => println!("         kv delete {key:?}"),
+        }
+    }
+    for e in &v.events {
+        println!(
+            "         event     exchange {:?} routing key {:?}: {}",
+            e.exchange,
+            e.routing_key,
+            String::from_utf8_lossy(&e.payload)
+        );
+    }
+}
+
+/// `dlq replay --only-acked-by NEW.wasm`: a shadow run, then a real replay of exactly the
+/// dead letters it acked (each marked replayed after its confirm).
+async fn replay_acked_by(
+    config: &crate::config::Config,
+    store: &crate::store::Store,
+    wasm: &Path,
+    filter: &DeadLetterFilter,
+    options: &ReplayOptions,
+) -> anyhow::Result<i32> {
+    let mut acked = Vec::new();
+    let shadow_options = ShadowOptions {
+        include_replayed: options.include_replayed,
+        limit: None,
+    };
+    let summary = shadow::run(config, store, wasm, filter, &shadow_options, &mut |v| {
+        if v.now == Now::Ack {
+            acked.push(v.id);
+        }
+    })
+    .await?;
+    println!("shadow: {}", summary.line());
+    if let Some(limit) = options.limit {
+        acked.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    }
+    let settings = broker_settings(config, "carteiro dlq replay");
+    let conn = std::sync::Arc::new(connect(&settings.url, &settings.connect).await?);
+    let publisher = crate::dlq::replay_publisher(conn).await?;
+    let seal = gateway::seal_key(store).await?;
+    let (mut replayed, mut failed) = (0u64, 0u64);
+    for id in acked {
+        let Some(d) = store.dead_letter_get(id).await? else {
+            continue;
+        };
+        match crate::dlq::replay(store, &publisher, &seal, &d, config.broker.publish_timeout).await
+        {
+            Ok(()) => replayed += 1,
+            Err(e) => {
+                failed += 1;
+                println!("#{id} failed: {e:#}");
+            }
+        }
+    }
+    println!(
+        "{replayed} replayed (the ones {} acks); {} left in the dead-letter store",
+        wasm.display(),
+        summary.total.saturating_sub(replayed)
+    );
+    Ok(if failed == 0 { 0 } else { 1 })
 }
 
 /// An `indicatif` bar when stderr is a terminal; otherwise a line every few seconds.

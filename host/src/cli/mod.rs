@@ -1,16 +1,18 @@
 //! The `carteiro` command line: argument types and dispatch. Each command lives in its own
 //! module; `main.rs` only sets up tracing and signals and calls [`run`].
 //!
-//! `ops` (run, check, migrate, relay, publish, outbox), `dlq`, `plugin_test`; for handler
+//! `ops` (run, check, migrate, relay, publish, outbox), `dlq`, `shadow`, `canary`, `plugin_test`; for handler
 //! authors `scaffold` (`plugin new`), `plugin_build` (`plugin build`), `sdk` (the embedded
 //! SDKs, vendoring, `plugin sdk`) and `toolchain` (pinned build tools, missing-tool errors).
 
+mod canary;
 mod dlq;
 mod ops;
 mod plugin_build;
 mod plugin_test;
 mod scaffold;
 mod sdk;
+mod shadow;
 mod toolchain;
 
 use clap::{Parser, Subcommand};
@@ -81,6 +83,20 @@ pub enum Command {
     /// Work with handler plugins.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Canaries (`[plugins.NAME.canary]`) of the running gateway: promote or abort one.
+    Canary {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[command(subcommand)]
+        command: canary::CanaryCommand,
+    },
+    /// Live shadows (`[plugins.NAME] shadow = "new.wasm"`) of the running gateway.
+    Shadow {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[command(subcommand)]
+        command: shadow::ShadowCommand,
+    },
 }
 
 /// `carteiro outbox ...`
@@ -124,10 +140,17 @@ impl std::fmt::Display for Lang {
     }
 }
 
-/// Runs a parsed command; returns the process exit code. `shutdown` resolves on SIGTERM.
-pub async fn run(cli: Cli, shutdown: impl Future<Output = ()>) -> anyhow::Result<i32> {
+/// Runs a parsed command; returns the process exit code. `shutdown` resolves on SIGTERM;
+/// `sighup` yields once per SIGHUP (`carteiro run` reloads; other commands drop it).
+pub async fn run(
+    cli: Cli,
+    shutdown: impl Future<Output = ()>,
+    sighup: tokio::sync::mpsc::UnboundedReceiver<()>,
+) -> anyhow::Result<i32> {
+    // Only a running gateway reloads: other commands let SIGHUP be logged and ignored.
+    let sighup = matches!(cli.command, Command::Run(_)).then_some(sighup);
     match cli.command {
-        Command::Run(c) => ops::run(&c.config, shutdown).await,
+        Command::Run(c) => ops::run(&c.config, shutdown, sighup).await,
         Command::Check {
             config,
             no_environment,
@@ -137,6 +160,8 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()>) -> anyhow::Result
         Command::Publish { config, args } => ops::publish(&config.config, args).await,
         Command::Outbox(OutboxCommand::Status(c)) => ops::outbox_status(&c.config).await,
         Command::Dlq { config, command } => dlq::run(&config.config, command).await,
+        Command::Shadow { config, command } => shadow::run(&config.config, command).await,
+        Command::Canary { config, command } => canary::run(&config.config, command).await,
         Command::Plugin(PluginCommand::Test(args)) => plugin_test::run(args).await,
         Command::Plugin(PluginCommand::New(args)) => scaffold::run(args),
         Command::Plugin(PluginCommand::Build(args)) => plugin_build::run(args),

@@ -17,10 +17,19 @@ pub fn load_config(path: &Path) -> anyhow::Result<Config> {
     Ok(config::load(path)?)
 }
 
-/// `carteiro run`.
-pub async fn run(path: &Path, shutdown: impl Future<Output = ()>) -> anyhow::Result<i32> {
+/// `carteiro run`; each item of `sighup` reloads `path`.
+pub async fn run(
+    path: &Path,
+    shutdown: impl Future<Output = ()>,
+    sighup: Option<tokio::sync::mpsc::UnboundedReceiver<()>>,
+) -> anyhow::Result<i32> {
     let config = load_config(path)?;
-    gateway::run(config, shutdown).await?;
+    let options = gateway::LiveOptions {
+        metrics: Arc::new(Metrics::default()),
+        config_path: Some(path.to_owned()),
+        signals: sighup,
+    };
+    gateway::run_live(config, options, shutdown).await?;
     Ok(0)
 }
 
@@ -36,6 +45,14 @@ pub async fn check(path: &Path, no_environment: bool) -> anyhow::Result<i32> {
     let (runtime, plugins) = gateway::load_plugins(&config)?;
     for (name, plugin) in &plugins {
         println!("plugin   {name}: loads, sha256 {}", plugin.digest());
+    }
+    for (name, p) in &config.plugins {
+        if let Some(shadow) = gateway::load_shadow(&runtime, name, p)? {
+            println!("shadow   {name}: loads, sha256 {}", shadow.digest());
+        }
+        if let Some(canary) = gateway::load_canary(&runtime, name, p)? {
+            println!("canary   {name}: loads, sha256 {}", canary.digest());
+        }
     }
     match (runtime.compile_cache_dir(), runtime.compile_cache_stats()) {
         (Some(dir), Some((hits, misses))) => println!(

@@ -1,14 +1,13 @@
 //! `carteiro plugin test`: run a real component in the real runtime on one message, with an
 //! in-memory kv store and no broker; print the verdict and the effects it would commit.
 
-use crate::runtime::{
-    Header, KvFuture, KvSource, KvValue, Message, Plugin, PluginLimits, Runtime, Verdict,
-};
+pub use crate::runtime::MemoryKv;
+use crate::runtime::{Header, KvSource, Message, Plugin, PluginLimits, Runtime, Verdict};
 use anyhow::Context;
 use serde::Deserialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Arguments of `carteiro plugin test`.
@@ -71,21 +70,6 @@ struct MessageFile {
     exchange: Option<String>,
     #[serde(default)]
     content_type: Option<String>,
-}
-
-/// An in-memory kv store, shared across the calls of one `plugin test`.
-#[derive(Default)]
-pub struct MemoryKv(Mutex<HashMap<(String, String), KvValue>>);
-
-impl KvSource for MemoryKv {
-    fn get<'a>(&'a self, namespace: &'a str, key: &'a str) -> KvFuture<'a> {
-        let found = self
-            .0
-            .lock()
-            .map_err(|_| "memory kv poisoned".to_owned())
-            .map(|m| m.get(&(namespace.to_owned(), key.to_owned())).cloned());
-        Box::pin(async move { found })
-    }
 }
 
 fn text_of(value: &serde_json::Value) -> String {

@@ -294,6 +294,85 @@ pub struct PluginConfig {
     /// Variables the plugin reads through the `config` import; `${VAR}` allowed.
     #[serde(default)]
     pub variables: BTreeMap<String, String>,
+    /// A new version run beside this one on live traffic (same settings and kv namespace,
+    /// a throwaway store): its verdicts and effects are compared and counted, never
+    /// committed or published. Relative to the config file.
+    #[serde(default)]
+    pub shadow: Option<PathBuf>,
+    /// Optional pin of the shadow component's SHA-256 (hex).
+    #[serde(default)]
+    pub shadow_sha256: Option<String>,
+    /// Share of deliveries also run on the shadow, 0.0 to 1.0.
+    #[serde(default = "default_shadow_sample")]
+    pub shadow_sample: f64,
+    /// CPU budget of the shadow: runs at once. A sampled delivery arriving while all are
+    /// busy is not shadowed (counted as `skipped`).
+    #[serde(default = "default_shadow_max_in_flight")]
+    pub shadow_max_in_flight: u32,
+    /// A canary: a new version that takes a share of the deliveries and is rolled back
+    /// automatically when it fails more than the stable one.
+    #[serde(default)]
+    pub canary: Option<CanaryConfig>,
+}
+
+/// `[plugins.NAME.canary]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CanaryConfig {
+    /// The new component, relative to the config file.
+    pub path: PathBuf,
+    /// Optional pin of its SHA-256 (hex).
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// Share of deliveries (0 to 100, by a hash of the idempotency key: a redelivery meets
+    /// the same version) that run on the canary.
+    pub percent: f64,
+    /// When to roll it back.
+    #[serde(default)]
+    pub rollback_on: RollbackConfig,
+}
+
+/// `rollback_on = { failure_rate = 0.05, min_deliveries = 200, window = "5m" }`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackConfig {
+    /// Roll back when the canary's failure rate (retry, dead-letter and trap verdicts)
+    /// exceeds the stable version's by more than this (0.05: five points).
+    #[serde(default = "default_failure_rate")]
+    pub failure_rate: f64,
+    /// ... once the canary handled at least this many deliveries within the window.
+    #[serde(default = "default_min_deliveries")]
+    pub min_deliveries: u64,
+    /// The sliding window both rates are measured over.
+    #[serde(default = "default_canary_window", with = "units::duration")]
+    pub window: Duration,
+}
+
+fn default_failure_rate() -> f64 {
+    0.05
+}
+fn default_min_deliveries() -> u64 {
+    200
+}
+fn default_canary_window() -> Duration {
+    Duration::from_secs(300)
+}
+
+impl Default for RollbackConfig {
+    fn default() -> Self {
+        Self {
+            failure_rate: default_failure_rate(),
+            min_deliveries: default_min_deliveries(),
+            window: default_canary_window(),
+        }
+    }
+}
+
+fn default_shadow_sample() -> f64 {
+    1.0
+}
+fn default_shadow_max_in_flight() -> u32 {
+    2
 }
 
 fn default_timeout() -> Duration {

@@ -182,6 +182,50 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
         if plugin.path.is_relative() {
             plugin.path = base_dir.join(&plugin.path);
         }
+        if let Some(shadow) = &mut plugin.shadow {
+            if shadow.is_relative() {
+                *shadow = base_dir.join(&*shadow);
+            }
+            if !shadow.is_file() {
+                return Err(err(
+                    line_of_key("shadow"),
+                    &format!("{key}.shadow"),
+                    format!("no shadow plugin file at {}", shadow.display()),
+                ));
+            }
+        }
+        if let Some(canary) = &mut plugin.canary {
+            if canary.path.is_relative() {
+                canary.path = base_dir.join(&canary.path);
+            }
+            let rule = &canary.rollback_on;
+            let problem = if !canary.path.is_file() {
+                Some(format!(
+                    "no canary plugin file at {}",
+                    canary.path.display()
+                ))
+            } else if !(0.0..=100.0).contains(&canary.percent) {
+                Some("percent must be within 0..=100".to_owned())
+            } else if !(0.0..=1.0).contains(&rule.failure_rate) || rule.window.is_zero() {
+                Some("rollback_on: failure_rate within 0.0..=1.0 and a window above zero".into())
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                return Err(err(
+                    line_of_key(&format!("[plugins.{name}.canary]")),
+                    &format!("{key}.canary"),
+                    problem,
+                ));
+            }
+        }
+        if !(0.0..=1.0).contains(&plugin.shadow_sample) || plugin.shadow_max_in_flight == 0 {
+            return Err(err(
+                line_of_key("shadow_sample"),
+                &format!("{key}.shadow_sample"),
+                "shadow_sample must be within 0.0..=1.0 and shadow_max_in_flight above zero".into(),
+            ));
+        }
         if !plugin.path.is_file() {
             return Err(err(
                 line_of_key(&format!("[plugins.{name}]")),

@@ -1,6 +1,8 @@
 //! Everything one route's deliveries need, built once at start-up.
 
+use super::canary::Canary;
 use super::gate::StoreGate;
+use super::shadow::Shadow;
 use crate::broker::seal::SealKey;
 use crate::common::FaultPoint;
 use crate::config::{FailurePolicy, KeySource, MissingKeyPolicy, RetryConfig, RouteConfig};
@@ -8,13 +10,18 @@ use crate::metrics::Metrics;
 use crate::runtime::{KvFuture, KvSource, KvValue, Plugin};
 use crate::store::{BatchedReads, CommitterHandle, Store};
 use crate::topology::{self, RouteTopology};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// One route, ready to process deliveries.
 pub struct RouteContext {
     pub queue: String,
-    pub plugin: Arc<Plugin>,
+    /// The plugin version new deliveries run on; swapped by a reload (see [`Self::plugin`]).
+    plugin: Mutex<Arc<Plugin>>,
+    /// The plugin's live shadow, when it has one (swapped with it by a reload).
+    shadow: Mutex<Option<Arc<Shadow>>>,
+    /// The plugin's canary, when it has one (swapped with it by a reload).
+    canary: Mutex<Option<Arc<Canary>>>,
     pub store: Store,
     pub committer: CommitterHandle,
     /// Inbox pre-checks and handler kv reads, batched across deliveries.
@@ -57,7 +64,9 @@ impl RouteContext {
             queue: route.queue.clone(),
             kv: Arc::new(StoreKv(reads.clone())),
             reads,
-            plugin,
+            plugin: Mutex::new(plugin),
+            shadow: Mutex::new(None),
+            canary: Mutex::new(None),
             store,
             committer,
             gate,
@@ -75,6 +84,51 @@ impl RouteContext {
             seal,
             rerun_turn: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// The plugin version a new delivery runs on. A delivery takes it once, when it
+    /// arrives, and keeps it to the end (handler re-runs and dead-letter headers included),
+    /// so a reload never changes the version under a delivery in flight.
+    pub fn plugin(&self) -> Arc<Plugin> {
+        self.plugin
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Makes `plugin` the version of every delivery that arrives from now on; returns the
+    /// version it replaces.
+    pub fn swap_plugin(&self, plugin: Arc<Plugin>) -> Arc<Plugin> {
+        std::mem::replace(
+            &mut *self.plugin.lock().unwrap_or_else(PoisonError::into_inner),
+            plugin,
+        )
+    }
+
+    /// The live shadow new deliveries are compared with, if any.
+    pub fn shadow(&self) -> Option<Arc<Shadow>> {
+        self.shadow
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Sets (or, with `None`, ends) the live shadow.
+    pub fn set_shadow(&self, shadow: Option<Arc<Shadow>>) {
+        *self.shadow.lock().unwrap_or_else(PoisonError::into_inner) = shadow;
+    }
+
+    /// The canary new deliveries may be assigned to, if any.
+    pub fn canary(&self) -> Option<Arc<Canary>> {
+        self.canary
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Sets (or, with `None`, ends) the canary.
+    pub fn set_canary(&self, canary: Option<Arc<Canary>>) {
+        *self.canary.lock().unwrap_or_else(PoisonError::into_inner) = canary;
     }
 
     /// The retry queue for a delay (declared by the topology).

@@ -11,6 +11,7 @@ use crate::broker::headers::header_int;
 use crate::broker::outgoing::{copy_properties, set_int, set_text, without_broker_records};
 use crate::broker::{ConfirmedPublisher, Outgoing, PublishError};
 use crate::common::{headers as h, now_ms};
+use crate::runtime::Plugin;
 use lapin::message::Delivery;
 use lapin::types::FieldTable;
 use std::time::Duration;
@@ -19,6 +20,8 @@ use std::time::Duration;
 pub struct Copy<'a> {
     pub publisher: &'a ConfirmedPublisher,
     pub ctx: &'a RouteContext,
+    /// The plugin version this delivery runs on (its dead-letter headers name it).
+    pub plugin: &'a Plugin,
     pub delivery: &'a Delivery,
     pub received: &'a Received,
 }
@@ -93,8 +96,8 @@ pub async fn to_dead_letter(copy: &Copy<'_>, reason: &str, kind: &str) -> Result
     let mut headers = failure_headers(copy.received, reason, true);
     set_text(&mut headers, h::REASON, reason);
     set_text(&mut headers, h::FAILURE_KIND, kind);
-    set_text(&mut headers, h::PLUGIN, ctx.plugin.name());
-    set_text(&mut headers, h::PLUGIN_SHA256, ctx.plugin.digest());
+    set_text(&mut headers, h::PLUGIN, copy.plugin.name());
+    set_text(&mut headers, h::PLUGIN_SHA256, copy.plugin.digest());
     set_int(&mut headers, h::ATTEMPTS, i64::from(copy.received.attempt));
     set_text(&mut headers, h::ROUTE, &ctx.queue);
     set_int(&mut headers, h::DEAD_LETTERED_AT, now_ms());
@@ -118,7 +121,7 @@ async fn archive_directly(copy: &Copy<'_>, reason: &str, kind: &str) -> Result<O
         ctx,
         ctx.queue.clone(),
         crate::broker::outgoing::cap_reason(reason),
-        Some(ctx.plugin.name().to_owned()),
+        Some(copy.plugin.name().to_owned()),
         i64::from(copy.received.attempt),
         &copy.received.table,
         &copy.delivery.properties,

@@ -10,9 +10,12 @@
 //! - `archiver`: `Q.dlq` → `dead_letters` table.
 //! - `gate`: pause consumption while the store is down.
 //! - `key`: idempotency keys.
+//! - `canary`: a new plugin version on a share of the deliveries, rolled back on failures.
+//! - `shadow`: a new plugin version compared with the live one on sampled deliveries.
 
 mod acks;
 mod archiver;
+pub mod canary;
 mod context;
 mod disposition;
 mod gate;
@@ -20,6 +23,7 @@ mod key;
 pub mod plan;
 mod process;
 mod received;
+pub mod shadow;
 mod worker;
 
 pub use context::RouteContext;

@@ -10,16 +10,18 @@
 //! panics again on redelivery.
 
 use super::acks::Acks;
+use super::canary::Canary;
 use super::context::RouteContext;
 use super::disposition::{Copy, to_dead_letter, to_retry};
 use super::key;
 use super::plan::{self, Outcome, Plan};
 use super::received::Received;
+use super::shadow::{Decision, RecordingKv};
 use crate::broker::ConfirmedPublisher;
 use crate::broker::outgoing::cap_reason;
 use crate::common::{FaultPoint, hang_if};
 use crate::config::MissingKeyPolicy;
-use crate::runtime::{Invocation, Message};
+use crate::runtime::{Invocation, KvSource, Message, Plugin};
 use crate::store::{CommitOutcome, CommitRequest, KvRead, KvWrite, NewOutboxRow};
 use futures::FutureExt;
 use lapin::message::Delivery;
@@ -61,18 +63,45 @@ pub async fn process(
     delivery: Delivery,
 ) {
     let started = Instant::now();
+    // The version this delivery runs on, whatever a reload swaps in meanwhile: the stable
+    // one, or the canary when its key's hash falls in the canary's share.
+    let received = Received::new(&ctx, &delivery);
+    let canary = ctx.canary().and_then(|c| {
+        let key = key::extract(
+            &ctx.key_source,
+            received.message_id.as_deref(),
+            &received.headers,
+            &delivery.data,
+        )
+        .ok()?;
+        c.assign(&key).then_some(c)
+    });
+    let plugin = match &canary {
+        Some(c) => c.plugin.clone(),
+        None => ctx.plugin(),
+    };
+    // Every handler outcome of a plugin with a canary counts towards its rollback rule.
+    let tally = ctx.canary().map(|c| (c, canary.is_some()));
     let span = tracing::info_span!(
         "delivery",
         messaging.system = "rabbitmq",
         messaging.destination.name = %ctx.queue,
         messaging.rabbitmq.destination.routing_key = %delivery.routing_key,
         messaging.message.id = delivery.properties.message_id().as_ref().map(|s| s.as_str()).unwrap_or(""),
-        plugin = ctx.plugin.name(),
+        plugin = plugin.name(),
+        plugin.version = plugin.version(),
     );
-    let run = AssertUnwindSafe(settle(&ctx, &publisher, &delivery))
-        .catch_unwind()
-        .instrument(span.clone())
-        .await;
+    let run = AssertUnwindSafe(settle(
+        &ctx,
+        &plugin,
+        tally.as_ref(),
+        &publisher,
+        &delivery,
+        received,
+    ))
+    .catch_unwind()
+    .instrument(span.clone())
+    .await;
     let settle = match run {
         Ok(settle) => settle,
         Err(panic) => {
@@ -80,7 +109,7 @@ pub async fn process(
             ctx.metrics.panic(&ctx.queue);
             if delivery.redelivered {
                 tracing::error!(parent: &span, panic = %what, "the gateway panicked processing this delivery again; dead-lettering it");
-                dead_letter_after_panic(&ctx, &publisher, &delivery, &what)
+                dead_letter_after_panic(&ctx, &plugin, &publisher, &delivery, &what)
                     .instrument(span.clone())
                     .await
             } else {
@@ -95,11 +124,20 @@ pub async fn process(
         Settle::Ack(outcome) => {
             ctx.metrics
                 .delivery(&ctx.queue, outcome.label(), started.elapsed());
+            ctx.metrics
+                .version_delivery(&ctx.queue, plugin.version(), outcome.label());
+            tracing::debug!(
+                outcome = outcome.label(),
+                sha256 = plugin.digest(),
+                "delivery settled"
+            );
             acks.ack(tag);
         }
         Settle::Requeue(why) => {
             ctx.metrics
                 .delivery(&ctx.queue, Outcome::Requeued.label(), started.elapsed());
+            ctx.metrics
+                .version_delivery(&ctx.queue, plugin.version(), Outcome::Requeued.label());
             tracing::warn!(reason = %why, "requeueing delivery; nothing was committed");
             tokio::time::sleep(REQUEUE_DELAY).await;
             let requeue = BasicNackOptions {
@@ -114,6 +152,11 @@ pub async fn process(
         Settle::Reject(why) => {
             ctx.metrics
                 .delivery(&ctx.queue, Outcome::DeadLettered.label(), started.elapsed());
+            ctx.metrics.version_delivery(
+                &ctx.queue,
+                plugin.version(),
+                Outcome::DeadLettered.label(),
+            );
             tracing::warn!(reason = %why, "rejecting delivery to the dead-letter exchange");
             if let Err(e) = delivery
                 .acker
@@ -132,6 +175,7 @@ pub async fn process(
 /// dead-letter.
 async fn dead_letter_after_panic(
     ctx: &RouteContext,
+    plugin: &Plugin,
     publisher: &ConfirmedPublisher,
     delivery: &Delivery,
     what: &str,
@@ -144,6 +188,7 @@ async fn dead_letter_after_panic(
         let copy = Copy {
             publisher,
             ctx,
+            plugin,
             delivery,
             received: &received,
         };
@@ -166,15 +211,21 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Processes until settled; waits for the store (in place) when it fails.
-async fn settle(ctx: &RouteContext, publisher: &ConfirmedPublisher, delivery: &Delivery) -> Settle {
-    let received = Received::new(ctx, delivery);
+async fn settle(
+    ctx: &RouteContext,
+    plugin: &Plugin,
+    tally: Option<&(Arc<Canary>, bool)>,
+    publisher: &ConfirmedPublisher,
+    delivery: &Delivery,
+    received: Received,
+) -> Settle {
     if ctx.fault == Some(FaultPoint::PanicOnBody) && delivery.data.starts_with(b"panic") {
         panic!("fault injection: panic while processing a delivery");
     }
     let mut round = 0;
     loop {
         round += 1;
-        match step(ctx, publisher, delivery, &received).await {
+        match step(ctx, plugin, tally, publisher, delivery, &received).await {
             Step::Done(settle) => return settle,
             Step::StoreTrouble(why) => {
                 ctx.gate.report_failure(&why);
@@ -192,6 +243,8 @@ async fn settle(ctx: &RouteContext, publisher: &ConfirmedPublisher, delivery: &D
 
 async fn step(
     ctx: &RouteContext,
+    plugin: &Plugin,
+    tally: Option<&(Arc<Canary>, bool)>,
     publisher: &ConfirmedPublisher,
     delivery: &Delivery,
     received: &Received,
@@ -199,6 +252,7 @@ async fn step(
     let copy = Copy {
         publisher,
         ctx,
+        plugin,
         delivery,
         received,
     };
@@ -236,12 +290,27 @@ async fn step(
 
     // 5-6. Run the handler; re-run it if its reads conflict at commit.
     let message = received.message(delivery);
+    // A live shadow compares its decision with the one that settles this delivery.
+    let shadow = ctx.shadow().filter(|s| s.sampled());
     // Held from the first conflict on: re-runs of contended deliveries take turns, so a hot
     // key makes progress one commit at a time instead of livelocking in optimistic retries.
     let mut serialized = None;
     for _ in 0..MAX_CONFLICT_RERUNS {
         let started = Instant::now();
-        let result = ctx.plugin.handle(&message, ctx.kv.clone()).await;
+        let recording = shadow
+            .as_ref()
+            .map(|_| Arc::new(RecordingKv::new(ctx.kv.clone())));
+        let kv: Arc<dyn KvSource> = match &recording {
+            Some(r) => r.clone(),
+            None => ctx.kv.clone(),
+        };
+        let result = plugin.handle(&message, kv).await;
+        let compare = |live: Decision| {
+            if let (Some(shadow), Some(recording)) = (&shadow, &recording) {
+                shadow.compare_later(&ctx.queue, &message, recording.take(), ctx.kv.clone(), live);
+            }
+        };
+        let live = shadow.as_ref().map(|_| Decision::of(&result));
         ctx.metrics.handler_duration(&ctx.queue, started.elapsed());
         if let Err(failure) = &result {
             ctx.metrics.plugin_failure(&ctx.queue, failure.kind());
@@ -274,10 +343,26 @@ async fn step(
                     "store unavailable during the handler: {error}"
                 ));
             }
-            (plan, _) => return Step::Done(carry_out(&copy, plan).await),
+            (plan, _) => {
+                if let Some(live) = live {
+                    compare(live);
+                }
+                if let Some((canary, on_canary)) = tally {
+                    canary.record(*on_canary, true);
+                }
+                return Step::Done(carry_out(&copy, plan).await);
+            }
         };
-        match commit(ctx, &inbox_key, trace_context(&message), invocation).await {
-            Ok(CommitOutcome::Committed) => return Step::Done(Settle::Ack(Outcome::Acked)),
+        match commit(ctx, plugin, &inbox_key, trace_context(&message), invocation).await {
+            Ok(CommitOutcome::Committed) => {
+                if let Some(live) = live {
+                    compare(live);
+                }
+                if let Some((canary, on_canary)) = tally {
+                    canary.record(*on_canary, false);
+                }
+                return Step::Done(Settle::Ack(Outcome::Acked));
+            }
             Ok(CommitOutcome::Duplicate) => return Step::Done(Settle::Ack(Outcome::Duplicate)),
             Ok(CommitOutcome::Conflict) => {
                 ctx.metrics.conflict(&ctx.queue);
@@ -336,12 +421,13 @@ fn trace_context(message: &Message) -> Option<(String, String)> {
 /// Commits inbox + kv + outbox through the group committer. `Err` is a store failure.
 async fn commit(
     ctx: &RouteContext,
+    plugin: &Plugin,
     inbox_key: &str,
     trace: Option<(String, String)>,
     invocation: Invocation,
 ) -> Result<CommitOutcome, String> {
     let effects = invocation.effects;
-    let plugin = ctx.plugin.name().to_owned();
+    let plugin = plugin.name().to_owned();
     let request = CommitRequest {
         route: ctx.queue.clone(),
         inbox_key: inbox_key.to_owned(),

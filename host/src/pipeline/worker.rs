@@ -126,7 +126,7 @@ async fn session(
     ));
     ctx.metrics.set_connected(&ctx.queue, true);
     backoff.reset();
-    tracing::info!(queue = %ctx.queue, plugin = ctx.plugin.name(), prefetch = ctx.prefetch, "consumer started");
+    tracing::info!(queue = %ctx.queue, plugin = ctx.plugin().name(), version = ctx.plugin().version(), prefetch = ctx.prefetch, "consumer started");
 
     let mut in_flight = JoinSet::new();
     let mut health = tokio::time::interval(Duration::from_millis(500));

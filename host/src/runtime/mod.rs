@@ -5,13 +5,17 @@ mod bindings;
 mod effects;
 mod host;
 mod limits;
+mod memory_kv;
 mod plugin;
 
 pub use bindings::types::{Header, Message, RetryRequest, Verdict};
 pub use effects::{Effects, EmittedEvent, KvFuture, KvSource, KvValue};
 pub use host::{MAX_EVENT_PAYLOAD_BYTES, MAX_KV_KEY_BYTES, MAX_KV_VALUE_BYTES};
 pub use limits::DeliveryTotals;
-pub use plugin::{Invocation, LoadError, Plugin, PluginFailure, PluginLimits};
+pub use memory_kv::MemoryKv;
+pub use plugin::{
+    Invocation, LoadError, Plugin, PluginFailure, PluginLimits, VERSION_DIGITS, short_version,
+};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

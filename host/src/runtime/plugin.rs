@@ -140,6 +140,15 @@ pub fn default_concurrency(component_bytes: usize) -> Option<u32> {
     })
 }
 
+/// Digits of a digest kept in version labels: enough to tell versions apart, few enough to
+/// read in a dashboard.
+pub const VERSION_DIGITS: usize = 12;
+
+/// The short version label of a hex digest (see [`Plugin::version`]).
+pub fn short_version(digest: &str) -> &str {
+    digest.get(..VERSION_DIGITS).unwrap_or(digest)
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("deadline of {0:?} reached")]
 struct DeadlineReached(Duration);
@@ -216,6 +225,11 @@ impl Plugin {
     /// SHA-256 of the loaded component (hex).
     pub fn digest(&self) -> &str {
         &self.digest
+    }
+
+    /// The short version label: the first 12 hex digits of the digest (metrics, logs).
+    pub fn version(&self) -> &str {
+        short_version(&self.digest)
     }
 
     /// The limits each delivery runs under.

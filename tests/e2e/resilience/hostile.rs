@@ -1,5 +1,5 @@
 //! The real binary against hostile plugins and process-level faults (issue 12): per-delivery
-//! totals with the gateway's peak RSS measured, a panicking delivery, SIGHUP, and SIGTERM
+//! totals with the gateway's peak RSS measured, a panicking delivery, SIGHUP (a reload in place), and SIGTERM
 //! while the store is unavailable.
 
 use super::{Running, carteiro};
@@ -147,7 +147,7 @@ async fn per_delivery_totals_bound_the_gateways_memory() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_panicking_delivery_is_requeued_once_then_dead_lettered_and_sighup_is_ignored() {
+async fn a_panicking_delivery_is_requeued_once_then_dead_lettered_and_sighup_reloads_in_place() {
     let mut child = start("fixture-mixed", "", Some("panic-on-body")).await;
     child.publish("panics", b"panic please").await;
     for i in 0..3 {
@@ -175,11 +175,15 @@ async fn a_panicking_delivery_is_requeued_once_then_dead_lettered_and_sighup_is_
         "one requeue, then the reject:\n{stderr}"
     );
 
-    // SIGHUP: logged, ignored, still serving.
+    // SIGHUP: the unchanged config reloads with nothing to change; still serving.
     signal(child.gateway.pid(), "HUP");
     child
         .gateway
         .wait_stderr("SIGHUP received", Duration::from_secs(10))
+        .await;
+    child
+        .gateway
+        .wait_stderr("reload applied", Duration::from_secs(30))
         .await;
     let id = unique("after-hup");
     child.publish(&id, b"fine").await;

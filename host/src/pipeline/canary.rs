@@ -1,0 +1,234 @@
+//! A canary: a new plugin version that takes a share of the deliveries, chosen by a hash of
+//! the idempotency key (so a redelivery, a retry copy or a replay meets the same version),
+//! and is rolled back automatically when its failure rate — retry, dead-letter and
+//! classified failures (trap, timeout, limit) of the handler — exceeds the stable version's
+//! by more than the configured threshold over a sliding window, once it handled enough
+//! deliveries in it. `carteiro canary promote|abort` end it by hand: promoted, every
+//! delivery runs on it; aborted or rolled back, none does.
+
+use crate::config::RollbackConfig;
+use crate::metrics::Metrics;
+use crate::runtime::Plugin;
+use sha2::{Digest, Sha256};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Slices of the window (counts per slice; old slices drop off).
+const SLICES: u32 = 20;
+
+/// Where a canary stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    Active,
+    RolledBack(String),
+    Promoted,
+    Aborted,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Counts {
+    stable: u64,
+    stable_failed: u64,
+    canary: u64,
+    canary_failed: u64,
+}
+
+struct State {
+    phase: Phase,
+    slices: VecDeque<(Instant, Counts)>,
+}
+
+/// One plugin's canary.
+pub struct Canary {
+    pub plugin: Arc<Plugin>,
+    /// The stable version's label (for messages).
+    stable_version: String,
+    percent: f64,
+    rule: RollbackConfig,
+    state: Mutex<State>,
+    metrics: Arc<Metrics>,
+}
+
+/// Where `key` falls in 0..100 (stable across processes and restarts).
+pub fn bucket(key: &str) -> f64 {
+    let digest = Sha256::digest(key.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    (u64::from_be_bytes(first) % 10_000) as f64 / 100.0
+}
+
+impl Canary {
+    pub fn new(
+        plugin: Arc<Plugin>,
+        stable: &Plugin,
+        percent: f64,
+        rule: RollbackConfig,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        metrics.canary_percent(plugin.name(), plugin.version(), percent);
+        Self {
+            plugin,
+            stable_version: stable.version().to_owned(),
+            percent,
+            rule,
+            state: Mutex::new(State {
+                phase: Phase::Active,
+                slices: VecDeque::new(),
+            }),
+            metrics,
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.state().phase.clone()
+    }
+
+    /// Whether the delivery with idempotency key `key` runs on the canary.
+    pub fn assign(&self, key: &str) -> bool {
+        match self.state().phase {
+            Phase::Active => bucket(key) < self.percent,
+            Phase::Promoted => true,
+            Phase::RolledBack(_) | Phase::Aborted => false,
+        }
+    }
+
+    /// Counts one handler outcome; rolls the canary back when the rule says so.
+    pub fn record(&self, on_canary: bool, failed: bool) {
+        let now = Instant::now();
+        let slice = self.rule.window / SLICES;
+        let mut state = self.state();
+        if state.phase != Phase::Active {
+            return;
+        }
+        while state
+            .slices
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) > self.rule.window)
+        {
+            state.slices.pop_front();
+        }
+        let fresh = state
+            .slices
+            .back()
+            .is_some_and(|(at, _)| now.duration_since(*at) < slice.max(Duration::from_millis(1)));
+        if !fresh {
+            state.slices.push_back((now, Counts::default()));
+        }
+        if let Some((_, c)) = state.slices.back_mut() {
+            if on_canary {
+                c.canary += 1;
+                c.canary_failed += u64::from(failed);
+            } else {
+                c.stable += 1;
+                c.stable_failed += u64::from(failed);
+            }
+        }
+        let total = state
+            .slices
+            .iter()
+            .fold(Counts::default(), |mut t, (_, c)| {
+                t.stable += c.stable;
+                t.stable_failed += c.stable_failed;
+                t.canary += c.canary;
+                t.canary_failed += c.canary_failed;
+                t
+            });
+        if total.canary < self.rule.min_deliveries.max(1) {
+            return;
+        }
+        let rate = |failed: u64, all: u64| {
+            if all == 0 {
+                0.0
+            } else {
+                failed as f64 / all as f64
+            }
+        };
+        let canary_rate = rate(total.canary_failed, total.canary);
+        let stable_rate = rate(total.stable_failed, total.stable);
+        if canary_rate - stable_rate > self.rule.failure_rate {
+            let why = format!(
+                "failure rate {:.1}% ({} of {}) against the stable version {}'s {:.1}% ({} of {}) over {:?}, above the allowed {:.1} points",
+                canary_rate * 100.0,
+                total.canary_failed,
+                total.canary,
+                self.stable_version,
+                stable_rate * 100.0,
+                total.stable_failed,
+                total.stable,
+                self.rule.window,
+                self.rule.failure_rate * 100.0
+            );
+            tracing::error!(plugin = self.plugin.name(), canary = self.plugin.version(), reason = %why, "canary rolled back: every delivery runs on the stable version again");
+            state.phase = Phase::RolledBack(why);
+            self.metrics.canary_rollback(self.plugin.name());
+            self.metrics
+                .canary_percent(self.plugin.name(), self.plugin.version(), 0.0);
+        }
+    }
+
+    /// Ends the canary by hand: `promote` sends every delivery to it, else none.
+    pub fn finish(&self, promote: bool) -> Result<(), String> {
+        let mut state = self.state();
+        match (&state.phase, promote) {
+            (Phase::Active, _) | (Phase::RolledBack(_), false) => {
+                state.phase = if promote {
+                    Phase::Promoted
+                } else {
+                    Phase::Aborted
+                };
+                let percent = if promote { 100.0 } else { 0.0 };
+                self.metrics
+                    .canary_percent(self.plugin.name(), self.plugin.version(), percent);
+                tracing::warn!(
+                    plugin = self.plugin.name(),
+                    canary = self.plugin.version(),
+                    promote,
+                    "canary finished by hand"
+                );
+                Ok(())
+            }
+            (phase, _) => Err(format!("the canary is {}", describe_phase(phase))),
+        }
+    }
+
+    /// One line for `/readyz`.
+    pub fn describe(&self) -> String {
+        format!(
+            "canary version {} ({}% of deliveries): {}",
+            self.plugin.version(),
+            self.percent,
+            describe_phase(&self.phase())
+        )
+    }
+}
+
+fn describe_phase(phase: &Phase) -> String {
+    match phase {
+        Phase::Active => "active".to_owned(),
+        Phase::RolledBack(why) => format!("ROLLED BACK: {why}"),
+        Phase::Promoted => {
+            "promoted by hand: every delivery runs on it (point the plugin's `path` at it to keep it after a restart or reload)"
+                .to_owned()
+        }
+        Phase::Aborted => "aborted by hand: every delivery runs on the stable version".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_stable_and_spread() {
+        assert_eq!(bucket("order-17"), bucket("order-17"));
+        let under_ten = (0..10_000)
+            .filter(|i| bucket(&format!("k-{i}")) < 10.0)
+            .count();
+        assert!((800..1200).contains(&under_ten), "{under_ten}");
+    }
+}

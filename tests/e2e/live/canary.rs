@@ -1,0 +1,221 @@
+//! Canaries (`[plugins.NAME.canary]`) of the real binary: a failing one rolled back by
+//! itself, a healthy one promoted by `carteiro canary promote`.
+
+use super::{free_port, http, plugin_version, sample, settled, sha256_of, spawn_gateway};
+use crate::resilience::{Running, carteiro};
+use crate::support::{Client, json_props, load_config, plugin, route_config, unique, wait_for};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// A fixture-mixed route with a canary at `canary` taking `percent`, admin on `port`.
+fn canary_config(
+    queue: &str,
+    exchange: &str,
+    canary: &Path,
+    percent: u32,
+    min: u32,
+    port: u16,
+) -> String {
+    route_config(queue, "fixture-mixed", exchange, "", "on_plugin_failure = \"dead-letter\"")
+        .replacen(
+            "[[routes]]",
+            &format!(
+                "[plugins.fixture-mixed.canary]\npath = \"{}\"\npercent = {percent}\nrollback_on = {{ failure_rate = 0.05, min_deliveries = {min}, window = \"5m\" }}\n\n[[routes]]",
+                canary.display()
+            ),
+            1,
+        )
+        .replace("listen = \"\"", &format!("listen = \"127.0.0.1:{port}\""))
+}
+
+fn write(dir: &Path, toml: &str) -> PathBuf {
+    let path = dir.join("carteiro.toml");
+    std::fs::write(&path, toml).expect("write config");
+    path
+}
+
+/// The kv value fixture-mixed(-v2) records for an acked message.
+async fn done(store: &carteiro::store::Store, id: &str) -> Option<String> {
+    store
+        .kv_get("fixture-mixed", &format!("done/{id}"))
+        .await
+        .expect("kv")
+        .map(|e| String::from_utf8_lossy(&e.value).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_failing_a_fifth_of_its_deliveries_is_rolled_back_within_its_window() {
+    let (queue, exchange) = (unique("canaryfail"), unique("in"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let canary = plugin("fixture-mixed-v2");
+    let stable = sha256_of(&plugin("fixture-mixed"));
+    let port = free_port();
+    let path = write(
+        dir.path(),
+        &canary_config(&queue, &exchange, &canary, 50, 20, port),
+    );
+    let config = load_config(dir.path(), &std::fs::read_to_string(&path).expect("read"));
+    let client = Client::connect().await;
+    let mut gateway = spawn_gateway(&path);
+    client.wait_for_consumer(&queue).await;
+    let (_, ready) = http(port, "GET", "/readyz").await;
+    assert!(ready.contains("(50% of deliveries): active"), "{ready}");
+    // One message in five fails on the canary (it traps on `boom`); none on the stable one.
+    for i in 0..200 {
+        let body: &[u8] = if i % 5 == 0 { b"boom" } else { b"fine" };
+        client
+            .publish(&exchange, "k", json_props(&format!("m-{i}")), body)
+            .await;
+    }
+    gateway.wait_stderr("canary rolled back", WAIT).await;
+    let stderr = gateway.stderr();
+    let rolled = stderr
+        .lines()
+        .find(|l| l.contains("canary rolled back"))
+        .unwrap_or_default();
+    eprintln!("canary: {rolled}");
+    assert!(rolled.contains("\"level\":\"ERROR\""), "{rolled}");
+    assert!(rolled.contains("against the stable version"), "{rolled}");
+    let (status, ready) = http(port, "GET", "/readyz").await;
+    assert_eq!(status, 200);
+    assert!(ready.contains("ROLLED BACK: failure rate"), "{ready}");
+    let (_, m) = http(port, "GET", "/metrics").await;
+    assert_eq!(
+        sample(
+            &m,
+            "carteiro_canary_rollbacks_total{plugin=\"fixture-mixed\"}"
+        ),
+        1.0,
+        "{m}"
+    );
+    let v2 = &sha256_of(&canary)[..12];
+    assert_eq!(
+        sample(
+            &m,
+            &format!("carteiro_canary_percent{{plugin=\"fixture-mixed\",version=\"{v2}\"}}")
+        ),
+        0.0
+    );
+
+    // From now on every delivery runs on the stable version: `boom` acks again.
+    let store = carteiro::gateway::open_store(&config).await.expect("store");
+    for i in 0..40 {
+        client
+            .publish(&exchange, "k", json_props(&format!("after-{i}")), b"boom")
+            .await;
+    }
+    for i in 0..40 {
+        let id = format!("after-{i}");
+        let value = wait_for(&format!("{id} acked"), WAIT, || done(&store, &id)).await;
+        assert_eq!(value, "1");
+    }
+    let lines = wait_for("the settled lines of the later messages", WAIT, || async {
+        let s = settled(&gateway.stderr());
+        (0..40)
+            .all(|i| s.contains_key(&format!("after-{i}")))
+            .then_some(s)
+    })
+    .await;
+    for i in 0..40 {
+        let runs = &lines[&format!("after-{i}")];
+        assert_eq!(
+            runs,
+            &vec![(stable.clone(), "acked".to_owned())],
+            "after-{i}"
+        );
+    }
+    gateway.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_canary_takes_its_share_by_key_and_is_promoted_by_canary_promote() {
+    let (queue, exchange) = (unique("canaryok"), unique("in"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let canary = plugin_version("fixture-mixed", dir.path(), "mixed-next.wasm", Some("next"));
+    let (stable, next) = (sha256_of(&plugin("fixture-mixed")), sha256_of(&canary));
+    let port = free_port();
+    let path = write(
+        dir.path(),
+        &canary_config(&queue, &exchange, &canary, 50, 1000, port),
+    );
+    let client = Client::connect().await;
+    let gateway = spawn_gateway(&path);
+    client.wait_for_consumer(&queue).await;
+    let ids: Vec<String> = (0..40).map(|i| format!("p-{i}")).collect();
+    for id in &ids {
+        client
+            .publish(&exchange, "k", json_props(id), b"fine")
+            .await;
+    }
+    let lines = wait_for("every delivery settled", WAIT, || async {
+        let s = settled(&gateway.stderr());
+        ids.iter().all(|id| s.contains_key(id)).then_some(s)
+    })
+    .await;
+    let mut on_canary = 0;
+    for id in &ids {
+        // The share is by the idempotency key's hash: the same key, the same version.
+        let want = if carteiro::pipeline::canary::bucket(id) < 50.0 {
+            &next
+        } else {
+            &stable
+        };
+        assert_eq!(lines[id], vec![(want.clone(), "acked".to_owned())], "{id}");
+        on_canary += usize::from(want == &next);
+    }
+    assert!(
+        on_canary > 0 && on_canary < ids.len(),
+        "{on_canary} of {} on the canary",
+        ids.len()
+    );
+
+    let mut cmd = carteiro();
+    cmd.args(["canary", "-c"])
+        .arg(&path)
+        .args(["promote", "fixture-mixed"]);
+    let out = Running::spawn(cmd).finish(WAIT).await;
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("promoted by hand"), "{}", out.stdout);
+    let (_, ready) = http(port, "GET", "/readyz").await;
+    assert!(ready.contains("promoted by hand"), "{ready}");
+
+    let later: Vec<String> = (0..40).map(|i| format!("q-{i}")).collect();
+    for id in &later {
+        client
+            .publish(&exchange, "k", json_props(id), b"fine")
+            .await;
+    }
+    let lines = wait_for("the later deliveries settled", WAIT, || async {
+        let s = settled(&gateway.stderr());
+        later.iter().all(|id| s.contains_key(id)).then_some(s)
+    })
+    .await;
+    for id in &later {
+        assert_eq!(
+            lines[id],
+            vec![(next.clone(), "acked".to_owned())],
+            "{id} on the promoted canary"
+        );
+    }
+    let (_, m) = http(port, "GET", "/metrics").await;
+    assert_eq!(
+        sample(
+            &m,
+            &format!(
+                "carteiro_canary_percent{{plugin=\"fixture-mixed\",version=\"{}\"}}",
+                &next[..12]
+            )
+        ),
+        100.0
+    );
+    assert_eq!(
+        sample(
+            &m,
+            "carteiro_canary_rollbacks_total{plugin=\"fixture-mixed\"}"
+        ),
+        0.0
+    );
+    gateway.kill().await;
+}
