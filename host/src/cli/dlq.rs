@@ -389,7 +389,7 @@ async fn replay_acked_by(
         acked.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
     }
     let settings = broker_settings(config, "carteiro dlq replay");
-    let conn = std::sync::Arc::new(connect(&settings.url, &settings.connect).await?);
+    let conn = std::sync::Arc::new(connect_any(&settings.urls, &settings.connect).await?);
     let publisher = crate::dlq::replay_publisher(conn).await?;
     let seal = gateway::seal_key(store).await?;
     let (mut replayed, mut failed) = (0u64, 0u64);

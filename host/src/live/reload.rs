@@ -15,7 +15,7 @@
 //! are reported, not applied.
 
 use super::{LiveHandle, ReloadReport, Request, RunningPlugin};
-use crate::broker::connect;
+use crate::broker::connect_any;
 use crate::broker::seal::SealKey;
 use crate::config::{self, Config, PluginConfig, RouteConfig};
 use crate::gateway::{Plugins, broker_settings, load_canary, load_plugin, load_shadow};
@@ -543,7 +543,7 @@ impl Supervisor {
     /// arguments refuses the reload instead of stopping the gateway later.
     async fn declare(&self, routes: &[(RouteConfig, RouteContext)]) -> Result<(), String> {
         let settings = broker_settings(&self.config, "carteiro reload");
-        let conn = connect(&settings.url, &settings.connect)
+        let conn = connect_any(&settings.urls, &settings.connect)
             .await
             .map_err(|e| format!("cannot declare the new routes' topology: {e}"))?;
         let mut result = Ok(());
