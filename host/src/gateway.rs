@@ -250,21 +250,27 @@ pub async fn run_live(
     tracing::info!(routes = config.routes.len(), broker = %redact_url(&config.broker.url), store = %store.redacted_url(), "gateway running");
 
     tokio::pin!(shutdown);
-    let result = tokio::select! {
+    let (mut result, by_signal) = tokio::select! {
         _ = &mut shutdown => {
             tracing::info!("shutting down: finishing in-flight deliveries");
-            Ok(())
+            (Ok(()), true)
         }
-        Some(joined) = tasks.join_next() => match joined {
+        Some(joined) = tasks.join_next() => (match joined {
             Ok(Err(e)) => Err(e),
             Ok(Ok(())) => Ok(()),
             Err(e) => Err(anyhow::anyhow!("a gateway task panicked: {e}")),
-        },
+        }, false),
     };
     stop.cancel();
     while let Some(joined) = tasks.join_next().await {
         if let Ok(Err(e)) = joined {
-            tracing::warn!(error = %e, "task ended with an error during shutdown");
+            // A task that failed for good cancels `stop` itself, so another task may have
+            // ended cleanly first: without a signal, the failure is the gateway's result.
+            if !by_signal && result.is_ok() {
+                result = Err(e);
+            } else {
+                tracing::warn!(error = %e, "task ended with an error during shutdown");
+            }
         }
     }
     result
