@@ -7,23 +7,21 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use lapin::options::{BasicAckOptions, BasicGetOptions, ExchangeDeclareOptions, QueueBindOptions};
+use lapin::options::{ExchangeDeclareOptions, QueueBindOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tokio::sync::Mutex;
 
-use crate::checker::{
-    self, FaultSpan, Findings, ROUTE_COUNTER, ROUTE_DOWNSTREAM, ROUTE_ENROLL, ROUTE_FLAKY, State,
-};
+use crate::checker::{self, FaultSpan, Findings, State};
 use crate::config::{self, DOWN_EXCHANGE, DOWN_QUEUE, EVENTS_EXCHANGE, Setup};
 use crate::faults::{self, Fault, World};
 use crate::procs::Proc;
 use crate::services::{Broker, Postgres};
 use crate::sink::{self, SINK_QUEUE};
 use crate::workload::{self, Lag, Ledger};
-use crate::{broker, collect};
+use crate::{broker, collect, drain};
 
 /// Longest the campaign waits for progress after a fault before it calls it a stall.
 const RECOVERY_BOUND: Duration = Duration::from_secs(120);
@@ -265,7 +263,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
         ledger.duplicates.load(Ordering::Relaxed)
     );
 
-    let drained = drain(&urls, &pool, opts.drain_timeout).await;
+    let drained = drain::drain(&urls, &pool, opts.drain_timeout).await;
     if !drained {
         eprintln!("chaos: NOT drained within {:?}", opts.drain_timeout);
     }
@@ -273,8 +271,8 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
     for p in world.gateways.iter_mut().chain(world.relays.iter_mut()) {
         p.terminate(Duration::from_secs(40));
     }
-    let queued = take_queued(&urls).await?;
-    wait_sink_empty(&urls).await;
+    let queued = drain::take_queued(&urls).await?;
+    drain::wait_sink_empty(&urls).await;
     stop_sink.store(true, Ordering::Relaxed);
     stop_sampler.store(true, Ordering::Relaxed);
     sink.await?;
@@ -475,96 +473,6 @@ fn restart_exited(world: &mut World, exits: &mut Vec<String>, at_ms: u64) -> any
         }
     }
     Ok(())
-}
-
-/// Waits until every queue is empty, the outbox is published and every event took effect
-/// downstream, and that holds for three samples in a row.
-async fn drain(urls: &[String], pool: &sqlx::AnyPool, bound: Duration) -> bool {
-    let deadline = Instant::now() + bound;
-    let mut quiet = 0;
-    while Instant::now() < deadline {
-        let empty = queues_empty(urls).await;
-        let outbox = collect::progress(pool)
-            .await
-            .is_some_and(|(_, pending)| pending == 0);
-        let downstream = collect::downstream(pool)
-            .await
-            .is_some_and(|(done, events)| done == events);
-        quiet = if empty && outbox && downstream {
-            quiet + 1
-        } else {
-            0
-        };
-        if quiet >= 3 {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    false
-}
-
-fn all_queues() -> Vec<String> {
-    [ROUTE_ENROLL, ROUTE_COUNTER, ROUTE_FLAKY, ROUTE_DOWNSTREAM]
-        .iter()
-        .flat_map(|r| config::queues_of(r))
-        .collect()
-}
-
-async fn queues_empty(urls: &[String]) -> bool {
-    let Ok(conn) = broker::connect(urls).await else {
-        return false;
-    };
-    let mut empty = true;
-    for q in all_queues() {
-        // A passive declare of a missing queue closes the channel: one channel per queue.
-        let Ok(ch) = conn.create_channel().await else {
-            return false;
-        };
-        empty &= broker::depth(&ch, &q).await.unwrap_or(0) == 0;
-    }
-    let _ = conn.close(200, "checked".into()).await;
-    empty
-}
-
-/// After the gateways stopped: the message ids left in any route queue.
-async fn take_queued(urls: &[String]) -> anyhow::Result<std::collections::HashSet<String>> {
-    let conn = broker::connect(urls).await?;
-    let mut ids = std::collections::HashSet::new();
-    for q in all_queues() {
-        let ch = conn.create_channel().await?;
-        for _ in 0..1_000_000 {
-            let get = ch.basic_get(q.as_str().into(), BasicGetOptions::default());
-            let Ok(Ok(Some(msg))) = tokio::time::timeout(Duration::from_secs(5), get).await else {
-                break;
-            };
-            if let Some(id) = msg.delivery.properties.message_id() {
-                ids.insert(id.to_string());
-            }
-            msg.delivery.acker.ack(BasicAckOptions::default()).await?;
-        }
-    }
-    if !ids.is_empty() {
-        println!(
-            "chaos: {} messages were still queued after the drain",
-            ids.len()
-        );
-    }
-    Ok(ids)
-}
-
-async fn wait_sink_empty(urls: &[String]) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if let Ok(conn) = broker::connect(urls).await
-            && let Ok(ch) = conn.create_channel().await
-            && broker::depth(&ch, SINK_QUEUE).await == Some(0)
-        {
-            // Let the consumer's last deliveries land.
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 /// Commits per second outside faults and during them.

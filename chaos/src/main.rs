@@ -7,13 +7,15 @@
 //! - [`workload`]: the inputs and their publisher; [`sink`]: every published event;
 //! - [`faults`]: the fault kinds, their weights and injection;
 //! - [`services`], [`procs`], [`config`]: broker, database, `carteiro` processes, their config;
-//! - [`collect`]: reading the store; [`checker`]: the verdict; [`report`]: Markdown.
+//! - [`drain`]: the end of a run; [`collect`]: reading the store; [`checker`]: the verdict;
+//!   [`report`]: Markdown.
 
 mod broker;
 mod campaign;
 mod checker;
 mod collect;
 mod config;
+mod drain;
 mod faults;
 mod procs;
 mod report;
