@@ -14,7 +14,7 @@
 use crate::common::headers::{ORIGINAL_EXCHANGE, ORIGINAL_ROUTING_KEY};
 use crate::config::Config;
 use crate::runtime::{
-    EmittedEvent, Header, KvFuture, KvSource, KvValue, MemoryKv, Message, Plugin, Verdict,
+    EmittedEvent, Header, KvFuture, KvSource, MemoryKv, Message, Plugin, Verdict,
 };
 use crate::store::{DeadLetter, DeadLetterFilter, Store};
 use std::collections::BTreeMap;
@@ -104,18 +104,7 @@ struct StoreKv(Store);
 
 impl KvSource for StoreKv {
     fn get<'a>(&'a self, namespace: &'a str, key: &'a str) -> KvFuture<'a> {
-        Box::pin(async move {
-            self.0
-                .kv_get(namespace, key)
-                .await
-                .map(|found| {
-                    found.map(|e| KvValue {
-                        value: e.value,
-                        version: e.version,
-                    })
-                })
-                .map_err(|e| e.to_string())
-        })
+        Box::pin(async move { crate::pipeline::kv_answer(self.0.kv_get(namespace, key).await) })
     }
 }
 

@@ -8,7 +8,7 @@ use crate::common::FaultPoint;
 use crate::config::{FailurePolicy, KeySource, MissingKeyPolicy, RetryConfig, RouteConfig};
 use crate::metrics::Metrics;
 use crate::runtime::{KvFuture, KvSource, KvValue, Plugin};
-use crate::store::{BatchedReads, CommitterHandle, Store};
+use crate::store::{BatchedReads, CommitterHandle, KvEntry, Store, StoreError};
 use crate::topology::{self, RouteTopology};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -142,22 +142,25 @@ impl RouteContext {
     }
 }
 
+/// A store kv read as a handler's kv source answers it.
+pub(crate) fn kv_answer(
+    found: Result<Option<KvEntry>, StoreError>,
+) -> Result<Option<KvValue>, String> {
+    found
+        .map(|found| {
+            found.map(|e| KvValue {
+                value: e.value,
+                version: e.version,
+            })
+        })
+        .map_err(|e| e.to_string())
+}
+
 /// kv reads for handlers, from the store (batched with other deliveries' reads).
 struct StoreKv(BatchedReads);
 
 impl KvSource for StoreKv {
     fn get<'a>(&'a self, namespace: &'a str, key: &'a str) -> KvFuture<'a> {
-        Box::pin(async move {
-            self.0
-                .kv_get(namespace, key)
-                .await
-                .map(|found| {
-                    found.map(|e| KvValue {
-                        value: e.value,
-                        version: e.version,
-                    })
-                })
-                .map_err(|e| e.to_string())
-        })
+        Box::pin(async move { kv_answer(self.0.kv_get(namespace, key).await) })
     }
 }

@@ -27,5 +27,6 @@ pub mod shadow;
 mod worker;
 
 pub use context::RouteContext;
+pub(crate) use context::kv_answer;
 pub use gate::StoreGate;
 pub use worker::{BrokerSettings, RouteError, run_route};
