@@ -112,13 +112,7 @@ pub fn create(args: &NewArgs) -> anyhow::Result<PathBuf> {
             }
             None => (path, contents.to_vec()),
         };
-        let path = root.join(path);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("cannot create {}", parent.display()))?;
-        }
-        std::fs::write(&path, contents)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        sdk::write_file(&root.join(path), &contents)?;
     }
     if args.sdk_path.is_none() || args.lang != Lang::Rust {
         sdk::write_vendor(&root, args.lang)?;

@@ -204,15 +204,18 @@ pub fn write_vendor(root: &Path, lang: Lang) -> anyhow::Result<()> {
         }
     }
     for (path, contents) in &files {
-        let path = root.join(path);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("cannot create {}", parent.display()))?;
-        }
-        std::fs::write(&path, contents)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        write_file(&root.join(path), contents)?;
     }
     Ok(())
+}
+
+/// Writes `contents` to `path`, creating its folders first.
+pub(crate) fn write_file(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create {}", parent.display()))?;
+    }
+    std::fs::write(path, contents).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// How a project's vendored SDK differs from this binary's (empty: identical). The note
