@@ -39,7 +39,11 @@ pub async fn serve(
 /// First line `ready` or why not; then the detail: plugin versions, routes, last reload. A
 /// refused reload does not make the gateway unready: it still serves on the previous one.
 async fn ready(State(h): State<GatewayHandle>) -> Response {
-    let detail = h.live.readiness_detail();
+    let mut detail = h.live.readiness_detail();
+    // Alerts are notes: a route with many dead letters still serves.
+    for alert in h.alerts.active() {
+        detail.push_str(&format!("dead-letter alert: {}\n", alert.describe()));
+    }
     if h.gate.is_healthy() {
         (StatusCode::OK, format!("ready\n{detail}")).into_response()
     } else {
@@ -84,7 +88,17 @@ async fn reload(State(h): State<GatewayHandle>) -> Response {
     (status, Json(report)).into_response()
 }
 
+/// The text exposition; the outbox gauges are read from the store first (a store that does
+/// not answer leaves their last values).
 async fn metrics(State(h): State<GatewayHandle>) -> Response {
+    if let Ok(status) = h.store.outbox_status().await {
+        h.metrics.outbox_pending.set(status.pending);
+        h.metrics.outbox_with_errors.set(status.with_errors);
+        let age_ms = status.oldest_pending_age_ms.unwrap_or(0);
+        h.metrics
+            .outbox_oldest_pending_seconds
+            .set(age_ms as f64 / 1000.0);
+    }
     (
         [(
             "content-type",

@@ -153,6 +153,8 @@ pub struct GatewayHandle {
     pub metrics: Arc<Metrics>,
     pub store: Store,
     pub gate: StoreGate,
+    /// Dead-letter alerts of the routes that have one.
+    pub alerts: Arc<crate::alerts::DeadLetterAlerts>,
     /// Reloads and what runs now (plugin versions, the last reload's outcome).
     pub live: LiveHandle,
 }
@@ -199,11 +201,14 @@ pub async fn run_live(
     let seal = seal_key(&store).await?;
     let committer = GroupCommitter::spawn(store.clone(), config.store.commit_batch);
     let reads = BatchedReads::spawn(store.clone());
-    let gate = StoreGate::new(store.clone());
+    let gate = StoreGate::new(store.clone(), metrics.clone());
     let stop = CancellationToken::new();
+    let alerts = Arc::new(crate::alerts::DeadLetterAlerts::new(metrics.clone()));
+    alerts.set_rules(&config.routes);
 
     let mut tasks = tokio::task::JoinSet::new();
     let shared = Shared {
+        alerts: alerts.clone(),
         runtime,
         store: store.clone(),
         committer: committer.clone(),
@@ -218,6 +223,7 @@ pub async fn run_live(
         metrics: metrics.clone(),
         store: store.clone(),
         gate: gate.clone(),
+        alerts: alerts.clone(),
         live: live.clone(),
     };
     tasks.spawn(supervisor.run());
@@ -234,6 +240,7 @@ pub async fn run_live(
         let stop = stop.clone();
         tasks.spawn(async move { relay.run(stop).await });
     }
+    tasks.spawn(crate::alerts::run(alerts, store.clone(), stop.clone()));
     tasks.spawn(crate::housekeeping::run(
         config.clone(),
         store.clone(),

@@ -22,6 +22,7 @@
 //! - [`redact`]: the one redaction for URLs that may hold a password (broker and store).
 
 pub mod admin;
+pub mod alerts;
 pub mod broker;
 pub mod cli;
 pub mod common;

@@ -7,6 +7,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -53,6 +54,19 @@ struct Route {
     route: String,
 }
 
+/// Retries and dead letters by why (see `pipeline::plan::reason_class`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteReason {
+    route: String,
+    reason_class: String,
+}
+
+/// What holds a broker connection: a route (its queue) or `relay`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Component {
+    component: String,
+}
+
 /// All of the gateway's metrics.
 pub struct Metrics {
     registry: Mutex<Registry>,
@@ -80,6 +94,28 @@ pub struct Metrics {
     pub outbox_published: Counter,
     /// Outbox publish failures (nack, returned, timeout).
     pub outbox_failed: Counter,
+    retries: Family<RouteReason, Counter>,
+    dead_letters: Family<RouteReason, Counter>,
+    reconnects: Family<Component, Counter>,
+    alert_active: Family<Route, Gauge>,
+    /// 1 while the store answers, 0 while the store gate holds consumption.
+    pub store_available: Gauge,
+    /// Times the store gate closed.
+    pub store_outages: Counter,
+    /// Unpublished outbox rows (read from the store at each scrape).
+    pub outbox_pending: Gauge,
+    /// Age of the oldest unpublished outbox row, 0 when none (read at each scrape).
+    pub outbox_oldest_pending_seconds: Gauge<f64, AtomicU64>,
+    /// Unpublished outbox rows whose last publish failed (read at each scrape).
+    pub outbox_with_errors: Gauge,
+    /// Dead letters replayed (published, confirmed, marked) by replays in this process.
+    pub replay_replayed: Counter,
+    /// Replays of a dead letter that failed (left unreplayed for the next run).
+    pub replay_failed: Counter,
+    /// Rows the running replays still have to do.
+    pub replay_remaining: Gauge,
+    /// Replays running now.
+    pub replay_running: Gauge,
 }
 
 fn seconds_histogram() -> Histogram {
@@ -199,8 +235,100 @@ impl Default for Metrics {
             "Outbox publishes that failed",
             outbox_failed.clone(),
         );
+        let retries = Family::<RouteReason, Counter>::default();
+        let dead_letters = Family::<RouteReason, Counter>::default();
+        let reconnects = Family::<Component, Counter>::default();
+        let alert_active = Family::<Route, Gauge>::default();
+        let store_available = Gauge::default();
+        store_available.set(1);
+        let store_outages = Counter::default();
+        let outbox_pending = Gauge::default();
+        let outbox_oldest_pending_seconds = Gauge::<f64, AtomicU64>::default();
+        let outbox_with_errors = Gauge::default();
+        let replay_replayed = Counter::default();
+        let replay_failed = Counter::default();
+        let replay_remaining = Gauge::default();
+        let replay_running = Gauge::default();
+        registry.register(
+            "retries",
+            "Retry copies confirmed, by route and reason class",
+            retries.clone(),
+        );
+        registry.register(
+            "dead_letters",
+            "Deliveries dead-lettered by the gateway (copy confirmed, or archived directly), by route and reason class",
+            dead_letters.clone(),
+        );
+        registry.register(
+            "broker_reconnects",
+            "Broker sessions lost and reconnecting, by component (a route's queue or relay)",
+            reconnects.clone(),
+        );
+        registry.register(
+            "dead_letter_alert_active",
+            "1 while a route's dead letters in its alert window are at or above its threshold",
+            alert_active.clone(),
+        );
+        registry.register(
+            "store_available",
+            "1 while the store answers, 0 while consumption waits for it",
+            store_available.clone(),
+        );
+        registry.register(
+            "store_outages",
+            "Times the store became unavailable and consumption paused",
+            store_outages.clone(),
+        );
+        registry.register(
+            "outbox_pending",
+            "Unpublished outbox rows",
+            outbox_pending.clone(),
+        );
+        registry.register(
+            "outbox_oldest_pending_seconds",
+            "Age of the oldest unpublished outbox row (0 when none)",
+            outbox_oldest_pending_seconds.clone(),
+        );
+        registry.register(
+            "outbox_failing",
+            "Unpublished outbox rows whose last publish attempt failed",
+            outbox_with_errors.clone(),
+        );
+        registry.register(
+            "replay_replayed",
+            "Dead letters replayed by replays run in this process",
+            replay_replayed.clone(),
+        );
+        registry.register(
+            "replay_failed",
+            "Dead-letter replays that failed (the row stays unreplayed)",
+            replay_failed.clone(),
+        );
+        registry.register(
+            "replay_remaining",
+            "Rows the running replays have still to replay",
+            replay_remaining.clone(),
+        );
+        registry.register(
+            "replay_running",
+            "Replays running now",
+            replay_running.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
+            retries,
+            dead_letters,
+            reconnects,
+            alert_active,
+            store_available,
+            store_outages,
+            outbox_pending,
+            outbox_oldest_pending_seconds,
+            outbox_with_errors,
+            replay_replayed,
+            replay_failed,
+            replay_remaining,
+            replay_running,
             deliveries,
             delivery_seconds,
             handler_seconds,
@@ -307,6 +435,44 @@ impl Metrics {
                 })
                 .set(1);
         }
+    }
+
+    /// A retry copy of a delivery on `route` was confirmed.
+    pub fn retry(&self, route: &str, reason_class: &str) {
+        self.retries
+            .get_or_create(&RouteReason {
+                route: route.into(),
+                reason_class: reason_class.into(),
+            })
+            .inc();
+    }
+
+    /// A delivery on `route` was dead-lettered.
+    pub fn dead_letter(&self, route: &str, reason_class: &str) {
+        self.dead_letters
+            .get_or_create(&RouteReason {
+                route: route.into(),
+                reason_class: reason_class.into(),
+            })
+            .inc();
+    }
+
+    /// `component` lost its broker session and reconnects.
+    pub fn broker_reconnect(&self, component: &str) {
+        self.reconnects
+            .get_or_create(&Component {
+                component: component.into(),
+            })
+            .inc();
+    }
+
+    /// The dead-letter alert of `route` is (`true`) or is not active.
+    pub fn set_alert_active(&self, route: &str, active: bool) {
+        self.alert_active
+            .get_or_create(&Route {
+                route: route.into(),
+            })
+            .set(i64::from(active));
     }
 
     pub fn handler_duration(&self, route: &str, took: Duration) {

@@ -7,6 +7,7 @@ mod hostile;
 mod hostile_props;
 mod languages;
 mod live;
+mod operators;
 mod outages;
 mod relay;
 mod relay_bytes;

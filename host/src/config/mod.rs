@@ -439,6 +439,21 @@ pub struct RouteConfig {
     /// Optional `x-max-length` on the work queue (overflow is dead-lettered).
     #[serde(default)]
     pub max_length: Option<u64>,
+    /// Optional alert: an ERROR log, a gauge and a `/readyz` note when the route's dead
+    /// letters within `window` reach `count`.
+    #[serde(default)]
+    pub dead_letter_alert: Option<DeadLetterAlertConfig>,
+}
+
+/// `dead_letter_alert = { count = 10, window = "1h" }`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadLetterAlertConfig {
+    /// Dead letters within `window` that raise the alert.
+    pub count: u64,
+    /// The sliding window they are counted over.
+    #[serde(with = "units::duration")]
+    pub window: Duration,
 }
 
 fn default_prefetch() -> u16 {

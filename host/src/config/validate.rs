@@ -292,6 +292,19 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
                 "max_attempts must be at least 1 and backoff must list at least one delay".into(),
             ));
         }
+        if let Some(alert) = &route.dead_letter_alert
+            && (alert.count == 0 || alert.window < std::time::Duration::from_secs(1))
+        {
+            return Err(err(
+                plugin_line,
+                &format!("{key}.dead_letter_alert"),
+                format!(
+                    "count must be at least 1 and window at least 1s (got count = {}, window = {:?}); \
+                     e.g. dead_letter_alert = {{ count = 10, window = \"1h\" }}",
+                    alert.count, alert.window
+                ),
+            ));
+        }
         if route.retry.backoff.iter().any(|d| d.is_zero()) {
             return Err(err(
                 plugin_line,

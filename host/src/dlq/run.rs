@@ -75,6 +75,59 @@ impl Progress for Quiet {
     fn finish(&mut self, _: &ReplayReport) {}
 }
 
+/// Passes progress on to `inner` and into the `carteiro_replay_*` metrics, so a replay the
+/// gateway runs (the console, the JSON API) shows on `/metrics`.
+pub struct Metered<'a> {
+    pub metrics: &'a crate::metrics::Metrics,
+    pub inner: &'a mut dyn Progress,
+    planned: u64,
+    done: u64,
+}
+
+impl<'a> Metered<'a> {
+    pub fn new(metrics: &'a crate::metrics::Metrics, inner: &'a mut dyn Progress) -> Self {
+        Self {
+            metrics,
+            inner,
+            planned: 0,
+            done: 0,
+        }
+    }
+}
+
+impl Progress for Metered<'_> {
+    fn start(&mut self, planned: u64) {
+        self.planned = planned;
+        self.metrics.replay_running.inc();
+        self.metrics
+            .replay_remaining
+            .inc_by(saturating_i64(planned));
+        self.inner.start(planned);
+    }
+
+    fn advance(&mut self, done: u64) {
+        let step = done.saturating_sub(self.done);
+        self.done = done;
+        self.metrics.replay_replayed.inc_by(step);
+        self.metrics.replay_remaining.dec_by(saturating_i64(step));
+        self.inner.advance(done);
+    }
+
+    fn finish(&mut self, report: &ReplayReport) {
+        self.metrics
+            .replay_failed
+            .inc_by(report.failed.len() as u64);
+        let left = self.planned.saturating_sub(self.done);
+        self.metrics.replay_remaining.dec_by(saturating_i64(left));
+        self.metrics.replay_running.dec();
+        self.inner.finish(report);
+    }
+}
+
+fn saturating_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 /// The rows a run with `filter` takes, as a filter (limit and paging cleared).
 pub fn selection(filter: &DeadLetterFilter, include_replayed: bool) -> DeadLetterFilter {
     DeadLetterFilter {
@@ -217,6 +270,30 @@ pub fn parse_rate(text: &str) -> Result<f64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metered_progress_moves_the_replay_metrics() {
+        let metrics = crate::metrics::Metrics::default();
+        let mut quiet = Quiet;
+        let mut metered = Metered::new(&metrics, &mut quiet);
+        metered.start(5);
+        assert_eq!(metrics.replay_running.get(), 1);
+        assert_eq!(metrics.replay_remaining.get(), 5);
+        metered.advance(1);
+        metered.advance(3);
+        assert_eq!(metrics.replay_replayed.get(), 3);
+        assert_eq!(metrics.replay_remaining.get(), 2);
+        let report = ReplayReport {
+            planned: 5,
+            replayed: 3,
+            failed: vec![(9, "nack".into())],
+            ..Default::default()
+        };
+        metered.finish(&report);
+        assert_eq!(metrics.replay_failed.get(), 1);
+        assert_eq!(metrics.replay_remaining.get(), 0);
+        assert_eq!(metrics.replay_running.get(), 0);
+    }
 
     #[test]
     fn rates() {

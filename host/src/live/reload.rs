@@ -40,6 +40,8 @@ const STOP_SLACK: Duration = Duration::from_secs(15);
 
 /// What every route shares; fixed for the gateway's life.
 pub struct Shared {
+    /// Told the routes' alert rules after each applied reload.
+    pub alerts: Arc<crate::alerts::DeadLetterAlerts>,
     pub runtime: Arc<Runtime>,
     pub store: Store,
     pub committer: CommitterHandle,
@@ -86,6 +88,8 @@ pub struct Supervisor {
 fn route_fingerprint(route: &RouteConfig) -> String {
     let mut route = route.clone();
     route.plugin = toml::Spanned::new(0..0, String::new());
+    // The alert is read by the alerts task, not by the running route: no restart for it.
+    route.dead_letter_alert = None;
     format!("{route:?}")
 }
 
@@ -525,6 +529,7 @@ impl Supervisor {
             }
         }
         self.plugins = plugins;
+        self.shared.alerts.set_rules(&new.routes);
         self.config = new;
         for (route, ctx) in to_start {
             let restarted = to_stop.contains(&route.queue);

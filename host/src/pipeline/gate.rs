@@ -2,6 +2,7 @@
 //! prefetch slots, which pauses consumption) until a probe finds the store answering again.
 
 use crate::broker::JitteredBackoff;
+use crate::metrics::Metrics;
 use crate::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,13 +13,16 @@ use tokio::sync::watch;
 pub struct StoreGate {
     store: Store,
     healthy: Arc<watch::Sender<bool>>,
+    metrics: Arc<Metrics>,
 }
 
 impl StoreGate {
-    pub fn new(store: Store) -> Self {
+    pub fn new(store: Store, metrics: Arc<Metrics>) -> Self {
+        metrics.store_available.set(1);
         Self {
             store,
             healthy: Arc::new(watch::channel(true).0),
+            metrics,
         }
     }
 
@@ -42,12 +46,15 @@ impl StoreGate {
         if !opened {
             return;
         }
+        self.metrics.store_available.set(0);
+        self.metrics.store_outages.inc();
         tracing::error!(
             error,
             "store unavailable: pausing consumption until it answers"
         );
         let store = self.store.clone();
         let healthy = self.healthy.clone();
+        let metrics = self.metrics.clone();
         tokio::spawn(async move {
             let mut backoff =
                 JitteredBackoff::new(Duration::from_millis(200), Duration::from_secs(5));
@@ -57,6 +64,7 @@ impl StoreGate {
                     Ok(()) => {
                         tracing::info!("store answers again: resuming consumption");
                         healthy.send_replace(true);
+                        metrics.store_available.set(1);
                         return;
                     }
                     Err(e) => tracing::warn!(error = %e, "store still unavailable"),

@@ -44,9 +44,19 @@ pub enum Plan {
     /// Commit the handler's effects with the inbox record, then ack.
     Commit,
     /// Publish a copy to the retry tier for `delay` with attempt + 1, then ack.
-    Retry { delay: Duration, reason: String },
-    /// Publish a copy to the dead-letter exchange, then ack.
-    DeadLetter { reason: String, kind: &'static str },
+    Retry {
+        delay: Duration,
+        reason: String,
+        /// The `reason_class` label of `carteiro_retries_total`.
+        class: &'static str,
+    },
+    /// Publish a copy to the dead-letter exchange, then ack. `kind` goes into the copy's
+    /// headers; `class` is the `reason_class` label of `carteiro_dead_letters_total`.
+    DeadLetter {
+        reason: String,
+        kind: &'static str,
+        class: &'static str,
+    },
     /// The store failed while the handler ran: wait for it, then process again.
     StoreTrouble(String),
 }
@@ -90,14 +100,27 @@ pub fn retry_or_exhaust(
     kind: &'static str,
 ) -> Plan {
     if attempt >= retry.max_attempts {
-        return dead_letter(
-            format!("retries exhausted after {attempt} attempts: {reason}"),
+        return Plan::DeadLetter {
+            reason: cap_reason(&format!(
+                "retries exhausted after {attempt} attempts: {reason}"
+            )),
             kind,
-        );
+            class: "retries-exhausted",
+        };
     }
     Plan::Retry {
         delay: requested.unwrap_or_else(|| retry.delay_after(attempt)),
         reason: cap_reason(reason),
+        class: reason_class(kind),
+    }
+}
+
+/// The `reason_class` label for a failure `kind`: the handler's own verdicts are `handler`;
+/// the others (a plugin failure's kind, `rejected`, `missing-key`, `panic`) are their kind.
+pub fn reason_class(kind: &'static str) -> &'static str {
+    match kind {
+        "retry" | "dead-letter" => "handler",
+        other => other,
     }
 }
 
@@ -106,6 +129,7 @@ pub fn dead_letter(reason: String, kind: &'static str) -> Plan {
     Plan::DeadLetter {
         reason: cap_reason(&reason),
         kind,
+        class: reason_class(kind),
     }
 }
 
@@ -150,21 +174,24 @@ mod tests {
             run(1, FailurePolicy::Retry, Ok(retry("busy"))),
             Plan::Retry {
                 delay: Duration::from_secs(1),
-                reason: "busy".into()
+                reason: "busy".into(),
+                class: "handler"
             }
         );
         assert_eq!(
             run(2, FailurePolicy::Retry, Ok(retry("busy"))),
             Plan::Retry {
                 delay: Duration::from_secs(5),
-                reason: "busy".into()
+                reason: "busy".into(),
+                class: "handler"
             }
         );
         assert_eq!(
             run(3, FailurePolicy::Retry, Ok(retry("busy"))),
             Plan::DeadLetter {
                 reason: "retries exhausted after 3 attempts: busy".into(),
-                kind: "retry"
+                kind: "retry",
+                class: "retries-exhausted"
             }
         );
         let asked = Verdict::Retry(RetryRequest {
@@ -175,7 +202,8 @@ mod tests {
             run(1, FailurePolicy::Retry, Ok(asked)),
             Plan::Retry {
                 delay: Duration::from_millis(250),
-                reason: "later".into()
+                reason: "later".into(),
+                class: "handler"
             }
         );
     }
@@ -191,14 +219,16 @@ mod tests {
             run(3, FailurePolicy::Retry, Err(trap.clone())),
             Plan::DeadLetter {
                 reason: "retries exhausted after 3 attempts: plugin trapped: boom".into(),
-                kind: "trap"
+                kind: "trap",
+                class: "retries-exhausted"
             }
         );
         assert_eq!(
             run(1, FailurePolicy::DeadLetter, Err(trap)),
             Plan::DeadLetter {
                 reason: "plugin trapped: boom".into(),
-                kind: "trap"
+                kind: "trap",
+                class: "trap"
             }
         );
     }
@@ -206,7 +236,7 @@ mod tests {
     #[test]
     fn reasons_are_capped() {
         let huge = "r".repeat(1 << 20);
-        let Plan::DeadLetter { reason, kind } =
+        let Plan::DeadLetter { reason, kind, .. } =
             run(1, FailurePolicy::Retry, Ok(Verdict::DeadLetter(huge)))
         else {
             panic!("dead letter expected");

@@ -197,7 +197,10 @@ async fn dead_letter_after_panic(
     .catch_unwind()
     .await;
     match copied {
-        Ok(Ok(outcome)) => Settle::Ack(outcome),
+        Ok(Ok(outcome)) => {
+            count_handed_on(ctx, outcome, "panic");
+            Settle::Ack(outcome)
+        }
         _ => Settle::Reject(reason),
     }
 }
@@ -388,17 +391,37 @@ async fn step(
 /// Carries out a retry or dead-letter plan: a confirmed copy, then ack.
 async fn carry_out(copy: &Copy<'_>, plan: Plan) -> Settle {
     match plan {
-        Plan::Retry { delay, reason } => {
+        Plan::Retry {
+            delay,
+            reason,
+            class,
+        } => {
             tracing::info!(attempt = copy.received.attempt, ?delay, %reason, "scheduling retry");
             match to_retry(copy, delay, &reason).await {
-                Ok(outcome) => Settle::Ack(outcome),
+                Ok(outcome) => {
+                    // A retry copy too big to publish was archived as a dead letter instead.
+                    let class = if outcome == Outcome::Retried {
+                        class
+                    } else {
+                        "unpublishable"
+                    };
+                    count_handed_on(copy.ctx, outcome, class);
+                    Settle::Ack(outcome)
+                }
                 Err(e) => Settle::Requeue(format!("retry publish failed: {e}")),
             }
         }
-        Plan::DeadLetter { reason, kind } => {
+        Plan::DeadLetter {
+            reason,
+            kind,
+            class,
+        } => {
             tracing::warn!(%reason, kind, "dead-lettering");
             match to_dead_letter(copy, &reason, kind).await {
-                Ok(outcome) => Settle::Ack(outcome),
+                Ok(outcome) => {
+                    count_handed_on(copy.ctx, outcome, class);
+                    Settle::Ack(outcome)
+                }
                 Err(e) => Settle::Requeue(format!("dead-letter failed: {e}")),
             }
         }
@@ -406,6 +429,16 @@ async fn carry_out(copy: &Copy<'_>, plan: Plan) -> Settle {
         Plan::Commit | Plan::StoreTrouble(_) => {
             Settle::Requeue("internal: nothing to carry out".to_owned())
         }
+    }
+}
+
+/// Counts a confirmed retry or dead-letter copy (or a dead letter archived directly) by
+/// its reason class.
+fn count_handed_on(ctx: &RouteContext, outcome: Outcome, class: &str) {
+    match outcome {
+        Outcome::Retried => ctx.metrics.retry(&ctx.queue, class),
+        Outcome::DeadLettered | Outcome::Archived => ctx.metrics.dead_letter(&ctx.queue, class),
+        _ => {}
     }
 }
 

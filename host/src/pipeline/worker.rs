@@ -53,6 +53,7 @@ pub async fn run_route(
             Err(SessionError::Fatal(e)) => return Err(e),
             Err(SessionError::Lost(why)) => {
                 ctx.metrics.set_connected(&ctx.queue, false);
+                ctx.metrics.broker_reconnect(&ctx.queue);
                 let delay = backoff.next_delay();
                 tracing::warn!(queue = %ctx.queue, reason = %why, ?delay, "broker session lost; reconnecting");
                 tokio::select! {

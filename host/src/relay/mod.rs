@@ -111,6 +111,7 @@ impl Relay {
                 session::End::Stopped => break,
                 session::End::Broker(e) => {
                     tracing::warn!(error = %e, "relay lost the broker; reconnecting");
+                    self.metrics.broker_reconnect("relay");
                     publisher = None;
                 }
                 session::End::Store(e) => {

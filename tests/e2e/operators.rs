@@ -1,0 +1,289 @@
+//! Issue 16, what an operator watches: `/metrics` scraped before and after a known batch
+//! (every counter moves by exactly the batch's numbers, nothing else moves), and
+//! dead-letter alerts (one ERROR per window, the gauge, the `/readyz` note, and clearing).
+
+use crate::live::{free_port, http};
+use crate::resilience::{Running, carteiro};
+use crate::support::{Client, Gateway, json_props, plugin, route_config, unique, wait_for};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Every `_total` counter sample and histogram `_count` of an exposition, by name and
+/// labels. Gauges and sums are left out: they are not counts of the batch.
+fn counters(exposition: &str) -> BTreeMap<String, f64> {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(series, _)| {
+            let name = series.split('{').next().unwrap_or_default();
+            name.ends_with("_total") || name.ends_with("_count")
+        })
+        .filter_map(|(series, value)| Some((series.to_owned(), value.parse().ok()?)))
+        .collect()
+}
+
+/// What moved between two scrapes (series absent before count from zero).
+fn moved(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .filter_map(|(series, now)| {
+            let delta = now - before.get(series).copied().unwrap_or(0.0);
+            (delta != 0.0).then(|| (series.clone(), delta))
+        })
+        .collect()
+}
+
+fn gauge(exposition: &str, series: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+async fn scrape(port: u16) -> String {
+    let (status, body) = http(port, "GET", "/metrics").await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+#[tokio::test]
+async fn metrics_move_by_exactly_a_known_batch() {
+    let (mixed, enroll) = (unique("ops-mixed"), unique("ops-enroll"));
+    let (exchange, events) = (unique("in"), unique("events"));
+    let client = Client::connect().await;
+    client.sink(&exchange).await;
+    client.sink(&events).await;
+    let port = free_port();
+    let toml = route_config(
+        &mixed,
+        "fixture-mixed",
+        &exchange,
+        "",
+        "on_plugin_failure = \"dead-letter\"\nretry = { max_attempts = 3, backoff = [\"200ms\"] }",
+    )
+    .replace(
+        "[admin]\nlisten = \"\"",
+        &format!("[admin]\nlisten = \"127.0.0.1:{port}\""),
+    ) + &format!(
+        r#"
+[plugins.enrollment]
+path = "{path}"
+[plugins.enrollment.variables]
+events_exchange = "{events}"
+[[routes]]
+queue = "{enroll}"
+plugin = "enrollment"
+[[routes.bindings]]
+exchange = "{exchange}"
+routing_key = "enroll"
+"#,
+        path = plugin("enrollment").display(),
+    );
+    // The mixed route takes every key but `enroll`.
+    let toml = toml.replace("routing_key = \"#\"", "routing_key = \"m\"");
+    let gw = Gateway::start(&toml).await;
+    client.wait_for_consumer(&mixed).await;
+    client.wait_for_consumer(&enroll).await;
+    let before = scrape(port).await;
+
+    let send = |key: &'static str, id: Option<String>, body: String| {
+        let client = &client;
+        let exchange = &exchange;
+        async move {
+            let props = match id {
+                Some(id) => json_props(&id),
+                None => lapin::BasicProperties::default().with_delivery_mode(2),
+            };
+            client.publish(exchange, key, props, body.as_bytes()).await;
+        }
+    };
+    let batch = unique("b");
+    for i in 0..6 {
+        send("m", Some(format!("{batch}-ok-{i}")), "ok".into()).await;
+    }
+    for i in 0..3 {
+        send("m", Some(format!("{batch}-r2-{i}")), "retry-until-2".into()).await;
+    }
+    for i in 0..2 {
+        send("m", Some(format!("{batch}-trap-{i}")), "trap".into()).await;
+    }
+    send("m", Some(format!("{batch}-r9")), "retry-until-9".into()).await;
+    send("m", None, "no message id".into()).await;
+    for i in 0..4 {
+        let body = format!(r#"{{"matricula_id":"{batch}-{i}","usuario_id":"U","curso_id":"C"}}"#);
+        send("enroll", Some(format!("{batch}-e-{i}")), body).await;
+    }
+    // 6 ok + 3 retried-then-acked on the mixed route, 4 on the enrollment route.
+    wait_for("the batch's acks", WAIT, || async {
+        let text = scrape(port).await;
+        let acked = moved(&counters(&before), &counters(&text));
+        let n = |route: &str| {
+            acked
+                .get(&format!(
+                    "carteiro_deliveries_total{{route=\"{route}\",outcome=\"acked\"}}"
+                ))
+                .copied()
+                .unwrap_or(0.0)
+        };
+        (n(&mixed) == 9.0 && n(&enroll) == 4.0).then_some(())
+    })
+    .await;
+    // Then the duplicates: two of the acked messages again.
+    for i in 0..2 {
+        send("m", Some(format!("{batch}-ok-{i}")), "ok".into()).await;
+    }
+    let expected: BTreeMap<String, f64> = [
+        (format!("carteiro_deliveries_total{{route=\"{mixed}\",outcome=\"acked\"}}"), 9.0),
+        (format!("carteiro_deliveries_total{{route=\"{mixed}\",outcome=\"duplicate\"}}"), 2.0),
+        // 3 × one retry, and two for retry-until-9 before its attempts ran out.
+        (format!("carteiro_deliveries_total{{route=\"{mixed}\",outcome=\"retried\"}}"), 5.0),
+        (format!("carteiro_deliveries_total{{route=\"{mixed}\",outcome=\"dead_lettered\"}}"), 4.0),
+        (format!("carteiro_deliveries_total{{route=\"{enroll}\",outcome=\"acked\"}}"), 4.0),
+        (format!("carteiro_delivery_seconds_count{{route=\"{mixed}\"}}"), 20.0),
+        (format!("carteiro_delivery_seconds_count{{route=\"{enroll}\"}}"), 4.0),
+        (format!("carteiro_retries_total{{route=\"{mixed}\",reason_class=\"handler\"}}"), 5.0),
+        (format!("carteiro_dead_letters_total{{route=\"{mixed}\",reason_class=\"trap\"}}"), 2.0),
+        (format!("carteiro_dead_letters_total{{route=\"{mixed}\",reason_class=\"retries-exhausted\"}}"), 1.0),
+        (format!("carteiro_dead_letters_total{{route=\"{mixed}\",reason_class=\"missing-key\"}}"), 1.0),
+        (format!("carteiro_dead_letters_archived_total{{route=\"{mixed}\"}}"), 4.0),
+        (format!("carteiro_plugin_failures_total{{route=\"{mixed}\",kind=\"trap\"}}"), 2.0),
+        // Handler runs: 6 ok, 3 × 2, 2 traps, 3 attempts of retry-until-9; the key-less
+        // message and the duplicates never reach the plugin.
+        (format!("carteiro_handler_seconds_count{{route=\"{mixed}\"}}"), 17.0),
+        (format!("carteiro_handler_seconds_count{{route=\"{enroll}\"}}"), 4.0),
+        ("carteiro_outbox_published_total".to_owned(), 12.0),
+    ]
+    .into_iter()
+    .collect();
+    let after = wait_for(
+        "every counter to reach the batch's numbers",
+        WAIT,
+        || async {
+            let text = scrape(port).await;
+            let got = moved(&counters(&before), &counters(&text));
+            let version_free: BTreeMap<String, f64> = got
+                .into_iter()
+                .filter(|(s, _)| !s.starts_with("carteiro_plugin_version_deliveries_total"))
+                .collect();
+            (version_free == expected).then_some(text)
+        },
+    )
+    .await;
+    // Give a stray late count the chance to show, then compare once more.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let settled = scrape(port).await;
+    assert_eq!(
+        moved(&counters(&after), &counters(&settled)),
+        BTreeMap::new(),
+        "nothing moves after the batch"
+    );
+    for (series, value) in [
+        ("carteiro_outbox_pending", 0.0),
+        ("carteiro_outbox_oldest_pending_seconds", 0.0),
+        ("carteiro_store_available", 1.0),
+        (
+            &*format!("carteiro_route_connected{{route=\"{mixed}\"}}"),
+            1.0,
+        ),
+    ] {
+        assert_eq!(gauge(&settled, series), Some(value), "{series}\n{settled}");
+    }
+    for series in [
+        "carteiro_store_outages_total",
+        "carteiro_replay_replayed_total",
+    ] {
+        assert_eq!(gauge(&settled, series), Some(0.0), "{series} exported as 0");
+    }
+    gw.stop().await;
+}
+
+/// The gateway binary with an alert of 3 dead letters in 8 s: three traps raise it once
+/// (one ERROR, the gauge, a `/readyz` note); two more inside the window log nothing more;
+/// when the window passes it clears; three more raise it again.
+#[tokio::test]
+async fn a_dead_letter_alert_is_raised_once_per_window_and_clears() {
+    let (queue, exchange) = (unique("ops-alert"), unique("in"));
+    let client = Client::connect().await;
+    client.sink(&exchange).await;
+    let port = free_port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let toml = route_config(
+        &queue,
+        "fixture-mixed",
+        &exchange,
+        "",
+        "on_plugin_failure = \"dead-letter\"\ndead_letter_alert = { count = 3, window = \"8s\" }",
+    )
+    .replace(
+        "[admin]\nlisten = \"\"",
+        &format!("[admin]\nlisten = \"127.0.0.1:{port}\""),
+    )
+    .replace("{dir}", &dir.path().display().to_string());
+    let config = dir.path().join("carteiro.toml");
+    std::fs::write(&config, toml).expect("config");
+    let mut cmd = carteiro();
+    cmd.args(["run", "-c"]).arg(&config);
+    let mut gw = Running::spawn(cmd);
+    gw.wait_stderr("gateway running", WAIT).await;
+    client.wait_for_consumer(&queue).await;
+    let errors = |gw: &Running| {
+        gw.stderr()
+            .lines()
+            .filter(|l| l.contains("ERROR") && l.contains("dead-letter alert"))
+            .count()
+    };
+    let active = format!("carteiro_dead_letter_alert_active{{route=\"{queue}\"}}");
+    let alert_is = |want: f64| {
+        let active = active.clone();
+        async move { (gauge(&scrape(port).await, &active) == Some(want)).then_some(()) }
+    };
+    assert_eq!(gauge(&scrape(port).await, &active), Some(0.0));
+
+    let trap = |n: usize, tag: &'static str| {
+        let client = &client;
+        let exchange = &exchange;
+        async move {
+            for i in 0..n {
+                let id = unique(tag) + &i.to_string();
+                client
+                    .publish(exchange, "k", json_props(&id), b"trap")
+                    .await;
+            }
+        }
+    };
+    trap(3, "first").await;
+    wait_for("the alert to be raised", WAIT, || alert_is(1.0)).await;
+    let (status, ready) = http(port, "GET", "/readyz").await;
+    assert_eq!(status, 200, "an alert does not make the gateway unready");
+    assert!(
+        ready.contains(&format!(
+            "dead-letter alert: route `{queue}`: 3 dead letters in the last 8s (threshold 3)"
+        )) && ready.contains("plugin trapped"),
+        "{ready}"
+    );
+    trap(2, "more").await;
+    wait_for("five dead letters counted", WAIT, || async {
+        let (_, ready) = http(port, "GET", "/readyz").await;
+        ready
+            .contains("5 dead letters in the last 8s")
+            .then_some(())
+    })
+    .await;
+    assert_eq!(errors(&gw), 1, "one ERROR while raised:\n{}", gw.stderr());
+
+    wait_for("the alert to clear", Duration::from_secs(30), || {
+        alert_is(0.0)
+    })
+    .await;
+    gw.wait_stderr("dead-letter alert cleared", WAIT).await;
+    let (_, ready) = http(port, "GET", "/readyz").await;
+    assert!(!ready.contains("dead-letter alert"), "{ready}");
+    assert_eq!(errors(&gw), 1, "no ERROR after the first:\n{}", gw.stderr());
+
+    trap(3, "again").await;
+    wait_for("the alert to be raised again", WAIT, || alert_is(1.0)).await;
+    assert_eq!(errors(&gw), 2, "one ERROR per raise:\n{}", gw.stderr());
+    gw.kill().await;
+}
