@@ -201,6 +201,7 @@ pub async fn run_live(
     let reads = BatchedReads::spawn(store.clone());
     let gate = StoreGate::new(store.clone());
     let stop = CancellationToken::new();
+    let telemetry = crate::telemetry::Telemetry::start(&config.telemetry)?;
 
     let mut tasks = tokio::task::JoinSet::new();
     let shared = Shared {
@@ -211,6 +212,7 @@ pub async fn run_live(
         gate: gate.clone(),
         seal,
         metrics: metrics.clone(),
+        telemetry: telemetry.clone(),
     };
     let (supervisor, live) =
         Supervisor::start(shared, config.clone(), plugins, options.config_path, &stop)?;
@@ -230,7 +232,8 @@ pub async fn run_live(
             store.clone(),
             metrics.clone(),
             Some(committer.outbox_committed()),
-        );
+        )
+        .with_telemetry(telemetry.clone());
         let stop = stop.clone();
         tasks.spawn(async move { relay.run(stop).await });
     }
@@ -273,5 +276,7 @@ pub async fn run_live(
             }
         }
     }
+    // Every delivery and relay task has ended: their spans are finished; send them.
+    telemetry.shutdown().await;
     result
 }
