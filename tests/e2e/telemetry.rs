@@ -4,11 +4,18 @@
 //! attributes, its handler and commit children, and the relay's publish span of each event
 //! it emitted, linked to the delivery span. A dead-lettered message's span says why.
 
-use crate::support::{Client, Gateway, json_props, route_config, unique, wait_for};
+use crate::support::{
+    Client, Gateway, amqp_url, json_props, load_config, route_config, seed_request, unique,
+    wait_for,
+};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::post;
 use carteiro::broker::headers::to_text_pairs;
+use carteiro::metrics::Metrics;
+use carteiro::relay::Relay;
+use carteiro::store::Store;
+use carteiro::telemetry::Telemetry;
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
@@ -325,4 +332,165 @@ async fn delivery_and_relay_spans_reach_an_otlp_collector_linked_through_the_out
         "every span names the configured service"
     );
     gw.stop().await;
+}
+
+/// The `[telemetry]` section for a collector at `endpoint`.
+fn telemetry_section(endpoint: &str) -> String {
+    format!(
+        "\n[telemetry]\notlp_endpoint = \"{endpoint}\"\nservice_name = \"carteiro-e2e\"\nexport_interval = \"200ms\"\n"
+    )
+}
+
+#[tokio::test]
+async fn a_retried_delivery_says_so_and_shows_its_copy_to_the_retry_tier() {
+    let (endpoint, received) = collector().await;
+    let queue = unique("otel-retry");
+    let exchange = unique("otel-retry-in");
+    let client = Client::connect().await;
+    client.sink(&exchange).await;
+    // The content service is down: the handler asks for a retry.
+    let vars = "content_service = \"down\"";
+    let toml =
+        route_config(&queue, "enrollment", &exchange, vars, "") + &telemetry_section(&endpoint);
+    let gw = Gateway::start(&toml).await;
+    client.wait_for_consumer(&queue).await;
+    client
+        .publish(
+            &exchange,
+            "matricula.confirmada",
+            json_props("otel-retry-1"),
+            br#"{"matricula_id":"R1","usuario_id":"U1","curso_id":"C1"}"#,
+        )
+        .await;
+    let process = format!("{queue} process");
+    let (first, copy) = wait_for(
+        "the first attempt's span and its retry copy",
+        WAIT,
+        || async {
+            let all = spans(&received);
+            let first = all
+                .iter()
+                .map(|(_, s)| s)
+                .find(|s| s.name == process && attr(s, "carteiro.attempt").as_deref() == Some("1"))?
+                .clone();
+            let copy = all
+                .iter()
+                .map(|(_, s)| s)
+                .find(|s| s.parent_span_id == first.span_id && s.kind == SpanKind::Producer as i32)?
+                .clone();
+            Some((first, copy))
+        },
+    )
+    .await;
+    assert_eq!(attr(&first, "carteiro.outcome").as_deref(), Some("retried"));
+    assert_eq!(attr(&first, "error.type").as_deref(), Some("retry"));
+    assert_eq!(
+        copy.name, "amq.default publish",
+        "retry tiers are fed through the default exchange"
+    );
+    assert_eq!(attr(&copy, "carteiro.republish").as_deref(), Some("retry"));
+    let tier = attr(&copy, "messaging.rabbitmq.destination.routing_key").unwrap_or_default();
+    assert!(tier.starts_with(&format!("{queue}.retry.")), "{tier}");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn the_relay_alone_exports_its_publish_spans_with_links_and_failures() {
+    // What `carteiro relay` runs: the relay and its telemetry, no gateway.
+    let (endpoint, received) = collector().await;
+    let client = Client::connect().await;
+    let events = unique("otel-relay-events");
+    let sink = client.sink(&events).await;
+    let nobody = unique("otel-nobody-bound");
+    client
+        .channel
+        .exchange_declare(
+            nobody.as_str().into(),
+            lapin::ExchangeKind::Topic,
+            lapin::options::ExchangeDeclareOptions::default(),
+            Default::default(),
+        )
+        .await
+        .expect("declare");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}/relay.db", dir.path().display());
+    let config = load_config(
+        dir.path(),
+        &format!(
+            "version = 1\n[broker]\nurl = \"{}\"\n[store]\nurl = \"{url}\"\n[relay]\npoll_interval = \"100ms\"\n{}",
+            amqp_url(),
+            telemetry_section(&endpoint)
+        ),
+    );
+    let store = Store::connect(&url, 4).await.expect("store");
+    store.migrate().await.expect("migrate");
+    // A row emitted by a traced delivery, and one nobody can receive (returned).
+    let (trace_id, delivery_span) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let mut traced = seed_request(&events, "traced", 0);
+    traced.outbox[0].headers.push((
+        "traceparent".into(),
+        format!("00-{trace_id}-{delivery_span}-01"),
+    ));
+    let returned = seed_request(&nobody, "returned", 0);
+    store
+        .commit_batch(&[traced, returned])
+        .await
+        .expect("seed commit");
+
+    let telemetry = Telemetry::start(&config.telemetry).expect("telemetry");
+    assert!(telemetry.is_on());
+    let relay = Relay::new(&config, store.clone(), Arc::new(Metrics::default()), None)
+        .with_telemetry(telemetry.clone());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(relay.run(stop.clone()));
+
+    let ok_name = format!("{events} publish");
+    let failed_name = format!("{nobody} publish");
+    let (ok, failed) = wait_for("the relay's two publish spans", WAIT, || async {
+        let all = spans(&received);
+        let ok = all
+            .iter()
+            .map(|(_, s)| s)
+            .find(|s| s.name == ok_name)?
+            .clone();
+        let failed = all
+            .iter()
+            .map(|(_, s)| s)
+            .find(|s| s.name == failed_name)?
+            .clone();
+        Some((ok, failed))
+    })
+    .await;
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("relay stops")
+        .expect("join")
+        .expect("relay ok");
+    telemetry.shutdown().await;
+
+    assert_eq!(ok.kind, SpanKind::Producer as i32);
+    assert_eq!(ok.links.len(), 1);
+    assert_eq!(
+        hex(&ok.links[0].trace_id),
+        trace_id,
+        "linked to the emitting delivery"
+    );
+    assert_eq!(hex(&ok.links[0].span_id), delivery_span);
+    assert_eq!(attr(&ok, "error.type"), None);
+    assert_eq!(attr(&ok, "carteiro.outbox.attempt").as_deref(), Some("1"));
+    assert!(
+        failed.links.is_empty(),
+        "a row without traceparent has nothing to link to"
+    );
+    assert_eq!(attr(&failed, "error.type").as_deref(), Some("returned"));
+    assert_eq!(
+        failed.status.as_ref().map(|s| s.code),
+        Some(opentelemetry_proto::tonic::trace::v1::status::StatusCode::Error as i32)
+    );
+    assert_eq!(
+        client.drain(&sink).await.len(),
+        1,
+        "the traced row was published"
+    );
 }

@@ -200,6 +200,7 @@ async fn dead_letter_after_panic(
     let reason = cap_reason(&format!(
         "the gateway panicked twice processing this message: {what}"
     ));
+    ctx.telemetry.delivery_failed("panic");
     let copied = AssertUnwindSafe(async {
         let received = Received::new(ctx, delivery);
         let copy = Copy {
