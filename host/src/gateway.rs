@@ -205,6 +205,7 @@ pub async fn run_live(
     let stop = CancellationToken::new();
     let alerts = Arc::new(crate::alerts::DeadLetterAlerts::new(metrics.clone()));
     alerts.set_rules(&config.routes);
+    let telemetry = crate::telemetry::Telemetry::start(&config.telemetry)?;
 
     let mut tasks = tokio::task::JoinSet::new();
     let shared = Shared {
@@ -216,6 +217,7 @@ pub async fn run_live(
         gate: gate.clone(),
         seal,
         metrics: metrics.clone(),
+        telemetry: telemetry.clone(),
     };
     let (supervisor, live) =
         Supervisor::start(shared, config.clone(), plugins, options.config_path, &stop)?;
@@ -236,7 +238,8 @@ pub async fn run_live(
             store.clone(),
             metrics.clone(),
             Some(committer.outbox_committed()),
-        );
+        )
+        .with_telemetry(telemetry.clone());
         let stop = stop.clone();
         tasks.spawn(async move { relay.run(stop).await });
     }
@@ -280,5 +283,7 @@ pub async fn run_live(
             }
         }
     }
+    // Every delivery and relay task has ended: their spans are finished; send them.
+    telemetry.shutdown().await;
     result
 }

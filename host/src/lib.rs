@@ -19,6 +19,7 @@
 //! - [`live`]: changing handlers while running — reload (SIGHUP, `POST /admin/reload`).
 //! - [`admin`]: health, readiness, metrics and DLQ over HTTP.
 //! - [`metrics`], [`housekeeping`]: Prometheus metrics, retention cleanup.
+//! - [`telemetry`]: OpenTelemetry spans of deliveries and relay publishes (`[telemetry]`).
 //! - [`redact`]: the one redaction for URLs that may hold a password (broker and store).
 
 pub mod admin;
@@ -37,4 +38,5 @@ pub mod redact;
 pub mod relay;
 pub mod runtime;
 pub mod store;
+pub mod telemetry;
 pub mod topology;

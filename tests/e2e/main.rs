@@ -17,3 +17,4 @@ mod runtime;
 mod scaffold;
 mod store_faults;
 mod support;
+mod telemetry;

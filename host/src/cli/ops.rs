@@ -5,6 +5,7 @@ use crate::config::{self, Config};
 use crate::gateway::{self, broker_settings};
 use crate::metrics::Metrics;
 use crate::relay::Relay;
+use crate::telemetry::Telemetry;
 use crate::topology::{RouteTopology, declare_route};
 use anyhow::Context;
 use std::future::Future;
@@ -97,12 +98,16 @@ pub async fn migrate(path: &Path) -> anyhow::Result<i32> {
 pub async fn relay(path: &Path, shutdown: impl Future<Output = ()>) -> anyhow::Result<i32> {
     let config = load_config(path)?;
     let store = gateway::open_store(&config).await?;
-    let relay = Relay::new(&config, store, Arc::new(Metrics::default()), None);
+    let telemetry = Telemetry::start(&config.telemetry)?;
+    let relay = Relay::new(&config, store, Arc::new(Metrics::default()), None)
+        .with_telemetry(telemetry.clone());
     let stop = CancellationToken::new();
     let task = tokio::spawn(relay.run(stop.clone()));
     shutdown.await;
     stop.cancel();
-    task.await??;
+    let ran = task.await;
+    telemetry.shutdown().await;
+    ran??;
     Ok(0)
 }
 

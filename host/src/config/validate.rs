@@ -163,6 +163,8 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
             "must be at least 1 byte (a claim always takes one row anyway)".into(),
         ));
     }
+    validate_telemetry(&mut config.telemetry)
+        .map_err(|(key, m)| err(line_of_key(key), &format!("telemetry.{key}"), m))?;
 
     for (name, plugin) in &mut config.plugins {
         let key = format!("plugins.{name}");
@@ -316,6 +318,49 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
     Ok(config)
 }
 
+/// `[telemetry]`: the endpoint interpolated and checked. `Err((key, message))`.
+fn validate_telemetry(t: &mut super::TelemetryConfig) -> Result<(), (&'static str, String)> {
+    if let Some(endpoint) = t.otlp_endpoint.as_mut() {
+        *endpoint = interpolate(endpoint).map_err(|m| ("otlp_endpoint", m))?;
+        let url = endpoint.trim();
+        if url.is_empty() {
+            t.otlp_endpoint = None;
+        } else if url.starts_with("https://") {
+            return Err((
+                "otlp_endpoint",
+                "https is not supported by this build; point it at a collector on a trusted \
+                 network or on loopback over plain http, e.g. `http://127.0.0.1:4318`"
+                    .into(),
+            ));
+        } else {
+            let host = url.strip_prefix("http://").unwrap_or("");
+            let authority = host.split('/').next().unwrap_or("");
+            if authority.is_empty() || url.parse::<axum::http::Uri>().is_err() {
+                return Err((
+                    "otlp_endpoint",
+                    format!(
+                        "`{}` is not an OTLP/HTTP URL; write it like `http://HOST:4318`",
+                        crate::redact::redact_url(url)
+                    ),
+                ));
+            }
+        }
+    }
+    if t.service_name.trim().is_empty() {
+        return Err((
+            "service_name",
+            "must not be empty (it names Carteiro in the trace backend)".into(),
+        ));
+    }
+    if t.export_interval.is_zero() || t.export_timeout.is_zero() {
+        return Err((
+            "export_interval",
+            "export_interval and export_timeout must be above zero".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// `sqlite://relative.db` is relative to the config file, like plugin paths.
 fn resolve_sqlite_path(url: &str, base_dir: &Path) -> String {
     match url.strip_prefix("sqlite://") {
@@ -450,6 +495,40 @@ plugin = "p"
                 .message
                 .contains("no plugin file")
         );
+    }
+
+    #[test]
+    fn telemetry_is_off_by_default_and_checked_when_on() {
+        let config = parse(GOOD).expect("valid");
+        assert_eq!(config.telemetry.otlp_endpoint, None);
+        assert_eq!(config.telemetry.service_name, "carteiro");
+        let on = format!(
+            "{GOOD}[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\nservice_name = \"gw\"\n"
+        );
+        let config = parse(&on).expect("valid");
+        assert_eq!(
+            config.telemetry.otlp_endpoint.as_deref(),
+            Some("http://127.0.0.1:4318")
+        );
+        assert_eq!(config.telemetry.service_name, "gw");
+        let empty = format!("{GOOD}[telemetry]\notlp_endpoint = \"\"\n");
+        assert_eq!(parse(&empty).expect("valid").telemetry.otlp_endpoint, None);
+        for (bad, says) in [
+            (
+                "otlp_endpoint = \"https://c:4318\"",
+                "https is not supported",
+            ),
+            ("otlp_endpoint = \"collector:4318\"", "not an OTLP/HTTP URL"),
+            ("otlp_endpoint = \"http://\"", "not an OTLP/HTTP URL"),
+            ("otlp_endpoint = \"${CARTEIRO_NO_SUCH_VAR}\"", "is not set"),
+            ("service_name = \" \"", "must not be empty"),
+            ("export_interval = \"0s\"", "above zero"),
+            ("endpoint = \"http://c\"", "unknown field"),
+        ] {
+            let err = parse(&format!("{GOOD}[telemetry]\n{bad}\n")).unwrap_err();
+            assert!(err.to_string().contains(says), "{bad}: {err}");
+            assert!(err.key.starts_with("telemetry"), "{bad}: {}", err.key);
+        }
     }
 
     #[test]

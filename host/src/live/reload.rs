@@ -49,6 +49,7 @@ pub struct Shared {
     pub gate: StoreGate,
     pub seal: SealKey,
     pub metrics: Arc<Metrics>,
+    pub telemetry: crate::telemetry::Telemetry,
 }
 
 /// A loaded plugin and what it was loaded from.
@@ -130,6 +131,11 @@ fn restart_only_changes(running: &Config, new: &Config) -> Vec<String> {
         "relay",
         format!("{:?}", running.relay),
         format!("{:?}", new.relay),
+    );
+    differs(
+        "telemetry",
+        format!("{:?}", running.telemetry),
+        format!("{:?}", new.telemetry),
     );
     differs(
         "admin",
@@ -248,7 +254,8 @@ impl Supervisor {
             s.metrics.clone(),
             s.seal.clone(),
         )
-        .map_err(|e| format!("route `{}`: {e}", route.queue))?;
+        .map_err(|e| format!("route `{}`: {e}", route.queue))?
+        .with_telemetry(s.telemetry.clone());
         ctx.set_shadow(loaded.shadow.clone());
         ctx.set_canary(loaded.canary.clone());
         Ok(ctx)

@@ -9,6 +9,7 @@ use crate::config::{FailurePolicy, KeySource, MissingKeyPolicy, RetryConfig, Rou
 use crate::metrics::Metrics;
 use crate::runtime::{KvFuture, KvSource, KvValue, Plugin};
 use crate::store::{BatchedReads, CommitterHandle, KvEntry, Store, StoreError};
+use crate::telemetry::Telemetry;
 use crate::topology::{self, RouteTopology};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -43,6 +44,8 @@ pub struct RouteContext {
     pub seal: SealKey,
     /// Turn-taking for handler re-runs after kv conflicts (see `process`).
     pub rerun_turn: tokio::sync::Mutex<()>,
+    /// Delivery spans, when `[telemetry]` exports them (off: see [`Self::with_telemetry`]).
+    pub telemetry: Telemetry,
 }
 
 impl RouteContext {
@@ -83,7 +86,14 @@ impl RouteContext {
             fault: FaultPoint::from_env(),
             seal,
             rerun_turn: tokio::sync::Mutex::new(()),
+            telemetry: Telemetry::off(),
         })
+    }
+
+    /// The same route, exporting its delivery spans through `telemetry`.
+    pub fn with_telemetry(mut self, telemetry: Telemetry) -> Self {
+        self.telemetry = telemetry;
+        self
     }
 
     /// The plugin version a new delivery runs on. A delivery takes it once, when it

@@ -49,12 +49,19 @@ async fn publish(
     headers: FieldTable,
 ) -> Result<(), PublishError> {
     let ctx = copy.ctx;
+    let kind = if exchange.is_empty() {
+        "retry"
+    } else {
+        "dead-letter"
+    };
+    let mut span = ctx.telemetry.republish_span(kind, &exchange, &routing_key);
     let properties = ctx.seal.seal(
         &ctx.queue,
         copy_properties(&copy.delivery.properties, headers),
         &copy.delivery.data,
     );
-    copy.publisher
+    let published = copy
+        .publisher
         .publish(
             Outgoing {
                 exchange,
@@ -65,7 +72,11 @@ async fn publish(
             },
             ctx.publish_timeout,
         )
-        .await
+        .await;
+    if published.is_err() {
+        span.fail("publish");
+    }
+    published
 }
 
 /// Publishes a copy to the retry tier for `delay`, with the attempt counter incremented.

@@ -23,6 +23,7 @@ use crate::common::{FaultPoint, hang_if};
 use crate::config::MissingKeyPolicy;
 use crate::runtime::{Invocation, KvSource, Message, Plugin};
 use crate::store::{CommitOutcome, CommitRequest, KvRead, KvWrite, NewOutboxRow};
+use crate::telemetry::{self, DeliveryFacts};
 use futures::FutureExt;
 use lapin::message::Delivery;
 use lapin::options::{BasicNackOptions, BasicRejectOptions};
@@ -91,6 +92,17 @@ pub async fn process(
         plugin = plugin.name(),
         plugin.version = plugin.version(),
     );
+    let otel = ctx.telemetry.delivery(&DeliveryFacts {
+        queue: &ctx.queue,
+        exchange: &received.exchange,
+        routing_key: &received.routing_key,
+        message_id: received.message_id.as_deref(),
+        attempt: received.attempt,
+        redelivered: delivery.redelivered,
+        plugin: plugin.name(),
+        plugin_version: plugin.version(),
+        headers: &received.headers,
+    });
     let run = AssertUnwindSafe(settle(
         &ctx,
         &plugin,
@@ -99,9 +111,8 @@ pub async fn process(
         &delivery,
         received,
     ))
-    .catch_unwind()
-    .instrument(span.clone())
-    .await;
+    .catch_unwind();
+    let run = telemetry::within(&otel, run).instrument(span.clone()).await;
     let settle = match run {
         Ok(settle) => settle,
         Err(panic) => {
@@ -109,7 +120,8 @@ pub async fn process(
             ctx.metrics.panic(&ctx.queue);
             if delivery.redelivered {
                 tracing::error!(parent: &span, panic = %what, "the gateway panicked processing this delivery again; dead-lettering it");
-                dead_letter_after_panic(&ctx, &plugin, &publisher, &delivery, &what)
+                let copied = dead_letter_after_panic(&ctx, &plugin, &publisher, &delivery, &what);
+                telemetry::within(&otel, copied)
                     .instrument(span.clone())
                     .await
             } else {
@@ -120,6 +132,11 @@ pub async fn process(
     };
     let _entered = span.enter();
     let tag = delivery.delivery_tag;
+    match &settle {
+        Settle::Ack(outcome) => otel.end(outcome.label(), None),
+        Settle::Requeue(_) => otel.end(Outcome::Requeued.label(), Some("requeued")),
+        Settle::Reject(_) => otel.end(Outcome::DeadLettered.label(), Some("rejected")),
+    }
     match settle {
         Settle::Ack(outcome) => {
             ctx.metrics
@@ -183,6 +200,7 @@ async fn dead_letter_after_panic(
     let reason = cap_reason(&format!(
         "the gateway panicked twice processing this message: {what}"
     ));
+    ctx.telemetry.delivery_failed("panic");
     let copied = AssertUnwindSafe(async {
         let received = Received::new(ctx, delivery);
         let copy = Copy {
@@ -307,6 +325,7 @@ async fn step(
             Some(r) => r.clone(),
             None => ctx.kv.clone(),
         };
+        let mut handler_span = ctx.telemetry.handler_span(plugin.name(), plugin.version());
         let result = plugin.handle(&message, kv).await;
         let compare = |live: Decision| {
             if let (Some(shadow), Some(recording)) = (&shadow, &recording) {
@@ -317,7 +336,9 @@ async fn step(
         ctx.metrics.handler_duration(&ctx.queue, started.elapsed());
         if let Err(failure) = &result {
             ctx.metrics.plugin_failure(&ctx.queue, failure.kind());
+            handler_span.fail(failure.kind());
         }
+        drop(handler_span);
         let (plan, invocation) = match result {
             Ok(invocation) => {
                 let facts = Ok((invocation.verdict.clone(), invocation.store_error.clone()));
@@ -356,7 +377,21 @@ async fn step(
                 return Step::Done(carry_out(&copy, plan).await);
             }
         };
-        match commit(ctx, plugin, &inbox_key, trace_context(&message), invocation).await {
+        // The delivery span's own context when telemetry is on (the relay's publish span
+        // links to it), else the incoming one, carried on.
+        let trace = ctx
+            .telemetry
+            .traceparent()
+            .map(|t| ("traceparent".to_owned(), t))
+            .or_else(|| trace_context(&message));
+        let mut commit_span = ctx.telemetry.commit_span();
+        let committed = commit(ctx, plugin, &inbox_key, trace, invocation).await;
+        match &committed {
+            Ok(outcome) => commit_span.set("carteiro.commit.outcome", commit_label(outcome)),
+            Err(_) => commit_span.fail("store"),
+        }
+        drop(commit_span);
+        match committed {
             Ok(CommitOutcome::Committed) => {
                 if let Some(live) = live {
                     compare(live);
@@ -396,6 +431,7 @@ async fn carry_out(copy: &Copy<'_>, plan: Plan) -> Settle {
             reason,
             class,
         } => {
+            copy.ctx.telemetry.delivery_failed("retry");
             tracing::info!(attempt = copy.received.attempt, ?delay, %reason, "scheduling retry");
             match to_retry(copy, delay, &reason).await {
                 Ok(outcome) => {
@@ -416,6 +452,7 @@ async fn carry_out(copy: &Copy<'_>, plan: Plan) -> Settle {
             kind,
             class,
         } => {
+            copy.ctx.telemetry.delivery_failed(kind);
             tracing::warn!(%reason, kind, "dead-lettering");
             match to_dead_letter(copy, &reason, kind).await {
                 Ok(outcome) => {
@@ -439,6 +476,16 @@ fn count_handed_on(ctx: &RouteContext, outcome: Outcome, class: &str) {
         Outcome::Retried => ctx.metrics.retry(&ctx.queue, class),
         Outcome::DeadLettered | Outcome::Archived => ctx.metrics.dead_letter(&ctx.queue, class),
         _ => {}
+    }
+}
+
+/// `carteiro.commit.outcome` of a commit span.
+fn commit_label(outcome: &CommitOutcome) -> &'static str {
+    match outcome {
+        CommitOutcome::Committed => "committed",
+        CommitOutcome::Duplicate => "duplicate",
+        CommitOutcome::Conflict => "conflict",
+        CommitOutcome::Rejected(_) => "rejected",
     }
 }
 

@@ -24,6 +24,7 @@ use crate::common::FaultPoint;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::store::{Backend, OUTBOX_NOTIFY_CHANNEL, OutboxRow, Store};
+use crate::telemetry::Telemetry;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -48,6 +49,8 @@ pub struct Relay {
     /// How long a claim leases its rows: `[relay] lease`, or more with a long publish timeout.
     lease: Duration,
     fault: Option<FaultPoint>,
+    /// Publish spans, when `[telemetry]` exports them.
+    telemetry: Telemetry,
 }
 
 impl Relay {
@@ -76,7 +79,14 @@ impl Relay {
             reconnect_max: config.broker.reconnect_max_backoff,
             lease: config.relay.lease.max(config.broker.publish_timeout * 3),
             fault: FaultPoint::from_env(),
+            telemetry: Telemetry::off(),
         }
+    }
+
+    /// The same relay, exporting a publish span per row through `telemetry`.
+    pub fn with_telemetry(mut self, telemetry: Telemetry) -> Self {
+        self.telemetry = telemetry;
+        self
     }
 
     /// Runs until `stop`.

@@ -251,6 +251,7 @@ impl<'a> Session<'a> {
         let timeout = self.relay.publish_timeout;
         let fault = self.relay.fault;
         let metrics = self.relay.metrics.clone();
+        let telemetry = self.relay.telemetry.clone();
         let marks = marks.clone();
         self.publishing.push(tokio::spawn(async move {
             let mut rows = batch.into_iter();
@@ -261,7 +262,10 @@ impl<'a> Session<'a> {
                     let message =
                         outgoing(&leased.row).map_err(|e| PublishError::Invalid(e.to_string()));
                     let published = match message {
-                        Ok(message) => publisher.publish(message, timeout).await,
+                        Ok(message) => {
+                            let publish = publisher.publish(message, timeout);
+                            telemetry.publish(&leased.row, publish).await
+                        }
                         Err(e) => Err(e),
                     };
                     match published {
