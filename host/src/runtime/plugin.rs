@@ -3,10 +3,11 @@
 use super::Runtime;
 use super::bindings::{HandlerPre, types};
 use super::effects::{Effects, KvSource};
-use super::host::{HostState, PluginIdentity};
+use super::host::{HostCalls, HostState, PluginIdentity};
 use super::limits::{
     DeliveryTotals, HostCallLimitExceeded, Limiter, MemoryLimitExceeded, TotalExceeded,
 };
+use super::native::{NativeHandler, NativeHost};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -117,11 +118,19 @@ pub struct Invocation {
 pub struct Plugin {
     runtime: Arc<Runtime>,
     identity: Arc<PluginIdentity>,
-    pre: HandlerPre<HostState>,
+    code: Code,
     limits: PluginLimits,
     digest: Arc<str>,
     /// Instances of this plugin alive at once (see [`default_concurrency`]).
     concurrency: Arc<tokio::sync::Semaphore>,
+}
+
+/// What runs a delivery: a component (always, from the config) or a handler compiled into
+/// the host (benchmarks only, see `runtime::native`).
+#[derive(Clone)]
+enum Code {
+    Wasm(HandlerPre<HostState>),
+    Native(Arc<dyn NativeHandler>),
 }
 
 /// Components this large carry a language runtime (componentize-py about 18 MB,
@@ -210,11 +219,41 @@ impl Plugin {
                 max_events: limits.max_events,
                 totals: limits.totals,
             }),
-            pre,
+            code: Code::Wasm(pre),
             limits,
             digest: digest.into(),
             concurrency: Arc::new(tokio::sync::Semaphore::new(concurrency)),
         })
+    }
+
+    /// A plugin whose deliveries run `handler`, compiled into the host, under the same
+    /// imports, caps and limits as a component (benchmarks: what the sandbox costs). Its
+    /// digest is that of the label `native:<name>`.
+    pub fn native(
+        runtime: &Arc<Runtime>,
+        name: &str,
+        handler: Arc<dyn NativeHandler>,
+        limits: PluginLimits,
+        variables: BTreeMap<String, String>,
+    ) -> Self {
+        let digest = hex::encode(Sha256::digest(format!("native:{name}").as_bytes()));
+        let concurrency = limits
+            .max_concurrency
+            .map_or(tokio::sync::Semaphore::MAX_PERMITS, |n| n.max(1) as usize);
+        Self {
+            runtime: runtime.clone(),
+            identity: Arc::new(PluginIdentity {
+                name: name.into(),
+                variables,
+                max_host_calls: limits.max_host_calls,
+                max_events: limits.max_events,
+                totals: limits.totals,
+            }),
+            code: Code::Native(handler),
+            limits,
+            digest: digest.into(),
+            concurrency: Arc::new(tokio::sync::Semaphore::new(concurrency)),
+        }
     }
 
     /// The plugin's name in the config.
@@ -247,6 +286,9 @@ impl Plugin {
         message: &types::Message,
         kv: Arc<dyn KvSource>,
     ) -> Result<Invocation, PluginFailure> {
+        if let Code::Native(handler) = &self.code {
+            return self.run_native(handler.as_ref(), message, kv).await;
+        }
         let plugin = self.clone();
         let message = message.clone();
         self.runtime
@@ -286,7 +328,11 @@ impl Plugin {
             memory_bytes: usize::try_from(self.limits.memory_bytes).unwrap_or(usize::MAX),
             table_elements: 100_000,
         };
-        let state = HostState::new(wasi, limiter, self.identity.clone(), kv);
+        let Code::Wasm(pre) = &self.code else {
+            return Err(PluginFailure::Instantiate("not a component".into()));
+        };
+        let calls = HostCalls::new(self.identity.clone(), kv);
+        let state = HostState::new(wasi, limiter, calls);
         let mut store = Store::new(&self.runtime.engine, state);
         store.limiter(|s| &mut s.limiter);
 
@@ -304,7 +350,7 @@ impl Plugin {
         });
 
         let call = async {
-            let handler = self.pre.instantiate_async(&mut store).await?;
+            let handler = pre.instantiate_async(&mut store).await?;
             handler.call_handle(&mut store, message).await
         };
         // Host awaits (kv reads) do not advance the guest's deadline check; bound them too.
@@ -315,11 +361,41 @@ impl Plugin {
             Ok(Err(error)) => return Err(classify(error, timeout, &stderr_text)),
             Ok(Ok(verdict)) => verdict,
         };
-        let state = store.into_data();
+        let calls = store.into_data().calls;
         Ok(Invocation {
             verdict,
-            effects: state.effects,
-            store_error: state.store_error,
+            effects: calls.effects,
+            store_error: calls.store_error,
+        })
+    }
+
+    /// A native handler's delivery: inline on the caller's task (no instance, no compute
+    /// thread), bounded by the same timeout while it awaits the host.
+    async fn run_native(
+        &self,
+        handler: &dyn NativeHandler,
+        message: &types::Message,
+        kv: Arc<dyn KvSource>,
+    ) -> Result<Invocation, PluginFailure> {
+        let _turn = self
+            .concurrency
+            .acquire()
+            .await
+            .map_err(|e| PluginFailure::Instantiate(e.to_string()))?;
+        let timeout = self.limits.timeout;
+        let mut host = NativeHost {
+            calls: HostCalls::new(self.identity.clone(), kv),
+        };
+        let verdict = match tokio::time::timeout(timeout, handler.handle(message, &mut host)).await
+        {
+            Err(_) => return Err(PluginFailure::Timeout(timeout)),
+            Ok(Err(error)) => return Err(classify(error, timeout, "")),
+            Ok(Ok(verdict)) => verdict,
+        };
+        Ok(Invocation {
+            verdict,
+            effects: host.calls.effects,
+            store_error: host.calls.store_error,
         })
     }
 }
