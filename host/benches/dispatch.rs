@@ -1,11 +1,14 @@
 //! One dispatch — fresh instance + `handle` + verdict — for the no-op plugin and for the
 //! enrollment handler in Rust, Python and JavaScript with a 1 KB body. Reports medians and
 //! p99 over many iterations, each plugin's load time with an empty and with a warm compile
-//! cache, and this process's resident memory after each plugin ran.
+//! cache, and this process's resident memory after each plugin ran. Each plugin is measured
+//! twice: through `Plugin::handle` as the pipeline calls it (the guest runs on a compute
+//! thread: one wake-up there and one back per call), and in place (`handle_in_place`: the
+//! fresh instance, the call and the teardown alone).
 //!
 //! Run: `scripts/build-plugins.sh && scripts/build-lang-plugins.sh &&
 //! cargo bench -p carteiro --bench dispatch` (`DISPATCH_ITERATIONS`, default 5,000; the
-//! Python and JS rows use a tenth of that).
+//! Python and JS rows use a tenth of that; `DISPATCH_PLUGINS=noop,enrollment` picks rows).
 
 use carteiro::cli::MemoryKv;
 use carteiro::runtime::{Message, Plugin, PluginLimits, Runtime};
@@ -39,15 +42,30 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[index.min(sorted.len() - 1)]
 }
 
-async fn measure(plugin: &Plugin, msg: &Message, iterations: usize) -> (Duration, Duration) {
+/// Median and p99 of `iterations` calls; `in_place`: [`Plugin::handle_in_place`] (the
+/// instance alone, on this thread) instead of [`Plugin::handle`] (what the pipeline calls:
+/// a hop to a compute thread and back).
+async fn measure(
+    plugin: &Plugin,
+    msg: &Message,
+    iterations: usize,
+    in_place: bool,
+) -> (Duration, Duration) {
     let kv: Arc<MemoryKv> = Arc::new(MemoryKv::default());
+    let call = |kv: Arc<MemoryKv>| async move {
+        if in_place {
+            plugin.handle_in_place(msg, kv).await
+        } else {
+            plugin.handle(msg, kv).await
+        }
+    };
     for _ in 0..200 {
-        let _ = plugin.handle(msg, kv.clone()).await;
+        let _ = call(kv.clone()).await;
     }
     let mut samples = Vec::with_capacity(iterations);
     for _ in 0..iterations {
         let started = Instant::now();
-        let out = plugin.handle(msg, kv.clone()).await;
+        let out = call(kv.clone()).await;
         samples.push(started.elapsed());
         assert!(out.is_ok(), "dispatch failed: {out:?}");
     }
@@ -78,7 +96,15 @@ async fn main() {
         ("enrollment-py", enrollment_body(), iterations / 10),
         ("enrollment-js", enrollment_body(), iterations / 10),
     ];
+    // DISPATCH_PLUGINS: a comma-separated subset of the names above (default: all).
+    let wanted = std::env::var("DISPATCH_PLUGINS").ok();
     for (name, body, iterations) in plugins {
+        if wanted
+            .as_deref()
+            .is_some_and(|w| !w.split(',').any(|n| n.trim() == name))
+        {
+            continue;
+        }
         let path = dir.join(format!("{name}.wasm"));
         if !path.is_file() {
             println!(
@@ -99,12 +125,15 @@ async fn main() {
         let runtime = Runtime::with_compile_cache(16, Some(cache.path())).expect("runtime");
         let (plugin, warm) = load(&runtime);
         let msg = message(body);
-        let (median, p99) = measure(&plugin, &msg, iterations.max(100)).await;
+        let (median, p99) = measure(&plugin, &msg, iterations.max(100), false).await;
+        let (here, here_p99) = measure(&plugin, &msg, iterations.max(100), true).await;
         println!(
-            "{name:<14} body {:>5} B  median {:>8.2} µs  p99 {:>8.2} µs  load {:>6.2} s cold, {:>5.3} s warm  rss {:>4} MiB",
+            "{name:<14} body {:>5} B  median {:>8.2} µs  p99 {:>8.2} µs  in place {:>7.2} / {:>8.2} µs  load {:>6.2} s cold, {:>5.3} s warm  rss {:>4} MiB",
             msg.body.len(),
             median.as_secs_f64() * 1e6,
             p99.as_secs_f64() * 1e6,
+            here.as_secs_f64() * 1e6,
+            here_p99.as_secs_f64() * 1e6,
             cold.as_secs_f64(),
             warm.as_secs_f64(),
             resident_mib(),

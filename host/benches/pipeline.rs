@@ -11,12 +11,14 @@
 //! Run: `bench/run.sh`, or with the services up and the URLs exported:
 //! `CARTEIRO_TEST_AMQP_URL=... CARTEIRO_TEST_POSTGRES_URL=... cargo bench -p carteiro --bench pipeline`
 //! Knobs: `BENCH_MESSAGES`, `BENCH_ROUNDS` (default 3), `BENCH_PREFETCH` (default 256),
-//! `BENCH_SYSTEMS` (default `sqlite,postgres,baseline`).
+//! `BENCH_SYSTEMS` (default `sqlite,postgres,baseline`; also `sqlite-native`, `postgres-native`:
+//! the enrollment handler compiled into the gateway, no Wasm).
 
 mod common;
 
 use carteiro::config::{self, Config};
 use carteiro::metrics::Metrics;
+use carteiro::runtime::native::{self, NativeHandler};
 use carteiro::topology::{self, DeclaredRoute, QueueType, RouteTopology};
 use common::{CpuBudget, CpuSample, create_pg_database, drop_pg_database, env_or, median, unique};
 use futures::StreamExt;
@@ -26,6 +28,7 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,14 +37,27 @@ use std::time::{Duration, Instant};
 enum System {
     Sqlite,
     Postgres,
+    /// The same gateway with the enrollment handler compiled in (no Wasm).
+    SqliteNative,
+    PostgresNative,
     Baseline,
 }
 
 impl System {
+    fn on_postgres(self) -> bool {
+        matches!(self, System::Postgres | System::PostgresNative)
+    }
+
+    fn native(self) -> bool {
+        matches!(self, System::SqliteNative | System::PostgresNative)
+    }
+
     fn name(self) -> &'static str {
         match self {
             System::Sqlite => "sqlite",
             System::Postgres => "postgres",
+            System::SqliteNative => "sqlite-native",
+            System::PostgresNative => "postgres-native",
             System::Baseline => "baseline",
         }
     }
@@ -80,13 +96,15 @@ fn settings() -> Settings {
         .filter_map(|s| match s.trim() {
             "sqlite" => Some(System::Sqlite),
             "postgres" => Some(System::Postgres),
+            "sqlite-native" => Some(System::SqliteNative),
+            "postgres-native" => Some(System::PostgresNative),
             "baseline" => Some(System::Baseline),
             _ => None,
         })
         .collect();
-    if pg_admin.is_none() && systems.contains(&System::Postgres) {
+    if pg_admin.is_none() && systems.iter().any(|s| s.on_postgres()) {
         println!("CARTEIRO_TEST_POSTGRES_URL is not set: skipping PostgreSQL");
-        systems.retain(|s| *s != System::Postgres);
+        systems.retain(|s| !s.on_postgres());
     }
     Settings {
         amqp,
@@ -231,7 +249,7 @@ async fn wait_until(what: &str, timeout: Duration, poll: Duration, mut done: imp
 async fn gateway_run(s: &Settings, system: System) -> Run {
     let dir = tempfile::tempdir().expect("tempdir");
     let (pg_name, store_url) = match system {
-        System::Postgres => {
+        System::Postgres | System::PostgresNative => {
             let (name, url) = create_pg_database(s.pg_admin.as_deref().expect("pg url")).await;
             (Some(name), url)
         }
@@ -253,13 +271,24 @@ async fn gateway_run(s: &Settings, system: System) -> Run {
 
     let metrics = Arc::new(Metrics::default());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let gateway = tokio::spawn(carteiro::gateway::run_with_metrics(
-        config,
-        metrics.clone(),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let mut native_handlers = BTreeMap::new();
+    if system.native() {
+        assert_eq!(
+            s.plugin, "enrollment",
+            "only the Rust enrollment handler has a native twin"
+        );
+        let handler: Arc<dyn NativeHandler> = Arc::new(native::Enrollment);
+        native_handlers.insert("enrollment".to_owned(), handler);
+    }
+    let options = carteiro::gateway::LiveOptions {
+        metrics: metrics.clone(),
+        config_path: None,
+        signals: None,
+        native_handlers,
+    };
+    let gateway = tokio::spawn(carteiro::gateway::run_live(config, options, async move {
+        let _ = stopped.await;
+    }));
     let n = s.messages as u64;
     wait_until(
         "the first handler run",
@@ -401,7 +430,7 @@ async fn main() {
                 other => gateway_run(&s, other).await,
             };
             println!(
-                "round {round} {:<9} {:>9.0} msg/s  ({:>6.2} s, host cpu {:.2} cores, handler mean {}, delivery mean {})\n        {}",
+                "round {round} {:<15} {:>9.0} msg/s  ({:>6.2} s, host cpu {:.2} cores, handler mean {}, delivery mean {})\n        {}",
                 system.name(),
                 run.rate,
                 run.elapsed.as_secs_f64(),
@@ -430,10 +459,29 @@ async fn main() {
             .collect::<Vec<_>>()
             .join(" / ");
         println!(
-            "{:<9} median {:>9.0} msg/s{ratio}   (rounds: {per_round})",
+            "{:<15} median {:>9.0} msg/s{ratio}   (rounds: {per_round})",
             system.name(),
             m
         );
+    }
+    for (wasm, native) in [
+        (System::Sqlite, System::SqliteNative),
+        (System::Postgres, System::PostgresNative),
+    ] {
+        let find = |x: System| {
+            results
+                .iter()
+                .find(|(y, _)| *y == x)
+                .map(|(_, r)| median(r))
+        };
+        if let (Some(w), Some(n)) = (find(wasm), find(native)) {
+            println!(
+                "{}: Wasm / native = {:.3} (the sandbox costs {:.1} % of native throughput)",
+                wasm.name(),
+                w / n,
+                (1.0 - w / n) * 100.0
+            );
+        }
     }
     println!("goal: >= 5000 msg/s per gateway");
     // The gateway runs in this process: its peak is the gateway's plus the publisher's.

@@ -376,3 +376,107 @@ async fn failure_mid_chain_keeps_key_order_on_sqlite() {
 async fn failure_mid_chain_keeps_key_order_on_postgres() {
     failure_mid_chain_keeps_key_order(&pg_database().await).await;
 }
+
+/// Rows of one key go out pipelined on one channel. When one in the middle is returned
+/// (same exchange, a routing key nothing is bound to), the rows published behind it in the
+/// same run may be confirmed, but none of them is marked: once the failed row goes out,
+/// it and every row after it go out again, in order.
+async fn failure_mid_pipeline_republishes_the_rest_in_order(store_url: &str) {
+    use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+    let client = Client::connect().await;
+    let exchange = unique("out");
+    let sink = unique("sink");
+    client
+        .channel
+        .exchange_declare(
+            exchange.as_str().into(),
+            lapin::ExchangeKind::Direct,
+            ExchangeDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            Default::default(),
+        )
+        .await
+        .expect("declare exchange");
+    client
+        .channel
+        .queue_declare(
+            sink.as_str().into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            Default::default(),
+        )
+        .await
+        .expect("declare sink");
+    let bind = |key: &'static str| {
+        client.channel.queue_bind(
+            sink.as_str().into(),
+            exchange.as_str().into(),
+            key.into(),
+            QueueBindOptions::default(),
+            Default::default(),
+        )
+    };
+    bind("seeded").await.expect("bind");
+    let store = Store::connect(store_url, 4).await.expect("store");
+    store.migrate().await.expect("migrate");
+    let mut rows = chain_rows("K", 40, &exchange, None);
+    rows[5].outbox[0].routing_key = "nowhere".into();
+    store.commit_batch(&rows).await.expect("seed");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let relay = spawn_relay(
+        &relay_config(dir.path(), store_url, &amqp_url()),
+        store.clone(),
+    );
+    wait_for("K/5 returned, K/5.. unmarked", WAIT, || async {
+        let status = store.outbox_status().await.ok()?;
+        (status.pending == 35 && status.with_errors == 1).then_some(())
+    })
+    .await;
+    // K/0..4 arrived, then only rows after K/5 (published in K/5's runs, each run again
+    // while K/5 keeps being returned on its retries).
+    let before = receive(&client, &sink, 5).await;
+    let early = arrivals_of(&before, "K");
+    assert_eq!(early[..5], [0, 1, 2, 3, 4]);
+    assert!(
+        early[5..].iter().all(|&i| i > 5),
+        "K/5 never routed: {early:?}"
+    );
+    // Still unmarked, whatever was confirmed behind K/5.
+    assert_eq!(store.outbox_status().await.expect("status").pending, 35);
+
+    bind("nowhere").await.expect("bind");
+    // Once K/5 is routed, K/6..K/39 follow it in order (earlier runs' copies may come
+    // before it: they were never marked).
+    let seen = std::sync::Mutex::new(Vec::new());
+    let tail: Vec<usize> = (5..40).collect();
+    wait_for("K/5 and then K/6..K/39", WAIT, || async {
+        let drained = client.drain(&sink).await;
+        let mut all = seen.lock().expect("lock");
+        all.extend(arrivals_of(&drained, "K"));
+        let at = all.iter().position(|&i| i == 5)?;
+        (all[at..] == tail[..]).then_some(())
+    })
+    .await;
+    stop_relay(relay).await;
+    assert_eq!(store.outbox_status().await.expect("status").pending, 0);
+}
+
+#[tokio::test]
+async fn failure_mid_pipeline_republishes_the_rest_in_order_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    failure_mid_pipeline_republishes_the_rest_in_order(&format!(
+        "sqlite://{}/relay.db",
+        dir.path().display()
+    ))
+    .await;
+}
+
+#[tokio::test]
+async fn failure_mid_pipeline_republishes_the_rest_in_order_on_postgres() {
+    failure_mid_pipeline_republishes_the_rest_in_order(&pg_database().await).await;
+}

@@ -282,3 +282,101 @@ fn the_compile_cache_serves_the_second_load_and_misses_a_changed_component() {
             .is_none()
     );
 }
+
+/// What a run decided and did, without the random event ids.
+fn outcome(out: &carteiro::runtime::Invocation) -> (String, String, String) {
+    let verdict = match &out.verdict {
+        Verdict::Ack => "ack".to_owned(),
+        Verdict::Retry(r) => format!("retry {}", r.reason),
+        // Both word it from serde's error; only the kind has to agree.
+        Verdict::DeadLetter(_) => "dead-letter".to_owned(),
+    };
+    let events: Vec<_> = out
+        .effects
+        .events
+        .iter()
+        .map(|e| {
+            let payload = String::from_utf8_lossy(&e.payload).into_owned();
+            (
+                &e.exchange,
+                &e.routing_key,
+                &e.headers,
+                &e.content_type,
+                payload,
+            )
+        })
+        .collect();
+    (
+        verdict,
+        format!("{:?} {:?}", out.effects.reads, out.effects.writes),
+        format!("{events:?}"),
+    )
+}
+
+#[tokio::test]
+async fn the_native_enrollment_handler_decides_and_emits_what_the_component_does() {
+    use carteiro::runtime::KvValue;
+    use carteiro::runtime::native::Enrollment;
+    let runtime = Runtime::new(8).expect("runtime");
+    let numeric = r#"{"matricula_id":7,"usuario_id":8,"curso_id":"C9"}"#;
+    let cases: [(&str, &str, Option<&str>); 7] = [
+        (GOOD, "up", None),
+        (numeric, "up", None),
+        (GOOD, "down", None),
+        (r#"{"matricula_id":"M1","usuario_id":"U1"}"#, "up", None),
+        ("{oops", "up", None),
+        // The same enrollment recorded already, and recorded with other ids.
+        (
+            GOOD,
+            "up",
+            Some(r#"{"matricula_id":"M1","usuario_id":"U1","curso_id":"C1"}"#),
+        ),
+        (
+            GOOD,
+            "up",
+            Some(r#"{"matricula_id":"M1","usuario_id":"U2","curso_id":"C1"}"#),
+        ),
+    ];
+    for (body, service, recorded) in cases {
+        let vars = [
+            ("events_exchange", "escola.eventos"),
+            ("content_service", service),
+        ];
+        let wasm = load(&runtime, "enrollment", &vars);
+        let variables = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let native = Plugin::native(
+            &runtime,
+            "enrollment",
+            Arc::new(Enrollment),
+            limits(1_000),
+            variables,
+        );
+        let kv = || {
+            let kv = MemoryKv::default();
+            if let Some(record) = recorded {
+                let value = KvValue {
+                    value: record.as_bytes().to_vec(),
+                    version: 3,
+                };
+                kv.preset("enrollment", "matricula/M1", Some(value));
+            }
+            Arc::new(kv)
+        };
+        let a = wasm
+            .handle(&message(body), kv())
+            .await
+            .expect("component runs");
+        let b = native
+            .handle(&message(body), kv())
+            .await
+            .expect("native runs");
+        assert_eq!(
+            outcome(&a),
+            outcome(&b),
+            "body {body}, content_service {service}, recorded {recorded:?}"
+        );
+    }
+}

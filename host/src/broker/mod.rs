@@ -20,4 +20,4 @@ pub(crate) mod testing;
 
 pub use backoff::JitteredBackoff;
 pub use connection::{BrokerError, ConnectOptions, connect, connect_any, redact_url};
-pub use publisher::{ConfirmedPublisher, Outgoing, PublishError, PublisherOptions};
+pub use publisher::{ConfirmedPublisher, MAX_BATCH, Outgoing, PublishError, PublisherOptions};

@@ -131,6 +131,8 @@ struct Shared {
     conn: Arc<Connection>,
     queue: Mutex<VecDeque<Job>>,
     ready: Notify,
+    /// The last group number handed out (see `Job::group`).
+    groups: std::sync::atomic::AtomicU64,
 }
 
 /// A message waiting for a lane, and where its outcome goes.
@@ -145,6 +147,9 @@ struct Job {
     /// The caller gives up then; the lane waits for the confirm at most until then.
     deadline: Instant,
     reply: oneshot::Sender<Result<(), PublishError>>,
+    /// Non-zero: the job belongs to a run published by [`ConfirmedPublisher::publish_in_order`],
+    /// which goes out whole, in order, in one batch (queued contiguously).
+    group: u64,
 }
 
 impl std::fmt::Debug for ConfirmedPublisher {
@@ -166,6 +171,7 @@ impl ConfirmedPublisher {
             conn,
             queue: Mutex::new(VecDeque::new()),
             ready: Notify::new(),
+            groups: std::sync::atomic::AtomicU64::new(0),
         });
         let stop = CancellationToken::new();
         let mut first = Some(first);
@@ -186,6 +192,93 @@ impl ConfirmedPublisher {
     /// Publishes `msg` and waits for the broker's confirm of this very message, at most
     /// `timeout` (including waiting for a lane).
     pub async fn publish(&self, msg: Outgoing, timeout: Duration) -> Result<(), PublishError> {
+        if timeout.is_zero() {
+            // No budget at all: tokio's timer rounds a zero deadline up to its next tick, so
+            // a fast local confirm could otherwise still win. Never publish without a budget.
+            self.job(msg, Instant::now(), 0)?;
+            return Err(PublishError::Timeout);
+        }
+        let deadline = Instant::now() + timeout;
+        let (job, outcome) = self.job(msg, deadline, 0)?;
+        let shared = &self.inner.shared;
+        shared.lock_queue().push_back(job);
+        shared.ready.notify_one();
+        await_outcome(outcome, deadline).await
+    }
+
+    /// Publishes `msgs` back to back in this order on one channel, as one batch, and waits
+    /// for all their confirms (at most `timeout`): RabbitMQ keeps the order of a channel's
+    /// messages, so they arrive in order without waiting for each confirm in turn. Each
+    /// message still gets its own outcome, in order.
+    ///
+    /// One batch needs one exchange, distinct non-empty message ids and at most
+    /// [`MAX_BATCH`] messages (see the module doc); other runs go out one after another,
+    /// each after the previous confirm, stopping at the first failure. A message that cannot
+    /// be expressed in AMQP ends the run there: it gets its `Invalid` outcome and the
+    /// messages after it get none (they are not published).
+    pub async fn publish_in_order(
+        &self,
+        msgs: Vec<Outgoing>,
+        timeout: Duration,
+    ) -> Vec<Result<(), PublishError>> {
+        let mut ids = HashSet::new();
+        let one_batch = msgs.len() <= MAX_BATCH
+            && msgs.iter().all(|m| {
+                m.exchange == msgs[0].exchange
+                    && message_id(&m.properties).is_some_and(|id| ids.insert(id.to_owned()))
+            });
+        let mut results = Vec::with_capacity(msgs.len());
+        if !one_batch || timeout.is_zero() {
+            for msg in msgs {
+                let result = self.publish(msg, timeout).await;
+                let failed = result.is_err();
+                results.push(result);
+                if failed {
+                    break;
+                }
+            }
+            return results;
+        }
+        let deadline = Instant::now() + timeout;
+        let shared = &self.inner.shared;
+        let group = shared
+            .groups
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .wrapping_add(1)
+            .max(1);
+        let mut jobs = Vec::with_capacity(msgs.len());
+        let mut outcomes = Vec::with_capacity(msgs.len());
+        let mut invalid = None;
+        for msg in msgs {
+            match self.job(msg, deadline, group) {
+                Ok((job, outcome)) => {
+                    jobs.push(job);
+                    outcomes.push(outcome);
+                }
+                Err(e) => {
+                    invalid = Some(e);
+                    break;
+                }
+            }
+        }
+        if !jobs.is_empty() {
+            shared.lock_queue().extend(jobs);
+            shared.ready.notify_one();
+        }
+        for outcome in outcomes {
+            results.push(await_outcome(outcome, deadline).await);
+        }
+        results.extend(invalid.map(Err));
+        results
+    }
+
+    /// Checks `msg` against AMQP's limits and makes its job.
+    fn job(
+        &self,
+        msg: Outgoing,
+        deadline: Instant,
+        group: u64,
+    ) -> Result<(Job, oneshot::Receiver<Result<(), PublishError>>), PublishError> {
         let exchange = ShortString::try_new(msg.exchange)
             .map_err(|e| PublishError::Invalid(format!("exchange name: {e}")))?;
         let routing_key = ShortString::try_new(msg.routing_key)
@@ -196,15 +289,8 @@ impl ConfirmedPublisher {
             .unwrap_or(usize::MAX);
         super::outgoing::check_header_frame(&msg.properties, frame_max)
             .map_err(|e| PublishError::Invalid(e.to_string()))?;
-        if timeout.is_zero() {
-            // No budget at all: tokio's timer rounds a zero deadline up to its next tick, so
-            // a fast local confirm could otherwise still win. Never publish without a budget.
-            return Err(PublishError::Timeout);
-        }
-        let deadline = Instant::now() + timeout;
         let (reply, outcome) = oneshot::channel();
-        let shared = &self.inner.shared;
-        shared.lock_queue().push_back(Job {
+        let job = Job {
             id: message_id(&msg.properties).map(str::to_owned),
             exchange,
             routing_key,
@@ -216,15 +302,23 @@ impl ConfirmedPublisher {
             properties: msg.properties,
             deadline,
             reply,
-        });
-        shared.ready.notify_one();
-        match tokio::time::timeout_at(deadline, outcome).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(PublishError::ChannelClosed(
-                "publisher shut down before the confirm".to_owned(),
-            )),
-            Err(_) => Err(PublishError::Timeout),
-        }
+            group,
+        };
+        Ok((job, outcome))
+    }
+}
+
+/// One job's outcome, or a timeout at `deadline`.
+async fn await_outcome(
+    outcome: oneshot::Receiver<Result<(), PublishError>>,
+    deadline: Instant,
+) -> Result<(), PublishError> {
+    match tokio::time::timeout_at(deadline, outcome).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(_)) => Err(PublishError::ChannelClosed(
+            "publisher shut down before the confirm".to_owned(),
+        )),
+        Err(_) => Err(PublishError::Timeout),
     }
 }
 
@@ -235,30 +329,46 @@ impl Shared {
     }
 
     /// The next batch: the oldest job, and later jobs for the same exchange with distinct
-    /// message ids (see the module doc). Jobs whose caller gave up are dropped here.
+    /// message ids (see the module doc). A run of [`ConfirmedPublisher::publish_in_order`]
+    /// joins a batch whole or not at all, so that its messages share one channel in order.
+    /// Jobs whose caller gave up are dropped here.
     fn take_batch(&self) -> Vec<Job> {
         let mut queue = self.lock_queue();
         queue.retain(|job| !job.reply.is_closed());
         let Some(first) = queue.pop_front() else {
             return Vec::new();
         };
-        let mut ids = HashSet::new();
-        let batchable = match &first.id {
-            Some(id) => ids.insert(id.clone()),
-            None => false,
-        };
-        let exchange = first.exchange.clone();
         let mut batch = vec![first];
+        // The rest of the first job's run.
+        while batch[0].group != 0 && queue.front().is_some_and(|j| j.group == batch[0].group) {
+            batch.extend(queue.pop_front());
+        }
+        let mut ids = HashSet::new();
+        let batchable = batch
+            .iter()
+            .all(|j| j.id.as_ref().is_some_and(|id| ids.insert(id.clone())));
+        let exchange = batch[0].exchange.clone();
         if batchable {
             let mut rest = VecDeque::with_capacity(queue.len());
             while let Some(job) = queue.pop_front() {
-                let joins = batch.len() < MAX_BATCH
-                    && job.exchange == exchange
-                    && job.id.as_ref().is_some_and(|id| ids.insert(id.clone()));
+                // A job and the rest of its run (queued contiguously), taken together.
+                let mut run = vec![job];
+                while run[0].group != 0 && queue.front().is_some_and(|j| j.group == run[0].group) {
+                    run.extend(queue.pop_front());
+                }
+                let mut run_ids = HashSet::new();
+                let joins = batch.len() + run.len() <= MAX_BATCH
+                    && run.iter().all(|j| {
+                        j.exchange == exchange
+                            && j.id
+                                .as_ref()
+                                .is_some_and(|id| !ids.contains(id) && run_ids.insert(id.clone()))
+                    });
                 if joins {
-                    batch.push(job);
+                    ids.extend(run_ids);
+                    batch.extend(run);
                 } else {
-                    rest.push_back(job);
+                    rest.extend(run);
                 }
             }
             *queue = rest;
@@ -578,6 +688,100 @@ mod tests {
             .await
             .expect("passive declare");
         assert_eq!(q.message_count(), 160);
+    }
+
+    /// Runs of several keys at once, each run in order on its own channel: every key's
+    /// messages reach the queue in order, and one returned message in the middle of a run
+    /// fails alone (the rest of its run is confirmed, the caller decides what that means).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn runs_published_in_order_arrive_in_order_with_their_own_outcomes() {
+        let (publisher, admin, queue) = setup().await;
+        let missing = unique_name("nowhere");
+        let tasks: Vec<_> = (0..6)
+            .map(|key| {
+                let publisher = publisher.clone();
+                let (queue, missing) = (queue.clone(), missing.clone());
+                tokio::spawn(async move {
+                    let mut outcomes = Vec::new();
+                    // 150 messages per key in runs of 50: each run waits for the one before.
+                    for run in 0..3 {
+                        let msgs = (0..50)
+                            .map(|i| {
+                                let seq = run * 50 + i;
+                                // Key 0's 75th message routes nowhere.
+                                let target = if key == 0 && seq == 75 {
+                                    &missing
+                                } else {
+                                    &queue
+                                };
+                                let mut msg = to("", target, format!("{key}/{seq}").as_bytes());
+                                msg.properties = msg
+                                    .properties
+                                    .with_message_id(uuid::Uuid::now_v7().to_string().into());
+                                msg
+                            })
+                            .collect();
+                        outcomes.extend(publisher.publish_in_order(msgs, WAIT).await);
+                    }
+                    (key, outcomes)
+                })
+            })
+            .collect();
+        for task in tasks {
+            let (key, outcomes) = task.await.expect("task");
+            assert_eq!(outcomes.len(), 150);
+            for (seq, outcome) in outcomes.into_iter().enumerate() {
+                match (key == 0 && seq == 75, outcome) {
+                    (true, Err(PublishError::Returned { .. })) | (false, Ok(())) => {}
+                    (returned, other) => {
+                        panic!("{key}/{seq} (unroutable: {returned}) got {other:?}")
+                    }
+                }
+            }
+        }
+        let mut last: HashMap<String, i64> = HashMap::new();
+        let mut count = 0;
+        while let Some(m) = admin
+            .basic_get(
+                queue.as_str().into(),
+                lapin::options::BasicGetOptions { no_ack: true },
+            )
+            .await
+            .expect("get")
+        {
+            let text = String::from_utf8(m.delivery.data.clone()).expect("utf-8");
+            let (key, seq) = text.split_once('/').expect("key/seq");
+            let seq: i64 = seq.parse().expect("seq");
+            let before = last.insert(key.to_owned(), seq).unwrap_or(-1);
+            assert!(seq > before, "{key}/{seq} arrived after {key}/{before}");
+            count += 1;
+        }
+        assert_eq!(count, 6 * 150 - 1);
+    }
+
+    /// A run one batch cannot carry (a repeated id) goes out one message after another,
+    /// stopping at the first failure; an invalid message ends a run with its own error.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn runs_that_cannot_share_a_batch_go_one_by_one_and_stop_at_a_failure() {
+        let (publisher, _admin, queue) = setup().await;
+        let same = |body: &[u8]| {
+            let mut msg = to("", &queue, body);
+            msg.properties = msg.properties.with_message_id("same-id".into());
+            msg
+        };
+        let out = publisher
+            .publish_in_order(vec![same(b"a"), same(b"b")], WAIT)
+            .await;
+        assert!(out.iter().all(Result::is_ok), "{out:?}");
+        assert_eq!(out.len(), 2);
+        let mut bad = to("", &queue, b"x");
+        bad.routing_key = "r".repeat(300);
+        let out = publisher
+            .publish_in_order(vec![same(b"c"), bad, same(b"d")], WAIT)
+            .await;
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert!(out[0].is_ok());
+        assert!(matches!(out[1], Err(PublishError::Invalid(_))), "{out:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

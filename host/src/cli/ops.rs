@@ -29,6 +29,7 @@ pub async fn run(
         metrics: Arc::new(Metrics::default()),
         config_path: Some(path.to_owned()),
         signals: sighup,
+        native_handlers: Default::default(),
     };
     gateway::run_live(config, options, shutdown).await?;
     Ok(0)

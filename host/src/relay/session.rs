@@ -14,6 +14,7 @@
 //! relay to publish again). A lease it cannot give back expires; because the next session
 //! has a new owner name, such rows keep holding back the later rows of their key.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -24,7 +25,7 @@ use tokio::time::Instant;
 use super::chains::{Chains, HeldBytes, Leased, row_bytes};
 use super::marker::{MarkSender, Marker};
 use super::{Relay, outgoing};
-use crate::broker::{ConfirmedPublisher, PublishError};
+use crate::broker::{ConfirmedPublisher, MAX_BATCH, Outgoing, PublishError};
 use crate::common::{FaultPoint, hang_if};
 use crate::store::{OutboxRow, StoreError};
 
@@ -241,8 +242,12 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// Publishes `batch` (rows of one key, id order) one after another on a new task; each
-    /// confirmed row goes to the marker at once, the first failure stops the batch.
+    /// Publishes `batch` (rows of one key, id order) on a new task, pipelined: runs of up to
+    /// [`MAX_BATCH`] rows for one exchange go out back to back on one channel (RabbitMQ keeps
+    /// a channel's order) and the next run follows their confirms. Each confirmed row goes
+    /// to the marker at once; the first failure stops the batch, and the rows behind it —
+    /// confirmed or not — are not marked: they go back to the key's chain and out again, in
+    /// order, once the failure is settled.
     fn start(&mut self, batch: Vec<Leased>, marks: &MarkSender) {
         let Some(key) = batch.first().map(|l| l.row.ordering_key.clone()) else {
             return;
@@ -254,36 +259,44 @@ impl<'a> Session<'a> {
         let telemetry = self.relay.telemetry.clone();
         let marks = marks.clone();
         self.publishing.push(tokio::spawn(async move {
-            let mut rows = batch.into_iter();
-            while let Some(leased) = rows.next() {
-                let error = if std::time::Instant::now() > leased.start_by {
-                    None
-                } else {
-                    let message =
-                        outgoing(&leased.row).map_err(|e| PublishError::Invalid(e.to_string()));
-                    let published = match message {
-                        Ok(message) => {
-                            let publish = publisher.publish(message, timeout);
-                            telemetry.publish(&leased.row, publish).await
-                        }
-                        Err(e) => Err(e),
+            let mut rows: VecDeque<Leased> = batch.into();
+            while !rows.is_empty() {
+                let (run, messages, held_back) = next_run(&mut rows);
+                if run.is_empty() {
+                    // The head row may not go out: its lease runs low, or it is invalid.
+                    let failed = rows.pop_front().map(|leased| (leased, held_back));
+                    return BatchDone {
+                        key,
+                        failed,
+                        unpublished: rows.into(),
                     };
-                    match published {
-                        Ok(()) => {
+                }
+                let publish = publisher.publish_in_order(messages, timeout);
+                let results = telemetry
+                    .publish_run(run.iter().map(|l| &l.row), publish)
+                    .await;
+                let mut run = run.into_iter();
+                let mut results = results.into_iter();
+                while let Some(leased) = run.next() {
+                    let error = match results.next() {
+                        Some(Ok(())) => {
                             // Test-only: stop dead after this row's confirm, before its mark.
                             hang_if(fault, FaultPoint::RelayHangAfterConfirm).await;
                             metrics.outbox_published.inc();
                             marks.confirmed(leased.row.id);
                             continue;
                         }
-                        Err(error) => Some(error),
-                    }
-                };
-                return BatchDone {
-                    key,
-                    failed: Some((leased, error)),
-                    unpublished: rows.collect(),
-                };
+                        Some(Err(error)) => Some(error),
+                        // Not published (the run stopped before it): give it back.
+                        None => None,
+                    };
+                    let unpublished = run.chain(rows).collect();
+                    return BatchDone {
+                        key,
+                        failed: Some((leased, error)),
+                        unpublished,
+                    };
+                }
             }
             BatchDone {
                 key,
@@ -384,6 +397,35 @@ impl<'a> Session<'a> {
             }
         }
     }
+}
+
+/// Takes the next run off the head of `rows`: rows for one exchange, at most [`MAX_BATCH`],
+/// each with lease enough left to start now, with their messages. When the run stops at a
+/// row that cannot go out at all (invalid), the error is returned for it (it stays at the
+/// head); a row whose lease runs low also stays at the head, with no error.
+fn next_run(rows: &mut VecDeque<Leased>) -> (Vec<Leased>, Vec<Outgoing>, Option<PublishError>) {
+    let mut run: Vec<Leased> = Vec::new();
+    let mut messages = Vec::new();
+    let now = std::time::Instant::now();
+    while let Some(head) = rows.front() {
+        let same_exchange = run
+            .first()
+            .is_none_or(|f| f.row.exchange == head.row.exchange);
+        if run.len() == MAX_BATCH || !same_exchange || now > head.start_by {
+            break;
+        }
+        match outgoing(&head.row) {
+            Ok(message) => {
+                messages.push(message);
+                run.extend(rows.pop_front());
+            }
+            Err(e) => {
+                let error = PublishError::Invalid(e.to_string());
+                return (run, messages, Some(error));
+            }
+        }
+    }
+    (run, messages, None)
 }
 
 /// Counts the failed attempt, keeps the error, backs the row off (its lease ends).

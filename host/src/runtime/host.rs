@@ -30,6 +30,25 @@ pub struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
     pub(super) limiter: Limiter,
+    /// What the handler's imports act on (also what a native handler is given).
+    pub(super) calls: HostCalls,
+}
+
+impl HostState {
+    pub(super) fn new(wasi: WasiCtx, limiter: Limiter, calls: HostCalls) -> Self {
+        Self {
+            wasi,
+            table: ResourceTable::new(),
+            limiter,
+            calls,
+        }
+    }
+}
+
+/// The state behind the `kv`, `outbox`, `log` and `config` imports for one delivery: the
+/// caps, the bytes handed over so far and the buffered effects. A Wasm store holds one in
+/// its [`HostState`]; a native handler (`runtime::native`) calls the same methods directly.
+pub struct HostCalls {
     plugin: Arc<PluginIdentity>,
     kv: Arc<dyn KvSource>,
     host_calls: u32,
@@ -41,17 +60,9 @@ pub struct HostState {
     pub(super) store_error: Option<String>,
 }
 
-impl HostState {
-    pub(super) fn new(
-        wasi: WasiCtx,
-        limiter: Limiter,
-        plugin: Arc<PluginIdentity>,
-        kv: Arc<dyn KvSource>,
-    ) -> Self {
+impl HostCalls {
+    pub(super) fn new(plugin: Arc<PluginIdentity>, kv: Arc<dyn KvSource>) -> Self {
         Self {
-            wasi,
-            table: ResourceTable::new(),
-            limiter,
             plugin,
             kv,
             host_calls: 0,
@@ -106,9 +117,9 @@ fn check_key(key: &str) -> Result<(), kv::KvError> {
     }
 }
 
-impl types::Host for HostState {}
+impl types::Host for HostCalls {}
 
-impl kv::Host for HostState {
+impl kv::Host for HostCalls {
     async fn get(&mut self, key: String) -> wasmtime::Result<Result<Option<Vec<u8>>, kv::KvError>> {
         self.count_call()?;
         if let Err(e) = check_key(&key) {
@@ -178,7 +189,7 @@ fn check_event(event: &outbox::Event) -> Result<(), outbox::OutboxError> {
     Ok(())
 }
 
-impl outbox::Host for HostState {
+impl outbox::Host for HostCalls {
     async fn emit(
         &mut self,
         event: outbox::Event,
@@ -219,7 +230,7 @@ impl outbox::Host for HostState {
     }
 }
 
-impl log::Host for HostState {
+impl log::Host for HostCalls {
     async fn log(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {
         self.count_call()?;
         self.spend("log", message.len())?;
@@ -235,7 +246,7 @@ impl log::Host for HostState {
     }
 }
 
-impl config::Host for HostState {
+impl config::Host for HostCalls {
     async fn get(&mut self, name: String) -> wasmtime::Result<Option<String>> {
         self.count_call()?;
         Ok(self.plugin.variables.get(&name).cloned())

@@ -3,10 +3,11 @@
 use super::Runtime;
 use super::bindings::{HandlerPre, types};
 use super::effects::{Effects, KvSource};
-use super::host::{HostState, PluginIdentity};
+use super::host::{HostCalls, HostState, PluginIdentity};
 use super::limits::{
     DeliveryTotals, HostCallLimitExceeded, Limiter, MemoryLimitExceeded, TotalExceeded,
 };
+use super::native::{NativeHandler, NativeHost};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -117,11 +118,19 @@ pub struct Invocation {
 pub struct Plugin {
     runtime: Arc<Runtime>,
     identity: Arc<PluginIdentity>,
-    pre: HandlerPre<HostState>,
+    code: Code,
     limits: PluginLimits,
     digest: Arc<str>,
     /// Instances of this plugin alive at once (see [`default_concurrency`]).
     concurrency: Arc<tokio::sync::Semaphore>,
+}
+
+/// What runs a delivery: a component (always, from the config) or a handler compiled into
+/// the host (benchmarks only, see `runtime::native`).
+#[derive(Clone)]
+enum Code {
+    Wasm(HandlerPre<HostState>),
+    Native(Arc<dyn NativeHandler>),
 }
 
 /// Components this large carry a language runtime (componentize-py about 18 MB,
@@ -147,6 +156,14 @@ pub const VERSION_DIGITS: usize = 12;
 /// The short version label of a hex digest (see [`Plugin::version`]).
 pub fn short_version(digest: &str) -> &str {
     digest.get(..VERSION_DIGITS).unwrap_or(digest)
+}
+
+/// A finished delivery's store and the permits it held: dropping it resets the instance's
+/// pool slot and gives the slot back.
+struct Spent {
+    _store: Store<HostState>,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+    _turn: tokio::sync::OwnedSemaphorePermit,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -210,11 +227,41 @@ impl Plugin {
                 max_events: limits.max_events,
                 totals: limits.totals,
             }),
-            pre,
+            code: Code::Wasm(pre),
             limits,
             digest: digest.into(),
             concurrency: Arc::new(tokio::sync::Semaphore::new(concurrency)),
         })
+    }
+
+    /// A plugin whose deliveries run `handler`, compiled into the host, under the same
+    /// imports, caps and limits as a component (benchmarks: what the sandbox costs). Its
+    /// digest is that of the label `native:<name>`.
+    pub fn native(
+        runtime: &Arc<Runtime>,
+        name: &str,
+        handler: Arc<dyn NativeHandler>,
+        limits: PluginLimits,
+        variables: BTreeMap<String, String>,
+    ) -> Self {
+        let digest = hex::encode(Sha256::digest(format!("native:{name}").as_bytes()));
+        let concurrency = limits
+            .max_concurrency
+            .map_or(tokio::sync::Semaphore::MAX_PERMITS, |n| n.max(1) as usize);
+        Self {
+            runtime: runtime.clone(),
+            identity: Arc::new(PluginIdentity {
+                name: name.into(),
+                variables,
+                max_host_calls: limits.max_host_calls,
+                max_events: limits.max_events,
+                totals: limits.totals,
+            }),
+            code: Code::Native(handler),
+            limits,
+            digest: digest.into(),
+            concurrency: Arc::new(tokio::sync::Semaphore::new(concurrency)),
+        }
     }
 
     /// The plugin's name in the config.
@@ -247,30 +294,62 @@ impl Plugin {
         message: &types::Message,
         kv: Arc<dyn KvSource>,
     ) -> Result<Invocation, PluginFailure> {
+        if let Code::Native(handler) = &self.code {
+            return self.run_native(handler.as_ref(), message, kv).await;
+        }
         let plugin = self.clone();
         let message = message.clone();
         self.runtime
             .compute
-            .spawn(async move { plugin.run_instance(&message, kv).await })
+            .spawn(async move {
+                let mut spent = None;
+                let outcome = plugin.run_instance(&message, kv, &mut spent).await;
+                // Answering before this drop (the slot's reset) measured no faster.
+                drop(spent);
+                outcome
+            })
             .await
             .unwrap_or_else(|e| Err(PluginFailure::Trap(format!("the handler task failed: {e}"))))
     }
 
-    async fn run_instance(
+    /// [`Plugin::handle`] on the calling task instead of a compute thread, the instance torn
+    /// down before it returns: for callers whose thread guest code may occupy (the dispatch
+    /// benchmark's measure of the instance alone).
+    pub async fn handle_in_place(
         &self,
         message: &types::Message,
         kv: Arc<dyn KvSource>,
     ) -> Result<Invocation, PluginFailure> {
+        if let Code::Native(handler) = &self.code {
+            return self.run_native(handler.as_ref(), message, kv).await;
+        }
+        let mut spent = None;
+        self.run_instance(message, kv, &mut spent).await
+    }
+
+    /// One delivery on a fresh instance. The used store and the permits it held are left
+    /// in `spent`, for the caller to drop.
+    async fn run_instance(
+        &self,
+        message: &types::Message,
+        kv: Arc<dyn KvSource>,
+        spent: &mut Option<Spent>,
+    ) -> Result<Invocation, PluginFailure> {
+        let Code::Wasm(pre) = &self.code else {
+            return Err(PluginFailure::Instantiate("not a component".into()));
+        };
         // This plugin's own cap first, so its queued deliveries hold no pool slot.
-        let _turn = self
+        let turn = self
             .concurrency
-            .acquire()
+            .clone()
+            .acquire_owned()
             .await
             .map_err(|e| PluginFailure::Instantiate(e.to_string()))?;
-        let _slot = self
+        let slot = self
             .runtime
             .slots
-            .acquire()
+            .clone()
+            .acquire_owned()
             .await
             .map_err(|e| PluginFailure::Instantiate(e.to_string()))?;
         let stdout = MemoryOutputPipe::new(CAPTURE_BYTES);
@@ -286,7 +365,8 @@ impl Plugin {
             memory_bytes: usize::try_from(self.limits.memory_bytes).unwrap_or(usize::MAX),
             table_elements: 100_000,
         };
-        let state = HostState::new(wasi, limiter, self.identity.clone(), kv);
+        let calls = HostCalls::new(self.identity.clone(), kv);
+        let state = HostState::new(wasi, limiter, calls);
         let mut store = Store::new(&self.runtime.engine, state);
         store.limiter(|s| &mut s.limiter);
 
@@ -304,22 +384,59 @@ impl Plugin {
         });
 
         let call = async {
-            let handler = self.pre.instantiate_async(&mut store).await?;
+            let handler = pre.instantiate_async(&mut store).await?;
             handler.call_handle(&mut store, message).await
         };
         // Host awaits (kv reads) do not advance the guest's deadline check; bound them too.
         let outcome = tokio::time::timeout(timeout + super::EPOCH_TICK * 5, call).await;
         let stderr_text = forward_output(self.name(), &stdout, &stderr);
+        let calls = &mut store.data_mut().calls;
+        let effects = std::mem::take(&mut calls.effects);
+        let store_error = calls.store_error.take();
+        *spent = Some(Spent {
+            _store: store,
+            _slot: slot,
+            _turn: turn,
+        });
         let verdict = match outcome {
             Err(_) => return Err(PluginFailure::Timeout(timeout)),
             Ok(Err(error)) => return Err(classify(error, timeout, &stderr_text)),
             Ok(Ok(verdict)) => verdict,
         };
-        let state = store.into_data();
         Ok(Invocation {
             verdict,
-            effects: state.effects,
-            store_error: state.store_error,
+            effects,
+            store_error,
+        })
+    }
+
+    /// A native handler's delivery: inline on the caller's task (no instance, no compute
+    /// thread), bounded by the same timeout while it awaits the host.
+    async fn run_native(
+        &self,
+        handler: &dyn NativeHandler,
+        message: &types::Message,
+        kv: Arc<dyn KvSource>,
+    ) -> Result<Invocation, PluginFailure> {
+        let _turn = self
+            .concurrency
+            .acquire()
+            .await
+            .map_err(|e| PluginFailure::Instantiate(e.to_string()))?;
+        let timeout = self.limits.timeout;
+        let mut host = NativeHost {
+            calls: HostCalls::new(self.identity.clone(), kv),
+        };
+        let verdict = match tokio::time::timeout(timeout, handler.handle(message, &mut host)).await
+        {
+            Err(_) => return Err(PluginFailure::Timeout(timeout)),
+            Ok(Err(error)) => return Err(classify(error, timeout, "")),
+            Ok(Ok(verdict)) => verdict,
+        };
+        Ok(Invocation {
+            verdict,
+            effects: host.calls.effects,
+            store_error: host.calls.store_error,
         })
     }
 }
@@ -383,11 +500,15 @@ fn classify(error: wasmtime::Error, timeout: Duration, stderr: &str) -> PluginFa
 
 /// Sends the guest's captured output to tracing under the plugin's name; returns stderr.
 fn forward_output(plugin: &str, stdout: &MemoryOutputPipe, stderr: &MemoryOutputPipe) -> String {
-    let out = String::from_utf8_lossy(&stdout.contents()).into_owned();
+    let (out, err) = (stdout.contents(), stderr.contents());
+    if out.is_empty() && err.is_empty() {
+        return String::new();
+    }
+    let out = String::from_utf8_lossy(&out).into_owned();
     for line in out.lines().filter(|l| !l.is_empty()) {
         tracing::info!(plugin, stream = "stdout", "{line}");
     }
-    let err = String::from_utf8_lossy(&stderr.contents()).into_owned();
+    let err = String::from_utf8_lossy(&err).into_owned();
     for line in err.lines().filter(|l| !l.is_empty()) {
         tracing::warn!(plugin, stream = "stderr", "{line}");
     }

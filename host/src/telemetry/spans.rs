@@ -182,22 +182,32 @@ impl Telemetry {
         ChildSpan(Some(on.tracer.build_with_context(builder(), &cx)))
     }
 
-    /// Publishes one outbox row (`publish`) inside its relay span: PRODUCER, linked to the
-    /// delivery span named by the row's `traceparent`. When off, just `publish`.
-    pub async fn publish<F>(&self, row: &OutboxRow, publish: F) -> Result<(), PublishError>
+    /// Publishes a run of one key's outbox rows (`publish`, one result per row in order,
+    /// possibly fewer) with a relay span per row: PRODUCER, linked to the delivery span
+    /// named by the row's `traceparent`. A row the run stopped before is `not_sent`. When
+    /// off, just `publish`.
+    pub async fn publish_run<'r, F>(
+        &self,
+        rows: impl Iterator<Item = &'r OutboxRow>,
+        publish: F,
+    ) -> Vec<Result<(), PublishError>>
     where
-        F: Future<Output = Result<(), PublishError>>,
+        F: Future<Output = Vec<Result<(), PublishError>>>,
     {
         let Some(on) = self.on() else {
             return publish.await;
         };
-        let mut span = relay_span(on, row);
-        let result = publish.await;
-        if let Err(e) = &result {
-            fail(&mut span, publish_error_type(e));
+        let mut spans: Vec<Span> = rows.map(|row| relay_span(on, row)).collect();
+        let results = publish.await;
+        for (i, span) in spans.iter_mut().enumerate() {
+            match results.get(i) {
+                Some(Ok(())) => {}
+                Some(Err(e)) => fail(span, publish_error_type(e)),
+                None => fail(span, "not_sent"),
+            }
+            span.end();
         }
-        span.end();
-        result
+        results
     }
 }
 
