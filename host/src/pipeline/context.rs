@@ -43,6 +43,8 @@ pub struct RouteContext {
     pub seal: SealKey,
     /// Turn-taking for handler re-runs after kv conflicts (see `process`).
     pub rerun_turn: tokio::sync::Mutex<()>,
+    /// Deliveries being processed now (the console shows it).
+    pub in_flight: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl RouteContext {
@@ -83,6 +85,7 @@ impl RouteContext {
             fault: FaultPoint::from_env(),
             seal,
             rerun_turn: tokio::sync::Mutex::new(()),
+            in_flight: Arc::default(),
         })
     }
 
