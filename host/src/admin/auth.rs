@@ -86,9 +86,12 @@ impl Auth {
         Caller::Unknown
     }
 
-    fn refuse(&self, why: &str) -> Response {
+    /// 401; `challenge`: with `WWW-Authenticate` (page loads only: a refused form post
+    /// shows its sentence rather than a browser's login dialog).
+    fn refuse(&self, why: &str, challenge: bool) -> Response {
         let mut response = (StatusCode::UNAUTHORIZED, why.to_owned()).into_response();
-        if self.basic.is_some()
+        if challenge
+            && self.basic.is_some()
             && let Ok(v) =
                 header::HeaderValue::from_str("Basic realm=\"carteiro\", charset=\"UTF-8\"")
         {
@@ -140,6 +143,7 @@ pub async fn guard(State(auth): State<Arc<Auth>>, request: Request, next: Next) 
         return auth.refuse(
             "401 Unauthorized: this gateway has no admin credentials, so nothing may change \
              state through the admin server. Set `token` or `basic` in [admin] and restart.\n",
+            false,
         );
     }
     match auth.caller(request.headers()) {
@@ -151,13 +155,18 @@ pub async fn guard(State(auth): State<Arc<Auth>>, request: Request, next: Next) 
         )
             .into_response(),
         Caller::Basic => next.run(request).await,
-        Caller::Unknown => auth.refuse(if changes_state {
+        Caller::Unknown if changes_state => auth.refuse(
             "401 Unauthorized: this action changes state and needs credentials \
-             (Authorization: Bearer <[admin] token>, or basic auth from [admin] basic)\n"
-        } else {
-            "401 Unauthorized: this admin server listens off loopback; every page needs \
-             credentials (Authorization: Bearer <[admin] token>, or basic auth)\n"
-        }),
+             (Authorization: Bearer <[admin] token>, or basic auth from [admin] basic: in a \
+             browser, open /login first)\n",
+            false,
+        ),
+        Caller::Unknown => auth.refuse(
+            "401 Unauthorized: this page needs credentials (Authorization: Bearer <[admin] \
+             token>, or basic auth from [admin] basic); the admin server listens off loopback \
+             or this is /login\n",
+            true,
+        ),
     }
 }
 

@@ -268,9 +268,44 @@ async fn console_in_a_browser() {
         "the group is gone"
     );
 
+    // A shadow run of a group against another plugin file: a report, nothing replayed.
+    let hostile_group = "<script>alert(<n>)</script> rejected";
+    open_group(c, &base, hostile_group).await;
+    let path = crate::support::plugin("counter").display().to_string();
+    c.find(Locator::Id("shadow-path"))
+        .await
+        .expect("path")
+        .send_keys(&path)
+        .await
+        .expect("type");
+    c.find(Locator::Id("shadow-submit"))
+        .await
+        .expect("button")
+        .click()
+        .await
+        .expect("shadow");
+    let report = wait_for("the shadow report", WAIT, || async {
+        c.find(Locator::Id("shadow-summary"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()
+    })
+    .await;
+    let report = report.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(report.contains("dead-letter → ack 1"), "{report}");
+    assert!(text(c, "#shadow-lines").await.contains("→ ack"));
+    Browser::screenshot(c, "shadow-report").await;
+    assert_eq!(
+        count(store, &queue, "rejected", Some(true)).await,
+        0,
+        "a shadow replays nothing"
+    );
+
     // A browser without credentials may look (loopback) but not change anything.
     let anonymous = browser.another_session().await;
-    open_group(&anonymous, &base, "<script>alert(<n>)</script> rejected").await;
+    open_group(&anonymous, &base, hostile_group).await;
     anonymous
         .find(Locator::Id("replay-group-submit"))
         .await
