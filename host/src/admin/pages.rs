@@ -60,7 +60,11 @@ pub async fn routes(State(s): State<AdminState>) -> Response {
                         }
                         td {
                             "max " (r.max_attempts) " attempts"
-                            @for t in &r.tiers { br; code { (t.depth.queue) } ": " (depth(&t.depth)) }
+                            @for t in &r.tiers {
+                                br;
+                                code title=(t.depth.queue) { (age(i64::try_from(t.delay_ms).unwrap_or(i64::MAX))) }
+                                ": " (depth(&t.depth))
+                            }
                         }
                         td.num { (depth(&r.dead_letter_queue)) }
                     }

@@ -98,10 +98,11 @@ async fn console_in_a_browser() {
         .expect("the route's row");
     let row_text = route_row.text().await.expect("text");
     assert!(row_text.contains("counter"), "plugin name: {row_text}");
-    assert!(
-        row_text.contains(&format!("{queue}.retry.1000ms")),
-        "retry tiers: {row_text}"
-    );
+    let row_html = route_row.html(false).await.expect("html");
+    for (delay, tier) in [("1s", "1000ms"), ("5s", "5000ms")] {
+        let shown = format!("<code title=\"{queue}.retry.{tier}\">{delay}</code>: 0");
+        assert!(row_html.contains(&shown), "retry tier {tier}: {row_html}");
+    }
     assert!(text(c, "#outbox").await.contains("pending"));
     Browser::screenshot(c, "routes").await;
 

@@ -106,10 +106,17 @@ impl Drop for Holder {
 }
 
 fn kill_group(child: &mut Child) {
-    // chromedriver and the Chromium it started share the process group of this test.
-    let _ = Command::new("kill")
-        .args(["-KILL", &format!("-{}", child.id())])
-        .status();
+    // chromedriver was started as the leader of a process group of its own (its id is the
+    // group's), which the Chromium it starts joins: that group, by id, and nothing else.
+    // `--` keeps `kill` from reading the negative id as an option.
+    let group = child.id();
+    if group > 1 && matches!(child.try_wait(), Ok(None)) {
+        let _ = Command::new("kill")
+            .args(["-s", "KILL", "--", &format!("-{group}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
     let _ = child.kill();
     let _ = child.wait();
 }
