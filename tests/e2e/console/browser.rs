@@ -171,6 +171,17 @@ async fn console_in_a_browser() {
         c.find(Locator::Id("job")).await.ok().map(|_| ())
     })
     .await;
+    wait_for("the first replays on the page", WAIT, || async {
+        let done = c
+            .find(Locator::Css("[data-field=done]"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        (done.trim().parse::<u64>().ok()? >= 1).then_some(())
+    })
+    .await;
     Browser::screenshot(c, "replay-in-progress").await;
     wait_for("the replay to finish on the page", WAIT, || async {
         let state = c
