@@ -9,6 +9,13 @@ echo "== toolchain"
 rustup target add wasm32-wasip2 >/dev/null
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
+echo "== browser (headless Chromium for the console's browser tests)"
+if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; then
+  sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null >&2
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver </dev/null >&2
+fi
+
 echo "== services"
 CARTEIRO_TEST_AMQP_URL="$(scripts/rabbitmq.sh start | tail -n 1)"
 CARTEIRO_TEST_POSTGRES_URL="$(scripts/postgres.sh start | tail -n 1)"

@@ -274,7 +274,12 @@ pub async fn run_live(
             .with_context(|| format!("cannot listen on admin address {}", config.admin.listen))?;
         tracing::info!(address = %config.admin.listen, "admin server listening");
         let stop = stop.clone();
-        tasks.spawn(crate::admin::serve(listener, handle.clone(), stop));
+        tasks.spawn(crate::admin::serve(
+            listener,
+            handle.clone(),
+            config.admin.clone(),
+            stop,
+        ));
     }
     tracing::info!(routes = config.routes.len(), broker = %redact_url(&config.broker.url), store = %store.redacted_url(), "gateway running");
 

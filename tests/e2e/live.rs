@@ -68,12 +68,16 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// One HTTP/1.1 request without a body; returns the status and the body.
+/// The admin token the live tests' configs set (`[admin] token`); [`http`] sends it.
+pub const ADMIN_TOKEN: &str = "e2e-admin-token";
+
+/// One HTTP/1.1 request without a body, with the tests' bearer token; returns the status
+/// and the body.
 pub async fn http(port: u16, method: &str, path: &str) -> (u16, String) {
     let request = async {
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
         let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
         );
         stream.write_all(head.as_bytes()).await?;
         let mut response = Vec::new();

@@ -21,17 +21,21 @@ pub enum ShadowCommand {
 /// How long the admin server may take to answer.
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-/// One request to the admin server at `address` (plain HTTP/1.1 on loopback); returns the
-/// status code and the body.
+/// One request to the admin server of `admin` (plain HTTP/1.1), with its credentials when
+/// the config has some; returns the status code and the body.
 pub(super) async fn request(
-    address: &str,
+    admin: &crate::config::AdminConfig,
     method: &str,
     path: &str,
 ) -> anyhow::Result<(u16, String)> {
+    let address = admin.listen.as_str();
+    let authorization = crate::admin::auth::client_authorization(admin)
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
     let request = async {
         let mut stream = tokio::net::TcpStream::connect(address).await?;
         let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            "{method} {path} HTTP/1.1\r\nHost: {address}\r\n{authorization}Content-Length: 0\r\nConnection: close\r\n\r\n"
         );
         stream.write_all(head.as_bytes()).await?;
         let mut response = Vec::new();
@@ -62,7 +66,7 @@ pub async fn run(config_path: &Path, command: ShadowCommand) -> anyhow::Result<i
         );
     }
     let ShadowCommand::Report { json } = command;
-    let (status, body) = request(&config.admin.listen, "GET", "/shadow").await?;
+    let (status, body) = request(&config.admin, "GET", "/shadow").await?;
     if status != 200 {
         anyhow::bail!("{}/shadow answered {status}: {body}", config.admin.listen);
     }

@@ -243,9 +243,57 @@ impl Default for RelayConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
-    /// Address of the admin HTTP server; empty disables it. Loopback by default.
+    /// Address of the admin HTTP server; empty disables it. Loopback by default. A
+    /// non-loopback address needs `token` or `basic`: every page then asks for them.
     #[serde(default = "default_admin_listen")]
     pub listen: String,
+    /// Bearer token (`Authorization: Bearer ...`) for state changes (and every page off
+    /// loopback); `${VAR}` is replaced from the environment. Never printed.
+    #[serde(default)]
+    pub token: Option<Secret>,
+    /// Basic auth for the console in a browser; `${VAR}` is replaced in the password.
+    #[serde(default)]
+    pub basic: Option<BasicAuth>,
+}
+
+/// `[admin] basic = { user = "...", password = "..." }`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BasicAuth {
+    /// User name.
+    pub user: String,
+    /// Password (`${VAR}` from the environment). Never printed.
+    pub password: Secret,
+}
+
+/// A secret from the config: `Debug` never shows it.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+impl AdminConfig {
+    /// Whether `listen` is a loopback address (`127.0.0.0/8`, `[::1]`, `localhost`).
+    pub fn is_loopback(&self) -> bool {
+        if let Ok(addr) = self.listen.parse::<std::net::SocketAddr>() {
+            return addr.ip().is_loopback();
+        }
+        let host = self
+            .listen
+            .rsplit_once(':')
+            .map_or(self.listen.as_str(), |(h, _)| h);
+        host.eq_ignore_ascii_case("localhost")
+    }
+
+    /// Whether any credentials are configured.
+    pub fn has_credentials(&self) -> bool {
+        self.token.is_some() || self.basic.is_some()
+    }
 }
 
 fn default_admin_listen() -> String {
@@ -256,6 +304,8 @@ impl Default for AdminConfig {
     fn default() -> Self {
         Self {
             listen: default_admin_listen(),
+            token: None,
+            basic: None,
         }
     }
 }

@@ -166,6 +166,8 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
     validate_telemetry(&mut config.telemetry)
         .map_err(|(key, m)| err(line_of_key(key), &format!("telemetry.{key}"), m))?;
 
+    validate_admin(&mut config.admin, &err, &line_of_key)?;
+
     for (name, plugin) in &mut config.plugins {
         let key = format!("plugins.{name}");
         for (var, value) in &mut plugin.variables {
@@ -407,6 +409,49 @@ fn find_line(text: &str, needle: &str) -> Option<usize> {
         .map(|i| i + 1)
 }
 
+/// `[admin]`: secrets interpolated; an address off loopback needs credentials.
+fn validate_admin(
+    admin: &mut super::AdminConfig,
+    err: &impl Fn(Option<usize>, &str, String) -> ConfigError,
+    line_of_key: &impl Fn(&str) -> Option<usize>,
+) -> Result<(), ConfigError> {
+    if let Some(token) = &mut admin.token {
+        token.0 = interpolate(&token.0).map_err(|m| err(line_of_key("token"), "admin.token", m))?;
+        if token.0.is_empty() {
+            return Err(err(
+                line_of_key("token"),
+                "admin.token",
+                "is empty; set a long random token or remove the key".into(),
+            ));
+        }
+    }
+    if let Some(basic) = &mut admin.basic {
+        basic.password.0 = interpolate(&basic.password.0)
+            .map_err(|m| err(line_of_key("basic"), "admin.basic.password", m))?;
+        if basic.user.is_empty() || basic.user.contains(':') || basic.password.0.is_empty() {
+            return Err(err(
+                line_of_key("basic"),
+                "admin.basic",
+                "needs a user (without `:`) and a non-empty password".into(),
+            ));
+        }
+    }
+    if !admin.listen.is_empty() && !admin.is_loopback() && !admin.has_credentials() {
+        return Err(err(
+            line_of_key("listen"),
+            "admin.listen",
+            format!(
+                "`{}` is not a loopback address, so the admin server and its console need \
+                 credentials: set `token = \"${{CARTEIRO_ADMIN_TOKEN}}\"` and/or \
+                 `basic = {{ user = \"...\", password = \"${{CARTEIRO_ADMIN_PASSWORD}}\" }}` \
+                 in [admin], or listen on 127.0.0.1",
+                admin.listen
+            ),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -529,6 +574,43 @@ plugin = "p"
             assert!(err.to_string().contains(says), "{bad}: {err}");
             assert!(err.key.starts_with("telemetry"), "{bad}: {}", err.key);
         }
+    }
+
+    #[test]
+    fn admin_off_loopback_needs_credentials() {
+        let open = format!("{GOOD}\n[admin]\nlisten = \"0.0.0.0:9090\"\n");
+        let err = parse(&open).unwrap_err();
+        assert_eq!(err.key, "admin.listen");
+        assert!(err.message.contains("not a loopback address"), "{err}");
+        let with_token = format!("{open}token = \"t0k\"\n");
+        let config = parse(&with_token).expect("valid with a token");
+        assert_eq!(
+            config.admin.token.as_ref().map(|t| t.0.as_str()),
+            Some("t0k")
+        );
+        assert!(
+            !format!("{:?}", config.admin).contains("t0k"),
+            "never printed"
+        );
+        let with_basic = format!("{open}basic = {{ user = \"ops\", password = \"pw\" }}\n");
+        parse(&with_basic).expect("valid with basic auth");
+        for loopback in ["127.0.0.1:9090", "[::1]:9090", "localhost:9090", ""] {
+            let text = format!("{GOOD}\n[admin]\nlisten = \"{loopback}\"\n");
+            parse(&text).unwrap_or_else(|e| panic!("{loopback}: {e}"));
+        }
+        let empty = format!("{GOOD}\n[admin]\ntoken = \"\"\n");
+        assert!(parse(&empty).unwrap_err().message.contains("empty"));
+    }
+
+    #[test]
+    fn admin_secrets_come_from_the_environment() {
+        let text = format!("{GOOD}\n[admin]\ntoken = \"${{CARTEIRO_TEST_UNSET_TOKEN_VAR}}\"\n");
+        let err = parse(&text).unwrap_err();
+        assert_eq!(err.key, "admin.token");
+        assert!(
+            err.message.contains("CARTEIRO_TEST_UNSET_TOKEN_VAR"),
+            "{err}"
+        );
     }
 
     #[test]

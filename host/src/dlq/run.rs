@@ -82,6 +82,9 @@ pub struct Metered<'a> {
     pub inner: &'a mut dyn Progress,
     planned: u64,
     done: u64,
+    /// Started and not finished: a run dropped part-way (stopped) takes itself off the
+    /// gauges when dropped.
+    running: bool,
 }
 
 impl<'a> Metered<'a> {
@@ -91,6 +94,23 @@ impl<'a> Metered<'a> {
             inner,
             planned: 0,
             done: 0,
+            running: false,
+        }
+    }
+
+    /// Takes this run off the `running` and `remaining` gauges.
+    fn leave(&mut self) {
+        self.running = false;
+        let left = self.planned.saturating_sub(self.done);
+        self.metrics.replay_remaining.dec_by(saturating_i64(left));
+        self.metrics.replay_running.dec();
+    }
+}
+
+impl Drop for Metered<'_> {
+    fn drop(&mut self) {
+        if self.running {
+            self.leave();
         }
     }
 }
@@ -98,6 +118,7 @@ impl<'a> Metered<'a> {
 impl Progress for Metered<'_> {
     fn start(&mut self, planned: u64) {
         self.planned = planned;
+        self.running = true;
         self.metrics.replay_running.inc();
         self.metrics
             .replay_remaining
@@ -117,9 +138,9 @@ impl Progress for Metered<'_> {
         self.metrics
             .replay_failed
             .inc_by(report.failed.len() as u64);
-        let left = self.planned.saturating_sub(self.done);
-        self.metrics.replay_remaining.dec_by(saturating_i64(left));
-        self.metrics.replay_running.dec();
+        if self.running {
+            self.leave();
+        }
         self.inner.finish(report);
     }
 }
@@ -290,7 +311,17 @@ mod tests {
             ..Default::default()
         };
         metered.finish(&report);
+        drop(metered);
         assert_eq!(metrics.replay_failed.get(), 1);
+        assert_eq!(metrics.replay_remaining.get(), 0);
+        assert_eq!(metrics.replay_running.get(), 0);
+        // A run stopped part-way (its future dropped) leaves the gauges too.
+        let mut quiet = Quiet;
+        let mut stopped = Metered::new(&metrics, &mut quiet);
+        stopped.start(4);
+        stopped.advance(1);
+        drop(stopped);
+        assert_eq!(metrics.replay_replayed.get(), 4);
         assert_eq!(metrics.replay_remaining.get(), 0);
         assert_eq!(metrics.replay_running.get(), 0);
     }

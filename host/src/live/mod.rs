@@ -58,6 +58,10 @@ pub struct LiveStatus {
     pub routes: Vec<String>,
     /// The last reload, applied or refused.
     pub last_reload: Option<ReloadReport>,
+    /// The config that runs (restart-only sections as at start-up).
+    pub config: Option<Arc<crate::config::Config>>,
+    /// Deliveries in flight per route.
+    pub in_flight: BTreeMap<String, Arc<std::sync::atomic::AtomicUsize>>,
 }
 
 struct Request {

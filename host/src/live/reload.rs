@@ -305,9 +305,17 @@ impl Supervisor {
             })
             .collect();
         let routes = self.routes.keys().cloned().collect();
+        let in_flight = self
+            .routes
+            .iter()
+            .map(|(queue, r)| (queue.clone(), r.ctx.in_flight.clone()))
+            .collect();
+        let config = Arc::new(self.config.clone());
         self.live.update(|s| {
             s.plugins = plugins;
             s.routes = routes;
+            s.in_flight = in_flight;
+            s.config = Some(config);
             if last.is_some() {
                 s.last_reload = last;
             }

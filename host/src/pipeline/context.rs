@@ -46,6 +46,8 @@ pub struct RouteContext {
     pub rerun_turn: tokio::sync::Mutex<()>,
     /// Delivery spans, when `[telemetry]` exports them (off: see [`Self::with_telemetry`]).
     pub telemetry: Telemetry,
+    /// Deliveries being processed now (the console shows it).
+    pub in_flight: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl RouteContext {
@@ -87,6 +89,7 @@ impl RouteContext {
             seal,
             rerun_turn: tokio::sync::Mutex::new(()),
             telemetry: Telemetry::off(),
+            in_flight: Arc::default(),
         })
     }
 

@@ -148,7 +148,10 @@ async fn session(
                 }
             }
         }
+        ctx.in_flight
+            .store(in_flight.len(), std::sync::atomic::Ordering::Relaxed);
     };
+    ctx.in_flight.store(0, std::sync::atomic::Ordering::Relaxed);
     archiver_stop.cancel();
     // The acker stops once the in-flight deliveries, the last holders, are gone.
     drop(acks);

@@ -83,6 +83,10 @@ pub struct DeadLetterFilter {
     pub after_id: Option<i64>,
     /// At most this many (newest first); ignored by purge and counts. Default 100.
     pub limit: Option<i64>,
+    /// Reason is exactly one of these (a console group: the reasons that normalise alike).
+    pub reasons: Option<Vec<String>>,
+    /// Id is one of these (a console selection).
+    pub ids: Option<Vec<i64>>,
 }
 
 /// Count of dead letters per route and reason.
@@ -96,6 +100,10 @@ pub struct DeadLetterStat {
     pub count: i64,
     /// Not replayed yet.
     pub unreplayed: i64,
+    /// Oldest `dead_lettered_at` (unix ms).
+    pub first_at: i64,
+    /// Newest `dead_lettered_at` (unix ms).
+    pub last_at: i64,
 }
 
 const COLUMNS: &str = "id, route, queue, reason, plugin, attempts, headers, body, \
@@ -238,21 +246,26 @@ impl Store {
         self.bounded("dead letter groups", async {
             let (mut sql, args) = self.filter_sql(
                 filter,
-                "SELECT route, reason, COUNT(*), COUNT(*) - COUNT(replayed_at)",
+                "SELECT route, reason, COUNT(*), COUNT(*) - COUNT(replayed_at), \
+                 MIN(dead_lettered_at), MAX(dead_lettered_at)",
             );
             sql.push_str(" GROUP BY route, reason ORDER BY 3 DESC, route, reason");
-            let rows: Vec<(String, String, i64, i64)> =
+            let rows: Vec<(String, String, i64, i64, i64, i64)> =
                 bind_all_as(sqlx::query_as(AssertSqlSafe(sql)), args)
                     .fetch_all(self.pool())
                     .await?;
             Ok(rows
                 .into_iter()
-                .map(|(route, reason, count, unreplayed)| DeadLetterStat {
-                    route,
-                    reason,
-                    count,
-                    unreplayed,
-                })
+                .map(
+                    |(route, reason, count, unreplayed, first_at, last_at)| DeadLetterStat {
+                        route,
+                        reason,
+                        count,
+                        unreplayed,
+                        first_at,
+                        last_at,
+                    },
+                )
                 .collect())
         })
         .await
@@ -322,6 +335,30 @@ impl Store {
                 Backend::Postgres => "strpos",
             };
             sql.push_str(&format!(" AND {find}(reason, ${}) > 0", args.len()));
+        }
+        // A list as one JSON text, however long: no statement-size limit to run into.
+        if let Some(reasons) = &f.reasons {
+            let stored: Vec<String> = reasons.iter().map(|r| stand_in(r, TEXT_MAX)).collect();
+            args.push(Arg::Text(serde_json::json!(stored).to_string()));
+            let list = match self.backend {
+                Backend::Sqlite => format!("SELECT value FROM json_each(${})", args.len()),
+                Backend::Postgres => format!(
+                    "SELECT jsonb_array_elements_text(CAST(${} AS jsonb))",
+                    args.len()
+                ),
+            };
+            sql.push_str(&format!(" AND reason IN ({list})"));
+        }
+        if let Some(ids) = &f.ids {
+            args.push(Arg::Text(serde_json::json!(ids).to_string()));
+            let list = match self.backend {
+                Backend::Sqlite => format!("SELECT value FROM json_each(${})", args.len()),
+                Backend::Postgres => format!(
+                    "SELECT CAST(jsonb_array_elements_text(CAST(${} AS jsonb)) AS BIGINT)",
+                    args.len()
+                ),
+            };
+            sql.push_str(&format!(" AND id IN ({list})"));
         }
         if let Some(since) = f.since_ms {
             args.push(Arg::Int(since));

@@ -2,6 +2,7 @@
 //! itself, a healthy one promoted by `carteiro canary promote`.
 
 use super::{free_port, http, plugin_version, sample, settled, sha256_of, spawn_gateway};
+use crate::live::ADMIN_TOKEN;
 use crate::resilience::{Running, carteiro};
 use crate::support::{Client, json_props, load_config, plugin, route_config, unique, wait_for};
 use std::path::{Path, PathBuf};
@@ -27,7 +28,10 @@ fn canary_config(
             ),
             1,
         )
-        .replace("listen = \"\"", &format!("listen = \"127.0.0.1:{port}\""))
+        .replace(
+        "listen = \"\"",
+        &format!("listen = \"127.0.0.1:{port}\"\ntoken = \"{ADMIN_TOKEN}\""),
+    )
 }
 
 fn write(dir: &Path, toml: &str) -> PathBuf {

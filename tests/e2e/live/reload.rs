@@ -1,6 +1,7 @@
 //! Reload (SIGHUP, `POST /admin/reload`) of the real binary.
 
 use super::{free_port, http, plugin_version, sample, settled, sha256_of, spawn_gateway};
+use crate::live::ADMIN_TOKEN;
 use crate::resilience::{counter_value, delete_queue, queue_depth, topology_of};
 use crate::support::{Client, json_props, load_config, plugin, route_config, unique, wait_for};
 use std::path::{Path, PathBuf};
@@ -27,7 +28,10 @@ fn counter_config(
         &plugin("counter").display().to_string(),
         &plugin_path.display().to_string(),
     )
-    .replace("listen = \"\"", &format!("listen = \"127.0.0.1:{port}\""))
+    .replace(
+        "listen = \"\"",
+        &format!("listen = \"127.0.0.1:{port}\"\ntoken = \"{ADMIN_TOKEN}\""),
+    )
 }
 
 fn write(dir: &Path, toml: &str) -> PathBuf {

@@ -2,6 +2,7 @@
 //! messages on which `fixture-mixed-v2` agrees or disagrees with the live `fixture-mixed`.
 
 use super::{free_port, http, sample, sha256_of};
+use crate::live::ADMIN_TOKEN;
 use crate::resilience::{Running, carteiro};
 use crate::support::{
     Client, Gateway, dead_letters, json_props, plugin, route_config, unique, wait_for,
@@ -41,7 +42,10 @@ async fn a_live_shadow_counts_agreements_and_disagreements_on_a_known_mix() {
             shadow.display()
         ),
     )
-    .replace("listen = \"\"", &format!("listen = \"127.0.0.1:{port}\""));
+    .replace(
+        "listen = \"\"",
+        &format!("listen = \"127.0.0.1:{port}\"\ntoken = \"{ADMIN_TOKEN}\""),
+    );
     let client = Client::connect().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let gw = Gateway::start_in(dir, &toml, Arc::new(Metrics::default())).await;

@@ -6,7 +6,8 @@ use crate::store::{DeadLetterFilter, NewDeadLetter, StoreError};
 both_backends!(
     archive_query_replay_purge,
     any_text_is_archived_losslessly,
-    oldest_first_pages_counts_and_groups
+    oldest_first_pages_counts_and_groups,
+    reason_and_id_lists_select_exactly
 );
 
 fn dl(route: &str, reason: &str, at: i64) -> NewDeadLetter {
@@ -286,4 +287,62 @@ async fn oldest_first_pages_counts_and_groups(db: &TestDb) {
         .map(|g| (g.reason.as_str(), g.count, g.unreplayed))
         .collect();
     assert_eq!(summary, vec![("bad json", 4, 3), ("timeout", 3, 3)]);
+}
+
+/// The console's groups and selections: `reasons` matches any of the exact reasons (however
+/// many, quotes and NUL included), `ids` any of the ids; groups carry first/last times.
+async fn reason_and_id_lists_select_exactly(db: &TestDb) {
+    let s = &db.store;
+    let reasons = [
+        "missing field `a`",
+        "missing field `b'\"`",
+        "nul\0here",
+        "other",
+    ];
+    let mut ids = Vec::new();
+    for (i, reason) in reasons.iter().enumerate() {
+        for j in 0..2 {
+            let at = 1_000 + (i as i64) * 10 + j;
+            ids.push(s.dead_letter_insert(&dl("r", reason, at)).await.unwrap());
+        }
+    }
+    let f = DeadLetterFilter {
+        reasons: Some(reasons[..3].iter().map(|r| (*r).to_owned()).collect()),
+        ..Default::default()
+    };
+    assert_eq!(s.dead_letters_count(&f).await.unwrap(), 6);
+    let none = DeadLetterFilter {
+        reasons: Some(Vec::new()),
+        ..Default::default()
+    };
+    assert_eq!(s.dead_letters_count(&none).await.unwrap(), 0);
+    let many = DeadLetterFilter {
+        reasons: Some(
+            (0..5_000)
+                .map(|i| format!("reason {i}"))
+                .chain(["other".into()])
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    assert_eq!(s.dead_letters_count(&many).await.unwrap(), 2);
+    let picked = DeadLetterFilter {
+        ids: Some(vec![ids[0], ids[5], 999_999]),
+        ..Default::default()
+    };
+    let got: Vec<i64> = s
+        .dead_letters_oldest_first(&picked, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|d| d.id)
+        .collect();
+    assert_eq!(got, vec![ids[0], ids[5]]);
+    assert_eq!(s.dead_letters_purge(&picked).await.unwrap(), 2);
+    let groups = s
+        .dead_letter_groups(&DeadLetterFilter::default())
+        .await
+        .unwrap();
+    let other = groups.iter().find(|g| g.reason == "other").unwrap();
+    assert_eq!((other.first_at, other.last_at), (1_030, 1_031));
 }

@@ -1,0 +1,266 @@
+//! The admin server's JSON (and text) endpoints, and the console's actions as JSON with the
+//! same semantics as the forms: `POST /api/dlq/replay` (a background job; poll
+//! `/api/jobs/{id}`), `POST /api/dlq/purge` (with the count as confirmation),
+//! `POST /api/dlq/shadow`.
+
+use super::AdminState;
+use super::target::Target;
+use crate::dlq::run::ReplayOptions;
+use crate::gateway::GatewayHandle;
+use crate::store::DeadLetterFilter;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Json, Response};
+use serde::Deserialize;
+
+/// First line `ready` or why not; then the detail: plugin versions, routes, last reload. A
+/// refused reload does not make the gateway unready: it still serves on the previous one.
+pub async fn ready(State(h): State<GatewayHandle>) -> Response {
+    let mut detail = h.live.readiness_detail();
+    // Alerts are notes: a route with many dead letters still serves.
+    for alert in h.alerts.active() {
+        detail.push_str(&format!("dead-letter alert: {}\n", alert.describe()));
+    }
+    if h.gate.is_healthy() {
+        (StatusCode::OK, format!("ready\n{detail}")).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("store unavailable\n{detail}"),
+        )
+            .into_response()
+    }
+}
+
+/// `promote` or `abort` plugin `plugin`'s canary.
+pub async fn canary(
+    State(h): State<GatewayHandle>,
+    Path((plugin, action)): Path<(String, String)>,
+) -> Response {
+    let promote = match action.as_str() {
+        "promote" => true,
+        "abort" => false,
+        _ => return (StatusCode::NOT_FOUND, "use promote or abort").into_response(),
+    };
+    match h.live.finish_canary(&plugin, promote) {
+        Ok(state) => (StatusCode::OK, state).into_response(),
+        Err(why) => (StatusCode::CONFLICT, why).into_response(),
+    }
+}
+
+/// Live-shadow counts per route and result, and the newest disagreements.
+pub async fn shadow(State(h): State<GatewayHandle>) -> Response {
+    Json(h.live.shadows.report()).into_response()
+}
+
+/// Reloads the config file and plugins; 200 with the report when applied, 422 with the
+/// reason when refused (the previous config keeps running).
+pub async fn reload(State(h): State<GatewayHandle>) -> Response {
+    let report = h.live.reload("POST /admin/reload").await;
+    let status = if report.applied {
+        StatusCode::OK
+    } else {
+        StatusCode::UNPROCESSABLE_ENTITY
+    };
+    (status, Json(report)).into_response()
+}
+
+/// The text exposition; the outbox gauges are read from the store first (a store that does
+/// not answer leaves their last values).
+pub async fn metrics(State(h): State<GatewayHandle>) -> Response {
+    if let Ok(status) = h.store.outbox_status().await {
+        h.metrics.outbox_pending.set(status.pending);
+        h.metrics.outbox_with_errors.set(status.with_errors);
+        let age_ms = status.oldest_pending_age_ms.unwrap_or(0);
+        h.metrics
+            .outbox_oldest_pending_seconds
+            .set(age_ms as f64 / 1000.0);
+    }
+    (
+        [(
+            "content-type",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        h.metrics.encode(),
+    )
+        .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    route: Option<String>,
+    reason: Option<String>,
+    limit: Option<i64>,
+}
+
+fn store_error(e: impl std::fmt::Display) -> Response {
+    (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response()
+}
+
+pub async fn dlq_list(State(h): State<GatewayHandle>, Query(q): Query<ListQuery>) -> Response {
+    let filter = DeadLetterFilter {
+        route: q.route,
+        reason_contains: q.reason,
+        limit: Some(q.limit.unwrap_or(100).clamp(1, 1000)),
+        ..Default::default()
+    };
+    match h.store.dead_letters_list(&filter).await {
+        Ok(rows) => Json(
+            rows.iter()
+                .map(crate::dlq::summary_json)
+                .collect::<Vec<_>>(),
+        )
+        .into_response(),
+        Err(e) => store_error(e),
+    }
+}
+
+pub async fn dlq_show(State(h): State<GatewayHandle>, Path(id): Path<i64>) -> Response {
+    match h.store.dead_letter_get(id).await {
+        Ok(Some(row)) => Json(crate::dlq::detail_json(&row)).into_response(),
+        Ok(None) => (StatusCode::NOT_FOUND, format!("no dead letter {id}")).into_response(),
+        Err(e) => store_error(e),
+    }
+}
+
+pub async fn dlq_stats(State(h): State<GatewayHandle>) -> Response {
+    match h.store.dead_letter_stats().await {
+        Ok(stats) => Json(
+            stats
+                .iter()
+                .map(
+                    |s| serde_json::json!({"route": s.route, "reason": s.reason, "count": s.count}),
+                )
+                .collect::<Vec<_>>(),
+        )
+        .into_response(),
+        Err(e) => store_error(e),
+    }
+}
+
+/// The routes page as JSON.
+pub async fn routes(State(s): State<AdminState>) -> Response {
+    Json(s.probe.overview(&s.handle).await).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+pub struct GroupsQuery {
+    route: Option<String>,
+}
+
+/// Dead-letter groups (route, normalised reason, counts, first/last seen), largest first.
+pub async fn groups(State(h): State<GatewayHandle>, Query(q): Query<GroupsQuery>) -> Response {
+    match super::groups::groups(&h.store, q.route.as_deref()).await {
+        Ok(groups) => Json(groups).into_response(),
+        Err(e) => store_error(e),
+    }
+}
+
+/// `POST /api/dlq/replay` body.
+#[derive(Debug, Deserialize)]
+pub struct ReplayRequest {
+    #[serde(flatten)]
+    target: Target,
+    /// Replays per second.
+    #[serde(default)]
+    rate: Option<f64>,
+    /// Stop after this many.
+    #[serde(default)]
+    limit: Option<u64>,
+    /// Take replayed ones too.
+    #[serde(default)]
+    include_replayed: bool,
+}
+
+fn refused((status, why): (StatusCode, String)) -> Response {
+    (status, Json(serde_json::json!({ "error": why }))).into_response()
+}
+
+fn accepted(job: &super::jobs::Job) -> Response {
+    (
+        StatusCode::ACCEPTED,
+        [(header::LOCATION, format!("/api/jobs/{}", job.id))],
+        Json(job.json()),
+    )
+        .into_response()
+}
+
+/// Starts a replay job (same engine and semantics as `carteiro dlq replay`).
+pub async fn replay(State(s): State<AdminState>, body: axum::body::Bytes) -> Response {
+    let request: ReplayRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return refused((StatusCode::BAD_REQUEST, format!("bad request body: {e}"))),
+    };
+    if request.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+        return refused((StatusCode::BAD_REQUEST, "rate must be above zero".into()));
+    }
+    let options = ReplayOptions {
+        include_replayed: request.include_replayed,
+        limit: request.limit,
+        rate_per_sec: request.rate,
+    };
+    match super::actions::start_replay(&s, &request.target, options).await {
+        Ok(job) => accepted(&job),
+        Err(e) => refused(e),
+    }
+}
+
+/// `POST /api/dlq/purge` body: the target, and `confirm`: how many dead letters it holds
+/// (as the caller last saw it); a different count refuses the purge (409).
+#[derive(Debug, Deserialize)]
+pub struct PurgeRequest {
+    #[serde(flatten)]
+    target: Target,
+    confirm: i64,
+}
+
+pub async fn purge(State(s): State<AdminState>, body: axum::body::Bytes) -> Response {
+    let request: PurgeRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return refused((StatusCode::BAD_REQUEST, format!("bad request body: {e}"))),
+    };
+    match super::actions::do_purge(&s.handle, &request.target, None, request.confirm).await {
+        Ok(purged) => Json(serde_json::json!({ "purged": purged })).into_response(),
+        Err(e) => refused(e),
+    }
+}
+
+/// `POST /api/dlq/shadow` body: the target and the new plugin file.
+#[derive(Debug, Deserialize)]
+pub struct ShadowRequest {
+    #[serde(flatten)]
+    target: Target,
+    path: String,
+}
+
+pub async fn shadow_run(State(s): State<AdminState>, body: axum::body::Bytes) -> Response {
+    let request: ShadowRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return refused((StatusCode::BAD_REQUEST, format!("bad request body: {e}"))),
+    };
+    match super::actions::start_shadow(&s, &request.target, &request.path).await {
+        Ok(job) => accepted(&job),
+        Err(e) => refused(e),
+    }
+}
+
+pub async fn jobs(State(s): State<AdminState>) -> Response {
+    Json(s.jobs.list().iter().map(|j| j.json()).collect::<Vec<_>>()).into_response()
+}
+
+pub async fn job(State(s): State<AdminState>, Path(id): Path<u64>) -> Response {
+    match s.jobs.get(id) {
+        Some(job) => Json(job.json()).into_response(),
+        None => refused((StatusCode::NOT_FOUND, format!("no job {id}"))),
+    }
+}
+
+pub async fn stop(State(s): State<AdminState>, Path(id): Path<u64>) -> Response {
+    match s.jobs.get(id) {
+        Some(job) => {
+            job.stop();
+            Json(job.json()).into_response()
+        }
+        None => refused((StatusCode::NOT_FOUND, format!("no job {id}"))),
+    }
+}

@@ -1,0 +1,132 @@
+//! The admin HTTP server (loopback by default) and the operators' console.
+//!
+//! # Layout
+//! - this file: the router, the shared state, and [`banners`] (shown on every page).
+//! - `auth`: credentials (`[admin] token`, `basic`), who may do what, CSRF.
+//! - `api`: JSON — `/healthz`, `/readyz`, `/metrics`, `POST /admin/reload`, `/shadow`,
+//!   `POST /admin/canary/{plugin}/promote|abort`, `/dlq`, `/dlq/{id}`, `/dlq/stats`, and the
+//!   console's actions as JSON under `/api/...`.
+//! - `overview`: what the routes page shows (depths, in flight, outcomes, tiers, outbox).
+//! - `groups`: dead letters grouped by route and normalised reason.
+//! - `target`: what an action applies to (a group, a selection, a route) as a store filter.
+//! - `jobs`: background replays and shadow runs, with progress.
+//! - `page`, `pages`, `actions`: the console's HTML (maud), read-only pages, and forms.
+
+mod actions;
+mod api;
+pub mod auth;
+pub mod groups;
+mod jobs;
+mod overview;
+mod page;
+mod pages;
+mod target;
+
+use crate::config::AdminConfig;
+use crate::gateway::GatewayHandle;
+use axum::Router;
+use axum::extract::FromRef;
+use axum::routing::{get, post};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AdminState {
+    pub handle: GatewayHandle,
+    pub jobs: Arc<jobs::Jobs>,
+    pub probe: Arc<overview::Probe>,
+}
+
+impl FromRef<AdminState> for GatewayHandle {
+    fn from_ref(state: &AdminState) -> Self {
+        state.handle.clone()
+    }
+}
+
+/// Banners shown at the top of every console page: the raised dead-letter alerts.
+pub fn banners(handle: &GatewayHandle) -> Vec<String> {
+    handle
+        .alerts
+        .active()
+        .iter()
+        .map(|alert| format!("Dead-letter alert: {}", alert.describe()))
+        .collect()
+}
+
+/// The router: console pages, JSON, and the auth guard in front of everything.
+pub fn router(handle: GatewayHandle, admin: &AdminConfig) -> (Router, AdminState) {
+    let state = AdminState {
+        handle,
+        jobs: Arc::default(),
+        probe: Arc::default(),
+    };
+    let auth = Arc::new(auth::Auth::new(admin));
+    let app = Router::new()
+        // Console pages.
+        .route("/", get(pages::routes))
+        .route("/console.js", get(pages::script))
+        .route("/login", get(|| async { page::see_other("/") }))
+        .route("/dead-letters", get(pages::groups))
+        .route("/dead-letters/group", get(pages::group))
+        .route("/dead-letters/message/{id}", get(pages::message))
+        .route("/dead-letters/replay", post(actions::replay))
+        .route(
+            "/dead-letters/purge",
+            get(actions::purge_confirm).post(actions::purge),
+        )
+        .route("/dead-letters/shadow", post(actions::shadow))
+        .route("/jobs", get(actions::jobs))
+        .route("/jobs/{id}", get(actions::job))
+        .route("/jobs/{id}/stop", post(actions::stop))
+        // JSON.
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(api::ready))
+        .route("/metrics", get(api::metrics))
+        .route("/admin/reload", post(api::reload))
+        .route("/shadow", get(api::shadow))
+        .route("/admin/canary/{plugin}/{action}", post(api::canary))
+        .route("/dlq", get(api::dlq_list))
+        .route("/dlq/stats", get(api::dlq_stats))
+        .route("/dlq/{id}", get(api::dlq_show))
+        .route("/api/routes", get(api::routes))
+        .route("/api/dlq/groups", get(api::groups))
+        .route("/api/dlq/replay", post(api::replay))
+        .route("/api/dlq/purge", post(api::purge))
+        .route("/api/dlq/shadow", post(api::shadow_run))
+        .route("/api/jobs", get(api::jobs))
+        .route("/api/jobs/{id}", get(api::job))
+        .route("/api/jobs/{id}/stop", post(api::stop))
+        .with_state(state.clone())
+        .layer(axum::middleware::from_fn_with_state(auth, auth::guard));
+    (app, state)
+}
+
+/// Serves until `stop`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    handle: GatewayHandle,
+    admin: AdminConfig,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let (app, state) = router(handle, &admin);
+    // Totals sampled every few seconds, for the routes page's rates.
+    let sampler = {
+        let (state, stop) = (state.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(overview::SAMPLE_EVERY);
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = every.tick() => state.probe.sample(&state.handle),
+                }
+            }
+        })
+    };
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await;
+    sampler.abort();
+    served?;
+    Ok(())
+}

@@ -1,0 +1,299 @@
+//! The console's read-only pages: routes, dead-letter groups, one group's messages, one
+//! message. Everything shown comes from publishers or plugins and is escaped by maud.
+
+use super::page::{Fields, age, error_page, page, query, time};
+use super::target::group_url;
+use super::{AdminState, banners, groups};
+use crate::gateway::GatewayHandle;
+use crate::store::{DeadLetter, DeadLetterFilter};
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use maud::{Markup, html};
+
+/// Messages listed per group page.
+const PAGE: i64 = 100;
+
+pub async fn script() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        super::page::JS,
+    )
+        .into_response()
+}
+
+fn depth(d: &super::overview::Depth) -> Markup {
+    html! { @match d.messages { Some(n) => (n), None => span.muted { "?" } } }
+}
+
+/// `GET /`: every route.
+pub async fn routes(State(s): State<AdminState>) -> Response {
+    let o = s.probe.overview(&s.handle).await;
+    let outcomes = super::overview::OUTCOMES;
+    page(
+        "Routes",
+        &banners(&s.handle),
+        html! {
+            @if !o.store_healthy { div.error { "The store is unavailable: consumption is paused." } }
+            @if let Some(e) = &o.broker_error { div.error { "Queue depths unknown: " (e) } }
+            table #routes {
+                tr {
+                    th { "Route" } th { "Ready" } th { "Consumers" } th { "In flight" }
+                    @for (name, _) in outcomes { th { (name) } }
+                    th { "Plugin" } th { "Retry tiers (ready)" } th { "DLQ" }
+                }
+                @for r in &o.routes {
+                    tr data-route=(r.queue.queue) {
+                        td { a href=(format!("/dead-letters?{}", query(&[("route", &r.queue.queue)]))) { (r.queue.queue) } }
+                        td.num data-field="depth" { (depth(&r.queue)) }
+                        td.num { @match r.queue.consumers { Some(n) => (n), None => "?" } }
+                        td.num data-field="in-flight" { (r.in_flight) }
+                        @for c in &r.outcomes {
+                            td.num data-field=(c.outcome) {
+                                (c.total)
+                                @if let Some(rate) = c.per_minute { br; span.muted { (format!("{rate:.1}/min")) } }
+                            }
+                        }
+                        td {
+                            (r.plugin)
+                            @if let Some(v) = &r.version { br; code title=(r.sha256.as_deref().unwrap_or("")) { (v) } }
+                        }
+                        td {
+                            "max " (r.max_attempts) " attempts"
+                            @for t in &r.tiers {
+                                br;
+                                code title=(t.depth.queue) { (age(i64::try_from(t.delay_ms).unwrap_or(i64::MAX))) }
+                                ": " (depth(&t.depth))
+                            }
+                        }
+                        td.num { (depth(&r.dead_letter_queue)) }
+                    }
+                }
+            }
+            h2 { "Outbox" }
+            @match &o.outbox {
+                Some(ob) => p #outbox {
+                    strong { (ob.pending) } " pending"
+                    @if let Some(a) = ob.oldest_pending_age_ms { ", oldest " (age(a)) " old" }
+                    @if ob.with_errors > 0 { ", " (ob.with_errors) " with publish errors" }
+                    "."
+                },
+                None => p.muted { "Outbox status unavailable (store)." },
+            }
+            p.muted { "Totals since the gateway started; rates over the last minute. "
+                a href="/api/routes" { "JSON" } }
+        },
+    )
+}
+
+/// `GET /dead-letters[?route=R]`: groups by route and normalised reason.
+pub async fn groups(State(s): State<AdminState>, RawQuery(q): RawQuery) -> Response {
+    let f = Fields::parse(q.as_deref().unwrap_or(""));
+    let route = f.get("route");
+    let h = &s.handle;
+    let groups = match groups::groups(&h.store, route).await {
+        Ok(g) => g,
+        Err(e) => return error_page(StatusCode::SERVICE_UNAVAILABLE, &banners(h), &e.to_string()),
+    };
+    let title = match route {
+        Some(r) => format!("Dead letters of {r}"),
+        None => "Dead letters".to_owned(),
+    };
+    page(
+        &title,
+        &banners(h),
+        html! {
+            @if route.is_some() { p { a href="/dead-letters" { "All routes" } } }
+            @if groups.is_empty() { p #no-groups { "No dead letters." } }
+            @else {
+                table #groups {
+                    tr { th { "Route" } th { "Reason (normalised)" } th { "Count" } th { "Not replayed" } th { "First seen" } th { "Last seen" } }
+                    @for g in &groups {
+                        tr.group data-route=(g.route) data-reason=(g.reason) {
+                            td { (g.route) }
+                            td { a href=(group_url(&g.route, &g.reason)) { (g.reason) }
+                                @if g.reasons.len() > 1 { br; span.muted { (g.reasons.len()) " variants, e.g. " (g.example) } } }
+                            td.num data-field="count" { (g.count) }
+                            td.num data-field="unreplayed" { (g.unreplayed) }
+                            td { (time(g.first_at)) }
+                            td { (time(g.last_at)) }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// `GET /dead-letters/group?route=R&reason=N[&before=ID]`: the group, its actions and its
+/// messages (newest first, [`PAGE`] at a time).
+pub async fn group(State(s): State<AdminState>, RawQuery(q): RawQuery) -> Response {
+    let f = Fields::parse(q.as_deref().unwrap_or(""));
+    let h = &s.handle;
+    let (Some(route), Some(reason)) = (f.get("route"), f.get("reason")) else {
+        return error_page(
+            StatusCode::BAD_REQUEST,
+            &banners(h),
+            "route and reason are required",
+        );
+    };
+    let group = match groups::find(&h.store, route, reason).await {
+        Ok(Some(g)) => g,
+        Ok(None) => {
+            return page(
+                "Group",
+                &banners(h),
+                html! { p #empty-group { "No dead letters left in this group." }
+                p { a href=(format!("/dead-letters?{}", query(&[("route", route)]))) { "Back to the route's dead letters" } } },
+            );
+        }
+        Err(e) => return error_page(StatusCode::SERVICE_UNAVAILABLE, &banners(h), &e.to_string()),
+    };
+    let filter = DeadLetterFilter {
+        before_id: f.get("before").and_then(|b| b.parse().ok()),
+        limit: Some(PAGE),
+        ..group.filter()
+    };
+    let rows = match h.store.dead_letters_list(&filter).await {
+        Ok(r) => r,
+        Err(e) => return error_page(StatusCode::SERVICE_UNAVAILABLE, &banners(h), &e.to_string()),
+    };
+    page(
+        &format!("{} · {}", group.route, group.reason),
+        &banners(h),
+        html! {
+            p #group-summary {
+                strong data-field="count" { (group.count) } " dead letters, "
+                strong data-field="unreplayed" { (group.unreplayed) } " not replayed; first seen "
+                (time(group.first_at)) ", last seen " (time(group.last_at)) "."
+            }
+            (group_actions(&group.route, &group.reason))
+            form #messages method="post" action="/dead-letters/replay" {
+                input type="hidden" name="route" value=(group.route);
+                input type="hidden" name="reason" value=(group.reason);
+                input type="hidden" name="scope" value="selection";
+                table {
+                    tr { th { "" } th { "Id" } th { "Dead-lettered" } th { "Attempts" } th { "Reason" } th { "Replays" } }
+                    @for d in &rows { (message_row(d)) }
+                }
+                label { "Rate " input type="text" name="rate" value="50" size="5"; " /s " }
+                button #replay-selected type="submit" { "Replay selected" }
+            }
+            @if rows.len() as i64 == PAGE {
+                @if let Some(last) = rows.last() {
+                    p { a href=(format!("{}&{}", group_url(&group.route, &group.reason), query(&[("before", &last.id.to_string())]))) { "Older" } }
+                }
+            }
+        },
+    )
+}
+
+fn group_actions(route: &str, reason: &str) -> Markup {
+    html! {
+        fieldset {
+            legend { "Actions on the whole group" }
+            form.inline #replay-group method="post" action="/dead-letters/replay" {
+                input type="hidden" name="route" value=(route);
+                input type="hidden" name="reason" value=(reason);
+                input type="hidden" name="scope" value="group";
+                label { "Rate " input #replay-rate type="text" name="rate" value="50" size="5"; " /s " }
+                label { "Limit " input type="text" name="limit" size="5" placeholder="all"; }
+                " "
+                button #replay-group-submit type="submit" { "Replay group" }
+            }
+            form.inline #purge-group method="get" action="/dead-letters/purge" {
+                input type="hidden" name="route" value=(route);
+                input type="hidden" name="reason" value=(reason);
+                button.danger #purge-group-submit type="submit" { "Purge group…" }
+            }
+            form.inline #shadow-group method="post" action="/dead-letters/shadow" {
+                input type="hidden" name="route" value=(route);
+                input type="hidden" name="reason" value=(reason);
+                label { "Shadow run against " input #shadow-path type="text" name="path" size="40" placeholder="plugins/new.wasm"; }
+                " "
+                button #shadow-submit type="submit" { "Shadow run" }
+            }
+            p.muted { "A replay takes the group's dead letters not replayed yet, oldest first, and marks each after its confirm: running it again continues where a stopped run ended." }
+        }
+    }
+}
+
+fn message_row(d: &DeadLetter) -> Markup {
+    html! {
+        tr.message data-id=(d.id) {
+            td { input type="checkbox" name="id" value=(d.id); }
+            td { a href=(format!("/dead-letters/message/{}", d.id)) { "#" (d.id) } }
+            td { (time(d.dead_lettered_at)) }
+            td.num { (d.attempts) }
+            td { (d.reason) }
+            td.num { (d.replay_count) }
+        }
+    }
+}
+
+/// The body for people: pretty JSON if it is JSON, else the text, else a hex preview.
+fn body_text(body: &[u8]) -> (String, &'static str) {
+    if let Ok(value) = serde_json::from_slice::<serde_json::Value>(body)
+        && let Ok(pretty) = serde_json::to_string_pretty(&value)
+    {
+        return (pretty, "JSON");
+    }
+    match std::str::from_utf8(body) {
+        Ok(text) => (text.to_owned(), "text"),
+        Err(_) => {
+            let shown = &body[..body.len().min(4096)];
+            (hex::encode(shown), "not UTF-8; hex of the first 4 KiB")
+        }
+    }
+}
+
+/// `GET /dead-letters/message/{id}`
+pub async fn message(State(s): State<AdminState>, Path(id): Path<i64>) -> Response {
+    let h: &GatewayHandle = &s.handle;
+    let d = match h.store.dead_letter_get(id).await {
+        Ok(Some(d)) => d,
+        Ok(None) => {
+            return error_page(
+                StatusCode::NOT_FOUND,
+                &banners(h),
+                &format!("no dead letter {id}"),
+            );
+        }
+        Err(e) => return error_page(StatusCode::SERVICE_UNAVAILABLE, &banners(h), &e.to_string()),
+    };
+    let reason = groups::normalise_reason(&d.reason);
+    let (body, kind) = body_text(&d.body);
+    page(
+        &format!("Dead letter #{}", d.id),
+        &banners(h),
+        html! {
+            p { a href=(group_url(&d.route, &reason)) { "Group: " (reason) } }
+            table #facts {
+                tr { th { "Route" } td { (d.route) } }
+                tr { th { "Queue" } td { (d.queue) } }
+                tr { th { "Reason" } td #reason { (d.reason) } }
+                tr { th { "Plugin" } td { (d.plugin.as_deref().unwrap_or("-")) } }
+                tr { th { "Attempts" } td #attempts { (d.attempts) } }
+                tr { th { "First failed" } td { @match d.first_failed_at { Some(t) => (time(t)), None => "-" } } }
+                tr { th { "Dead-lettered" } td { (time(d.dead_lettered_at)) } }
+                tr { th { "Replayed" } td { (d.replay_count) " times"
+                    @if let Some(t) = d.replayed_at { ", last " (time(t)) } } }
+            }
+            form.inline method="post" action="/dead-letters/replay" {
+                input type="hidden" name="route" value=(d.route);
+                input type="hidden" name="reason" value=(reason);
+                input type="hidden" name="scope" value="selection";
+                input type="hidden" name="id" value=(d.id);
+                input type="hidden" name="include_replayed" value="1";
+                button #replay-one type="submit" { "Replay this message" }
+            }
+            h2 { "Headers" }
+            table #headers {
+                tr { th { "Name" } th { "Value" } }
+                @for (k, v) in &d.headers { tr { td { code { (k) } } td { code { (v) } } } }
+            }
+            h2 { "Body " span.muted { "(" (d.body.len()) " bytes, " (kind) ")" } }
+            pre #body { (body) }
+        },
+    )
+}

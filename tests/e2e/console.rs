@@ -1,0 +1,177 @@
+//! The operators' console in a real browser (headless Chromium through chromedriver) and
+//! over plain HTTP, against a running gateway with a known mix of dead letters.
+//! - `console_in_a_browser`: routes; the right group counts; a message (pretty JSON,
+//!   escaped hostile text); a group replay whose counts change; a purge that asks for its
+//!   count; an unauthenticated state change refused (401).
+//! - `console_auth_rules`: who may do what (bearer, basic, cross-site, off loopback).
+//! - `console_replay_stops_and_resumes_once`: a rate-limited replay stopped half-way, then
+//!   started again, replays each message exactly once (JSON API).
+
+mod auth;
+mod browser;
+mod driver;
+mod resume;
+
+use crate::support::{Gateway, amqp_url, plugin, unique, wait_for};
+use carteiro::store::{DeadLetterFilter, NewDeadLetter, Store};
+use std::time::Duration;
+
+pub const WAIT: Duration = Duration::from_secs(60);
+pub const USER: &str = "ops";
+pub const PASSWORD: &str = "s3cret-pw";
+pub const TOKEN: &str = "console-test-token";
+
+/// A gateway whose route `queue` runs the `counter` plugin (acks everything, counts runs in
+/// kv), with the admin server on `port` (`listen` given) and both kinds of credentials.
+pub async fn gateway(queue: &str, listen: &str, credentials: bool) -> Gateway {
+    let exchange = unique("in");
+    let events = unique("events");
+    let client = crate::support::Client::connect().await;
+    client.sink(&exchange).await;
+    client.sink(&events).await;
+    let auth = if credentials {
+        format!("token = \"{TOKEN}\"\nbasic = {{ user = \"{USER}\", password = \"{PASSWORD}\" }}\n")
+    } else {
+        String::new()
+    };
+    let toml = format!(
+        r##"
+version = 1
+[broker]
+url = "{amqp}"
+[store]
+url = "sqlite://{{dir}}/carteiro.db"
+[admin]
+listen = "{listen}"
+{auth}
+[plugins.counter]
+path = "{path}"
+[plugins.counter.variables]
+out_exchange = "{events}"
+[[routes]]
+queue = "{queue}"
+plugin = "counter"
+[routes.retry]
+max_attempts = 3
+backoff = ["1s", "5s"]
+[[routes.bindings]]
+exchange = "{exchange}"
+routing_key = "#"
+"##,
+        amqp = amqp_url(),
+        path = plugin("counter").display(),
+    );
+    let gw = Gateway::start(&toml).await;
+    client.wait_for_consumer(queue).await;
+    if let Some((_, port)) = listen.rsplit_once(':') {
+        let port: u16 = port.parse().expect("a port");
+        wait_for("the admin server to listen", WAIT, || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .ok()
+                .map(|_| ())
+        })
+        .await;
+    }
+    gw
+}
+
+/// Archives a dead letter on `route` with `reason` and `body`, message id `id`.
+pub async fn dead_letter(store: &Store, route: &str, reason: &str, id: &str, body: &[u8]) -> i64 {
+    let now = carteiro::common::now_ms();
+    store
+        .dead_letter_insert(&NewDeadLetter {
+            route: route.into(),
+            queue: format!("{route}.dlq"),
+            reason: reason.into(),
+            plugin: Some("counter".into()),
+            attempts: 3,
+            headers: vec![
+                (":message-id".into(), id.into()),
+                (":content-type".into(), "application/json".into()),
+                ("x-tenant".into(), "<b>acme</b>".into()),
+            ],
+            body: body.to_vec(),
+            first_failed_at: Some(now - 5_000),
+            dead_lettered_at: now,
+        })
+        .await
+        .expect("archive a dead letter")
+}
+
+/// How many dead letters of `route` have a reason containing `text` (replayed or not).
+pub async fn count(store: &Store, route: &str, text: &str, replayed: Option<bool>) -> i64 {
+    store
+        .dead_letters_count(&DeadLetterFilter {
+            route: Some(route.into()),
+            reason_contains: Some(text.into()),
+            replayed,
+            ..Default::default()
+        })
+        .await
+        .expect("count")
+}
+
+/// Waits until the counter plugin ran `n` times (kv `runs`).
+pub async fn runs(store: &Store, n: i64) {
+    wait_for(&format!("{n} handler runs"), WAIT, || async {
+        let runs = match store.kv_get("counter", "runs").await {
+            Ok(Some(e)) => String::from_utf8_lossy(&e.value).parse().unwrap_or(-1),
+            _ => 0,
+        };
+        (runs >= n).then_some(())
+    })
+    .await;
+}
+
+/// A loopback address nobody listens on.
+pub fn loopback() -> (u16, String) {
+    let port = crate::live::free_port();
+    (port, format!("127.0.0.1:{port}"))
+}
+
+/// One HTTP/1.1 request with `headers` and `body`; returns the status, the head and the body.
+pub async fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let request = async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n");
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str(&format!(
+            "Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ));
+        stream.write_all(head.as_bytes()).await?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await?;
+        Ok::<_, std::io::Error>(String::from_utf8_lossy(&response).into_owned())
+    };
+    let response = tokio::time::timeout(WAIT, request)
+        .await
+        .unwrap_or_else(|_| panic!("{method} {path} timed out"))
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {response}"));
+    (status, head.to_owned(), body.to_owned())
+}
+
+/// `Authorization: Basic ...` for `user:password`.
+pub fn basic(user: &str, password: &str) -> String {
+    use base64::Engine;
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+    )
+}

@@ -1,0 +1,109 @@
+//! A console replay is the `dlq replay` engine: stopped half-way and started again, it
+//! replays each dead letter exactly once, oldest first, at the rate asked.
+
+use super::{TOKEN, count, dead_letter, gateway, http, loopback, runs};
+use crate::support::{unique, wait_for};
+use std::time::{Duration, Instant};
+
+const N: i64 = 30;
+
+async fn job(port: u16, location: &str) -> serde_json::Value {
+    let (_, _, body) = http(port, "GET", location, &[], "").await;
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("job JSON {body}: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_replay_stops_and_resumes_once() {
+    let queue = unique("console-resume");
+    let (port, listen) = loopback();
+    let gw = gateway(&queue, &listen, true).await;
+    let mut ids = Vec::new();
+    for i in 0..N {
+        let reason = format!("content service 503 for order {i}");
+        ids.push(dead_letter(&gw.store, &queue, &reason, &format!("m-{i}"), b"{}").await);
+    }
+    let auth = format!("Bearer {TOKEN}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("content-type", "application/json"),
+    ];
+    let start =
+        format!(r#"{{"route":"{queue}","reason":"content service <n> for order <n>","rate":10}}"#);
+
+    let started = Instant::now();
+    let (status, _, body) = http(port, "POST", "/api/dlq/replay", &headers, &start).await;
+    assert_eq!(status, 202, "{body}");
+    let first: serde_json::Value = serde_json::from_str(&body).expect("job");
+    let location = format!("/api/jobs/{}", first["id"]);
+    wait_for("a third replayed", super::WAIT, || async {
+        let j = job(port, &location).await;
+        (j["done"].as_i64() >= Some(N / 3)).then_some(())
+    })
+    .await;
+    // Rate-limited: 10 a second cannot do a third of 30 in under 0.9 s.
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+    let (status, _, _) = http(port, "POST", &format!("{location}/stop"), &headers, "").await;
+    assert_eq!(status, 200);
+    let stopped = wait_for("the job to stop", super::WAIT, || async {
+        let j = job(port, &location).await;
+        (j["finished"] == true).then_some(j)
+    })
+    .await;
+    assert_eq!(stopped["stopped"], true, "{stopped}");
+    let marked = count(&gw.store, &queue, "content service", Some(true)).await;
+    assert!((N / 3..N).contains(&marked), "stopped half-way: {marked}");
+    // Oldest first: the marked ones are exactly the oldest `marked` ids.
+    for (i, id) in ids.iter().enumerate() {
+        let d = gw
+            .store
+            .dead_letter_get(*id)
+            .await
+            .expect("get")
+            .expect("row");
+        assert_eq!(
+            d.replay_count,
+            i64::from((i as i64) < marked),
+            "#{id} (index {i})"
+        );
+    }
+
+    // Started again: takes only what is left.
+    let fast = start.replace(r#""rate":10"#, r#""rate":200"#);
+    let (status, _, body) = http(port, "POST", "/api/dlq/replay", &headers, &fast).await;
+    assert_eq!(status, 202, "{body}");
+    let second: serde_json::Value = serde_json::from_str(&body).expect("job");
+    let location = format!("/api/jobs/{}", second["id"]);
+    let done = wait_for("the second run to finish", super::WAIT, || async {
+        let j = job(port, &location).await;
+        (j["finished"] == true).then_some(j)
+    })
+    .await;
+    assert_eq!(done["planned"].as_i64(), Some(N - marked), "{done}");
+    assert_eq!(done["done"].as_i64(), Some(N - marked), "{done}");
+    assert_eq!(done["remaining"], 0);
+    runs(&gw.store, N).await;
+    for id in &ids {
+        let d = gw
+            .store
+            .dead_letter_get(*id)
+            .await
+            .expect("get")
+            .expect("row");
+        assert_eq!(d.replay_count, 1, "#{id} replayed exactly once");
+    }
+    // A third run finds nothing.
+    let (_, _, body) = http(port, "POST", "/api/dlq/replay", &headers, &fast).await;
+    let third: serde_json::Value = serde_json::from_str(&body).expect("job");
+    let location = format!("/api/jobs/{}", third["id"]);
+    let done = wait_for("the third run to finish", super::WAIT, || async {
+        let j = job(port, &location).await;
+        (j["finished"] == true).then_some(j)
+    })
+    .await;
+    assert_eq!(done["done"], 0, "{done}");
+    gw.stop().await;
+}
