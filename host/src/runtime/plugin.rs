@@ -218,20 +218,15 @@ impl Plugin {
             .max_concurrency
             .or_else(|| default_concurrency(bytes.len()))
             .map_or(tokio::sync::Semaphore::MAX_PERMITS, |n| n.max(1) as usize);
-        Ok(Self {
-            runtime: runtime.clone(),
-            identity: Arc::new(PluginIdentity {
-                name: name.into(),
-                variables,
-                max_host_calls: limits.max_host_calls,
-                max_events: limits.max_events,
-                totals: limits.totals,
-            }),
-            code: Code::Wasm(pre),
+        Ok(Self::assemble(
+            runtime,
+            name,
+            Code::Wasm(pre),
             limits,
-            digest: digest.into(),
-            concurrency: Arc::new(tokio::sync::Semaphore::new(concurrency)),
-        })
+            variables,
+            digest,
+            concurrency,
+        ))
     }
 
     /// A plugin whose deliveries run `handler`, compiled into the host, under the same
@@ -248,6 +243,27 @@ impl Plugin {
         let concurrency = limits
             .max_concurrency
             .map_or(tokio::sync::Semaphore::MAX_PERMITS, |n| n.max(1) as usize);
+        Self::assemble(
+            runtime,
+            name,
+            Code::Native(handler),
+            limits,
+            variables,
+            digest,
+            concurrency,
+        )
+    }
+
+    /// A plugin of `code`, whatever it is compiled to: its identity, limits and permits.
+    fn assemble(
+        runtime: &Arc<Runtime>,
+        name: &str,
+        code: Code,
+        limits: PluginLimits,
+        variables: BTreeMap<String, String>,
+        digest: String,
+        concurrency: usize,
+    ) -> Self {
         Self {
             runtime: runtime.clone(),
             identity: Arc::new(PluginIdentity {
@@ -257,7 +273,7 @@ impl Plugin {
                 max_events: limits.max_events,
                 totals: limits.totals,
             }),
-            code: Code::Native(handler),
+            code,
             limits,
             digest: digest.into(),
             concurrency: Arc::new(tokio::sync::Semaphore::new(concurrency)),

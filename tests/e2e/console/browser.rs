@@ -19,6 +19,26 @@ async fn text(c: &Client, css: &str) -> String {
         .expect("text")
 }
 
+/// Clicks the element with id `id`.
+async fn click(c: &Client, id: &str) {
+    c.find(Locator::Id(id))
+        .await
+        .unwrap_or_else(|e| panic!("no element #{id}: {e}"))
+        .click()
+        .await
+        .unwrap_or_else(|e| panic!("click #{id}: {e}"));
+}
+
+/// Types `keys` into the field with id `id`.
+async fn type_into(c: &Client, id: &str, keys: &str) {
+    c.find(Locator::Id(id))
+        .await
+        .unwrap_or_else(|e| panic!("no field #{id}: {e}"))
+        .send_keys(keys)
+        .await
+        .unwrap_or_else(|e| panic!("type into #{id}: {e}"));
+}
+
 /// The groups page's (count, not replayed) of group `reason`, if listed.
 async fn group_counts(c: &Client, base: &str, reason: &str) -> Option<(i64, i64)> {
     c.goto(&format!("{base}/dead-letters"))
@@ -161,12 +181,7 @@ async fn console_in_a_browser() {
         .expect("rate field");
     rate.clear().await.expect("clear");
     rate.send_keys("3").await.expect("rate");
-    c.find(Locator::Id("replay-group-submit"))
-        .await
-        .expect("button")
-        .click()
-        .await
-        .expect("replay");
+    click(c, "replay-group-submit").await;
     wait_for("the job page", WAIT, || async {
         c.find(Locator::Id("job")).await.ok().map(|_| ())
     })
@@ -212,12 +227,7 @@ async fn console_in_a_browser() {
 
     // Purge with a confirmation: a wrong count deletes nothing; the right one deletes.
     open_group(c, &base, ORDER).await;
-    c.find(Locator::Id("purge-group-submit"))
-        .await
-        .expect("purge")
-        .click()
-        .await
-        .expect("purge");
+    click(c, "purge-group-submit").await;
     wait_for("the confirmation page", WAIT, || async {
         c.find(Locator::Id("purge-count")).await.ok().map(|_| ())
     })
@@ -225,18 +235,8 @@ async fn console_in_a_browser() {
     assert_eq!(text(c, "#purge-count").await, "3");
     Browser::screenshot(c, "purge-confirm").await;
     let confirm_url = c.current_url().await.expect("url");
-    c.find(Locator::Id("confirm"))
-        .await
-        .expect("field")
-        .send_keys("2")
-        .await
-        .expect("type");
-    c.find(Locator::Id("purge-submit"))
-        .await
-        .expect("submit")
-        .click()
-        .await
-        .expect("submit");
+    type_into(c, "confirm", "2").await;
+    click(c, "purge-submit").await;
     wait_for("the refusal", WAIT, || async {
         let page = c.source().await.ok()?;
         page.contains("does not match").then_some(())
@@ -250,18 +250,8 @@ async fn console_in_a_browser() {
     c.goto(confirm_url.as_str())
         .await
         .expect("confirm page again");
-    c.find(Locator::Id("confirm"))
-        .await
-        .expect("field")
-        .send_keys("3")
-        .await
-        .expect("type");
-    c.find(Locator::Id("purge-submit"))
-        .await
-        .expect("submit")
-        .click()
-        .await
-        .expect("submit");
+    type_into(c, "confirm", "3").await;
+    click(c, "purge-submit").await;
     wait_for("the purge", WAIT, || async {
         let done = c
             .find(Locator::Id("purged"))
@@ -284,18 +274,8 @@ async fn console_in_a_browser() {
     let hostile_group = "<script>alert(<n>)</script> rejected";
     open_group(c, &base, hostile_group).await;
     let path = crate::support::plugin("counter").display().to_string();
-    c.find(Locator::Id("shadow-path"))
-        .await
-        .expect("path")
-        .send_keys(&path)
-        .await
-        .expect("type");
-    c.find(Locator::Id("shadow-submit"))
-        .await
-        .expect("button")
-        .click()
-        .await
-        .expect("shadow");
+    type_into(c, "shadow-path", &path).await;
+    click(c, "shadow-submit").await;
     let report = wait_for("the shadow report", WAIT, || async {
         c.find(Locator::Id("shadow-summary"))
             .await
