@@ -382,45 +382,12 @@ async fn failure_mid_chain_keeps_key_order_on_postgres() {
 /// same run may be confirmed, but none of them is marked: once the failed row goes out,
 /// it and every row after it go out again, in order.
 async fn failure_mid_pipeline_republishes_the_rest_in_order(store_url: &str) {
-    use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
     let client = Client::connect().await;
     let exchange = unique("out");
-    let sink = unique("sink");
-    client
-        .channel
-        .exchange_declare(
-            exchange.as_str().into(),
-            lapin::ExchangeKind::Direct,
-            ExchangeDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            Default::default(),
-        )
-        .await
-        .expect("declare exchange");
-    client
-        .channel
-        .queue_declare(
-            sink.as_str().into(),
-            QueueDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            Default::default(),
-        )
-        .await
-        .expect("declare sink");
-    let bind = |key: &'static str| {
-        client.channel.queue_bind(
-            sink.as_str().into(),
-            exchange.as_str().into(),
-            key.into(),
-            QueueBindOptions::default(),
-            Default::default(),
-        )
-    };
-    bind("seeded").await.expect("bind");
+    let sink = client
+        .unbound_sink(&exchange, lapin::ExchangeKind::Direct)
+        .await;
+    client.bind(&sink, &exchange, "seeded").await;
     let store = Store::connect(store_url, 4).await.expect("store");
     store.migrate().await.expect("migrate");
     let mut rows = chain_rows("K", 40, &exchange, None);
@@ -449,7 +416,7 @@ async fn failure_mid_pipeline_republishes_the_rest_in_order(store_url: &str) {
     // Still unmarked, whatever was confirmed behind K/5.
     assert_eq!(store.outbox_status().await.expect("status").pending, 35);
 
-    bind("nowhere").await.expect("bind");
+    client.bind(&sink, &exchange, "nowhere").await;
     // Once K/5 is routed, K/6..K/39 follow it in order (earlier runs' copies may come
     // before it: they were never marked).
     let seen = std::sync::Mutex::new(Vec::new());

@@ -179,18 +179,23 @@ impl Client {
     /// Declares a durable topic exchange and a durable queue bound to it with `#` (both
     /// survive a broker restart); returns the queue name.
     pub async fn sink(&self, exchange: &str) -> String {
-        use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+        let queue = self
+            .unbound_sink(exchange, lapin::ExchangeKind::Topic)
+            .await;
+        self.bind(&queue, exchange, "#").await;
+        queue
+    }
+
+    /// Declares a durable exchange of `kind` and a durable queue bound to nothing yet (see
+    /// [`Client::bind`]); returns the queue name.
+    pub async fn unbound_sink(&self, exchange: &str, kind: lapin::ExchangeKind) -> String {
+        use lapin::options::{ExchangeDeclareOptions, QueueDeclareOptions};
         let durable = ExchangeDeclareOptions {
             durable: true,
             ..Default::default()
         };
         self.channel
-            .exchange_declare(
-                exchange.into(),
-                lapin::ExchangeKind::Topic,
-                durable,
-                Default::default(),
-            )
+            .exchange_declare(exchange.into(), kind, durable, Default::default())
             .await
             .expect("declare exchange");
         let queue = unique("sink");
@@ -205,17 +210,21 @@ impl Client {
             )
             .await
             .expect("declare sink");
+        queue
+    }
+
+    /// Binds `queue` to `exchange` with `key`.
+    pub async fn bind(&self, queue: &str, exchange: &str, key: &str) {
         self.channel
             .queue_bind(
-                queue.as_str().into(),
+                queue.into(),
                 exchange.into(),
-                "#".into(),
-                QueueBindOptions::default(),
+                key.into(),
+                lapin::options::QueueBindOptions::default(),
                 Default::default(),
             )
             .await
             .expect("bind sink");
-        queue
     }
 
     /// Waits until the gateway consumes `queue` (a failed passive declare closes its

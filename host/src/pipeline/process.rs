@@ -219,7 +219,11 @@ async fn dead_letter_after_panic(
             count_handed_on(ctx, outcome, "panic");
             Settle::Ack(outcome)
         }
-        _ => Settle::Reject(reason),
+        // Rejected to the broker's dead-letter exchange: still a dead letter of ours.
+        _ => {
+            ctx.metrics.dead_letter(&ctx.queue, "panic");
+            Settle::Reject(reason)
+        }
     }
 }
 
