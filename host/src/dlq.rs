@@ -1,16 +1,18 @@
 //! Dead letters for people: JSON views and replay (back onto the route's work queue with a
 //! fresh attempt counter, via a confirmed publish, then marked replayed). `run`: a replay
 //! of everything a filter selects, resumable. `shadow`: what a new plugin version would
-//! decide on dead letters, in a throwaway store (nothing committed or published).
+//! decide on dead letters, in a throwaway store (nothing committed or published). `unpark`:
+//! a quorum route's parked dead letters back into its DLQ.
 
 pub mod run;
 pub mod shadow;
+pub mod unpark;
 
 use crate::broker::outgoing::replay_properties;
 use crate::broker::seal::SealKey;
 use crate::broker::{ConfirmedPublisher, Outgoing, PublisherOptions};
 use crate::common::headers::{PROP_CONTENT_TYPE, PROP_CORRELATION_ID, PROP_MESSAGE_ID};
-use crate::store::{DeadLetter, Store};
+use crate::store::{DeadLetter, Store, StoreError};
 use std::time::Duration;
 
 fn body_preview(body: &[u8]) -> serde_json::Value {
@@ -88,18 +90,79 @@ pub fn replay_properties_of(d: &DeadLetter) -> anyhow::Result<lapin::BasicProper
     .map_err(|e| anyhow::anyhow!("dead letter {} cannot be replayed: {e}", d.id))
 }
 
-/// Publishes the dead letter back to its route's queue (confirmed) and marks it replayed.
+/// How one replay of a dead letter ended, when nothing failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replayed {
+    /// Published, confirmed and marked replayed.
+    Done,
+    /// Another replay holds it, or replayed it meanwhile: nothing published.
+    Skipped,
+}
+
+/// Why one replay failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// Nothing was published (or no confirm came); the row stays unreplayed.
+    #[error(transparent)]
+    NotPublished(#[from] anyhow::Error),
+    /// Published and confirmed, but the mark did not reach the store: the row still reads
+    /// unreplayed, and a later run publishes it again (the route's inbox takes one).
+    #[error(
+        "dead letter {id} was republished to queue `{route}` and confirmed, but marking it \
+         replayed failed: {source}; stop replaying until the store takes writes (a re-run \
+         publishes it again, and the route's inbox keeps its effects once)"
+    )]
+    Unmarked {
+        id: i64,
+        route: String,
+        #[source]
+        source: StoreError,
+    },
+}
+
+/// How long a replay's claim on a row lasts: the publish and its confirm, with room. A run
+/// killed while holding one leaves that row to the next run once this is over.
+fn claim_lease(timeout: Duration) -> i64 {
+    i64::try_from((timeout * 2 + Duration::from_secs(5)).as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Claims the dead letter (so a concurrent replay skips it), publishes it back to its
+/// route's queue (confirmed) and marks it replayed. `replayed_before`: a row replayed
+/// already is taken only if that was before this moment (`None`: only unreplayed rows).
 pub async fn replay(
     store: &Store,
     publisher: &ConfirmedPublisher,
     seal: &SealKey,
     d: &DeadLetter,
     timeout: Duration,
-) -> anyhow::Result<()> {
+    replayed_before: Option<i64>,
+) -> Result<Replayed, ReplayError> {
+    let owner = uuid::Uuid::now_v7().to_string();
+    replay_as(store, publisher, seal, d, timeout, replayed_before, &owner).await
+}
+
+/// [`replay`], claiming the row as `owner` (one run's rows share an owner, so a stopped run
+/// can give its claim back at once: see `run::replay_matching`).
+pub(crate) async fn replay_as(
+    store: &Store,
+    publisher: &ConfirmedPublisher,
+    seal: &SealKey,
+    d: &DeadLetter,
+    timeout: Duration,
+    replayed_before: Option<i64>,
+    owner: &str,
+) -> Result<Replayed, ReplayError> {
     let properties = replay_properties_of(d)?;
     // Sealed, so the route believes the original exchange and routing key it carries.
     let properties = seal.seal(&d.route, properties, &d.body);
-    publisher
+    let claimed = store
+        .dead_letter_claim_replay(d.id, owner, claim_lease(timeout), replayed_before)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot claim dead letter {} for replay: {e}", d.id))?;
+    if !claimed {
+        return Ok(Replayed::Skipped);
+    }
+    let published = publisher
         .publish(
             Outgoing {
                 exchange: String::new(),
@@ -110,17 +173,38 @@ pub async fn replay(
             },
             timeout,
         )
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "replay of dead letter {} to queue `{}` failed: {e}",
-                d.id,
-                d.route
-            )
-        })?;
-    store.dead_letter_mark_replayed(d.id).await?;
-    Ok(())
+        .await;
+    if let Err(e) = published {
+        // Best effort: an unreleased claim expires on its own.
+        let _ = store.dead_letter_release_replay(Some(d.id), owner).await;
+        return Err(anyhow::anyhow!(
+            "replay of dead letter {} to queue `{}` failed: {e}",
+            d.id,
+            d.route
+        )
+        .into());
+    }
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match store.dead_letter_mark_replayed(d.id).await {
+            Ok(()) => return Ok(Replayed::Done),
+            Err(e) if e.is_transient() && tries < MARK_TRIES => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(source) => {
+                return Err(ReplayError::Unmarked {
+                    id: d.id,
+                    route: d.route.clone(),
+                    source,
+                });
+            }
+        }
+    }
 }
+
+/// Tries at marking a confirmed replay before the run stops for the store.
+const MARK_TRIES: u32 = 3;
 
 /// Opens a publisher for replays.
 pub async fn replay_publisher(

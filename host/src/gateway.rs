@@ -216,8 +216,39 @@ pub async fn run_live(
         tracing::warn!(plugin = %name, "running a native handler instead of the component: no sandbox");
         *loaded = Arc::new(native);
     }
-    let store = open_store(&config).await?;
-    let seal = seal_key(&store).await?;
+    tokio::pin!(shutdown);
+    // Bound first, so the admin address answers (healthy, not ready) while the store waits.
+    let admin_listener = match config.admin.listen.as_str() {
+        "" => None,
+        listen => Some(
+            tokio::net::TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("cannot listen on admin address {listen}"))?
+                .into_std()?,
+        ),
+    };
+    let starting = CancellationToken::new();
+    let responder = match &admin_listener {
+        Some(listener) => {
+            let clone = tokio::net::TcpListener::from_std(listener.try_clone()?)?;
+            Some(tokio::spawn(crate::startup::serve_waiting(
+                clone,
+                starting.clone(),
+            )))
+        }
+        None => None,
+    };
+    let opened = crate::startup::open_waiting(&config, &mut shutdown)
+        .await
+        .with_context(|| format!("cannot open the store at {}", redact_url(&config.store.url)))?;
+    starting.cancel();
+    if let Some(responder) = responder {
+        let _ = responder.await;
+    }
+    let Some(crate::startup::Opened { store, seal }) = opened else {
+        tracing::info!("shut down while waiting for the store");
+        return Ok(());
+    };
     let committer = GroupCommitter::spawn(store.clone(), config.store.commit_batch);
     let reads = BatchedReads::spawn(store.clone());
     let gate = StoreGate::new(store.clone(), metrics.clone());
@@ -268,10 +299,8 @@ pub async fn run_live(
         store.clone(),
         stop.clone(),
     ));
-    if !config.admin.listen.is_empty() {
-        let listener = tokio::net::TcpListener::bind(&config.admin.listen)
-            .await
-            .with_context(|| format!("cannot listen on admin address {}", config.admin.listen))?;
+    if let Some(listener) = admin_listener {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
         tracing::info!(address = %config.admin.listen, "admin server listening");
         let stop = stop.clone();
         tasks.spawn(crate::admin::serve(
@@ -283,7 +312,6 @@ pub async fn run_live(
     }
     tracing::info!(routes = config.routes.len(), broker = %redact_url(&config.broker.url), store = %store.redacted_url(), "gateway running");
 
-    tokio::pin!(shutdown);
     let (mut result, by_signal) = tokio::select! {
         _ = &mut shutdown => {
             tracing::info!("shutting down: finishing in-flight deliveries");

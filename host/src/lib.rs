@@ -16,6 +16,7 @@
 //! - [`relay`]: the outbox publisher.
 //! - [`dlq`]: dead letters for people (JSON views, replay, shadow replay of a new version).
 //! - [`gateway`]: `carteiro run` — everything wired together.
+//! - [`startup`]: opening the store at start-up, waiting while it refuses writes.
 //! - [`live`]: changing handlers while running — reload (SIGHUP, `POST /admin/reload`).
 //! - [`admin`]: health, readiness, metrics and DLQ over HTTP.
 //! - [`metrics`], [`housekeeping`]: Prometheus metrics, retention cleanup.
@@ -37,6 +38,7 @@ pub mod pipeline;
 pub mod redact;
 pub mod relay;
 pub mod runtime;
+pub mod startup;
 pub mod store;
 pub mod telemetry;
 pub mod topology;

@@ -98,6 +98,7 @@ pub struct Metrics {
     dead_letters: Family<RouteReason, Counter>,
     reconnects: Family<Component, Counter>,
     alert_active: Family<Route, Gauge>,
+    dead_letters_parked: Family<Route, Gauge>,
     /// 1 while the store answers, 0 while the store gate holds consumption.
     pub store_available: Gauge,
     /// Times the store gate closed.
@@ -239,6 +240,7 @@ impl Default for Metrics {
         let dead_letters = Family::<RouteReason, Counter>::default();
         let reconnects = Family::<Component, Counter>::default();
         let alert_active = Family::<Route, Gauge>::default();
+        let dead_letters_parked = Family::<Route, Gauge>::default();
         let store_available = Gauge::default();
         store_available.set(1);
         let store_outages = Counter::default();
@@ -268,6 +270,11 @@ impl Default for Metrics {
             "dead_letter_alert_active",
             "1 while a route's dead letters in its alert window are at or above its threshold",
             alert_active.clone(),
+        );
+        registry.register(
+            "dead_letters_parked",
+            "Messages in a quorum route's Q.dlq.parked: dead letters the archiver could not take within Q.dlq's delivery limit",
+            dead_letters_parked.clone(),
         );
         registry.register(
             "store_available",
@@ -320,6 +327,7 @@ impl Default for Metrics {
             dead_letters,
             reconnects,
             alert_active,
+            dead_letters_parked,
             store_available,
             store_outages,
             outbox_pending,
@@ -473,6 +481,15 @@ impl Metrics {
                 route: route.into(),
             })
             .set(i64::from(active));
+    }
+
+    /// Messages waiting in `route`'s `Q.dlq.parked`.
+    pub fn set_parked(&self, route: &str, messages: u32) {
+        self.dead_letters_parked
+            .get_or_create(&Route {
+                route: route.into(),
+            })
+            .set(i64::from(messages));
     }
 
     pub fn handler_duration(&self, route: &str, took: Duration) {

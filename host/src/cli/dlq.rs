@@ -115,11 +115,26 @@ pub enum DlqCommand {
         #[command(flatten)]
         filter: FilterArgs,
     },
+    /// Move a quorum route's parked dead letters (`ROUTE.dlq.parked`: those the archiver
+    /// could not take within the DLQ's delivery limit) back into `ROUTE.dlq`, where the
+    /// running gateway archives them. Takes those parked when it starts.
+    Unpark {
+        /// The route (work queue).
+        #[arg(long)]
+        route: String,
+    },
 }
 
 /// Runs a `dlq` subcommand against the config's store (and broker for replay).
 pub async fn run(config_path: &Path, command: DlqCommand) -> anyhow::Result<i32> {
     let config = load_config(config_path)?;
+    if let DlqCommand::Unpark { route } = &command {
+        let settings = broker_settings(&config, "carteiro dlq unpark");
+        let conn = connect_any(&settings.urls, &settings.connect).await?;
+        let moved = crate::dlq::unpark::unpark(&conn, route).await?;
+        println!("{moved} parked dead letters moved back to {route}.dlq");
+        return Ok(0);
+    }
     let store = gateway::open_store(&config).await?;
     match command {
         DlqCommand::List {
@@ -206,6 +221,7 @@ pub async fn run(config_path: &Path, command: DlqCommand) -> anyhow::Result<i32>
             let n = store.dead_letters_purge(&filter.filter()).await?;
             println!("{n} dead letters deleted");
         }
+        DlqCommand::Unpark { .. } => unreachable!("handled before the store opens"),
     }
     Ok(0)
 }
@@ -258,10 +274,23 @@ async fn replay(
             eprintln!("no dead letter with id {id}");
             return Ok(1);
         };
-        crate::dlq::replay(store, &publisher, &seal, &d, timeout).await?;
-        println!("replayed #{} to queue {}", d.id, d.route);
-        println!("1 replayed");
-        return Ok(0);
+        let since = Some(crate::common::now_ms());
+        return Ok(
+            match crate::dlq::replay(store, &publisher, &seal, &d, timeout, since).await? {
+                crate::dlq::Replayed::Done => {
+                    println!("replayed #{} to queue {}", d.id, d.route);
+                    println!("1 replayed");
+                    0
+                }
+                crate::dlq::Replayed::Skipped => {
+                    eprintln!(
+                        "#{} is being replayed by another run right now; not replayed",
+                        d.id
+                    );
+                    1
+                }
+            },
+        );
     }
     let mut progress = CliProgress::new();
     let report = crate::dlq::run::replay_matching(
@@ -275,6 +304,12 @@ async fn replay(
     )
     .await?;
     println!("{} replayed", report.replayed);
+    if report.skipped > 0 {
+        println!(
+            "{} skipped: another replay running at the same time had them",
+            report.skipped
+        );
+    }
     for (id, why) in &report.failed {
         println!("#{id} failed: {why}");
     }
@@ -397,9 +432,10 @@ async fn replay_acked_by(
         let Some(d) = store.dead_letter_get(id).await? else {
             continue;
         };
-        match crate::dlq::replay(store, &publisher, &seal, &d, config.broker.publish_timeout).await
-        {
-            Ok(()) => replayed += 1,
+        let timeout = config.broker.publish_timeout;
+        match crate::dlq::replay(store, &publisher, &seal, &d, timeout, None).await {
+            Ok(crate::dlq::Replayed::Done) => replayed += 1,
+            Ok(crate::dlq::Replayed::Skipped) => println!("#{id} skipped: another run has it"),
             Err(e) => {
                 failed += 1;
                 println!("#{id} failed: {e:#}");

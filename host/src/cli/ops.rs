@@ -98,7 +98,13 @@ pub async fn migrate(path: &Path) -> anyhow::Result<i32> {
 /// `carteiro relay`: only the outbox relay.
 pub async fn relay(path: &Path, shutdown: impl Future<Output = ()>) -> anyhow::Result<i32> {
     let config = load_config(path)?;
-    let store = gateway::open_store(&config).await?;
+    tokio::pin!(shutdown);
+    // Like the gateway, wait (with backoff) while the store refuses writes.
+    let Some(crate::startup::Opened { store, .. }) =
+        crate::startup::open_waiting(&config, &mut shutdown).await?
+    else {
+        return Ok(0);
+    };
     let telemetry = Telemetry::start(&config.telemetry)?;
     let relay = Relay::new(&config, store, Arc::new(Metrics::default()), None)
         .with_telemetry(telemetry.clone());

@@ -7,10 +7,15 @@
 //! message that fails again during the run and is archived anew is left for the next run),
 //! in id order, at most `limit` of them.
 //!
-//! Exactly once, and its one window: a row is published, its confirm awaited, then it is
-//! marked (`replayed_at`, `replay_count + 1`). A run killed between a confirm and its mark
-//! (one row at most: rows go out one after another) leaves that row unmarked, and the next
-//! run publishes it again. Both copies carry the same message id, so the route's inbox lets
+//! Concurrent runs (a console job beside `carteiro dlq replay`, a double click) split the
+//! rows: each row is claimed (`replaying_by`, a lease by the database's clock) before it is
+//! published, and a row another run holds or has replayed is skipped.
+//!
+//! Exactly once, and its one window: a row is claimed, published, its confirm awaited, then
+//! it is marked (`replayed_at`, `replay_count + 1`). A run killed between a confirm and its
+//! mark (one row at most: rows go out one after another) leaves that row unmarked, and the
+//! next run publishes it again once its claim expired. A mark that fails after a confirm
+//! stops the run at that row (`ReplayReport::unmarked`), so no second row goes out unmarked. Both copies carry the same message id, so the route's inbox lets
 //! the second one through only if the first had not committed yet — effects stay once (G2)
 //! while its inbox record is kept (`[store] inbox_retention`). Every other row is published
 //! exactly once over all runs. `include_replayed` runs do not resume: a re-run takes every
@@ -21,6 +26,8 @@ use std::time::Duration;
 use crate::broker::ConfirmedPublisher;
 use crate::broker::seal::SealKey;
 use crate::store::{DeadLetterFilter, DeadLetterStat, Store};
+
+use super::{ReplayError, Replayed, replay_as};
 
 /// Rows read per page.
 pub const PAGE: i64 = 100;
@@ -52,8 +59,13 @@ pub struct ReplayReport {
     pub remaining: u64,
     /// The run stopped at `limit`.
     pub stopped_by_limit: bool,
-    /// The run gave up early (failures in a row).
+    /// The run gave up early (failures in a row, or a mark that failed after a confirm).
     pub gave_up: Option<String>,
+    /// Rows another replay running at the same time held or replayed first: not published.
+    pub skipped: u64,
+    /// A row published and confirmed whose mark failed (the run stopped there): it still
+    /// reads unreplayed, and a re-run publishes it again.
+    pub unmarked: Option<i64>,
 }
 
 /// Told about a run's progress.
@@ -194,6 +206,10 @@ pub async fn replay_matching(
     report.planned = options.limit.map_or(matching, |l| l.min(matching));
     progress.start(report.planned);
 
+    // An include-replayed run takes rows replayed before it started, not those a concurrent
+    // run replays meanwhile.
+    let replayed_before = options.include_replayed.then(crate::common::now_ms);
+    let claims = Claims::new(store);
     let mut pace = options.rate_per_sec.map(Pace::new);
     let mut cursor: Option<i64> = None;
     let mut failures_in_a_row = 0;
@@ -215,11 +231,32 @@ pub async fn replay_matching(
                 pace.wait().await;
             }
             cursor = Some(d.id);
-            match super::replay(store, publisher, seal, &d, publish_timeout).await {
-                Ok(()) => {
+            let owner = &claims.owner;
+            match replay_as(
+                store,
+                publisher,
+                seal,
+                &d,
+                publish_timeout,
+                replayed_before,
+                owner,
+            )
+            .await
+            {
+                Ok(Replayed::Done) => {
                     report.replayed += 1;
                     failures_in_a_row = 0;
                     progress.advance(report.replayed);
+                }
+                Ok(Replayed::Skipped) => report.skipped += 1,
+                // Published but not marked: stop at once, so at most this one row is out
+                // unmarked, and say so rather than call it a failure.
+                Err(e @ ReplayError::Unmarked { .. }) => {
+                    report.replayed += 1;
+                    progress.advance(report.replayed);
+                    report.unmarked = Some(d.id);
+                    report.gave_up = Some(e.to_string());
+                    break 'pages;
                 }
                 Err(e) => {
                     tracing::warn!(id = d.id, route = %d.route, error = %e, "replay failed; the dead letter stays unreplayed");
@@ -247,6 +284,33 @@ pub async fn replay_matching(
     report.remaining = u64::try_from(left).unwrap_or(0);
     progress.finish(&report);
     Ok(report)
+}
+
+/// The claims of one run. A run stopped by dropping its future (a console job's Stop) may
+/// hold a claim on the row it was publishing; dropping this gives it back at once, so the
+/// next run need not wait for the lease to end.
+struct Claims {
+    store: Store,
+    owner: String,
+}
+
+impl Claims {
+    fn new(store: &Store) -> Self {
+        Self {
+            store: store.clone(),
+            owner: uuid::Uuid::now_v7().to_string(),
+        }
+    }
+}
+
+impl Drop for Claims {
+    fn drop(&mut self) {
+        let (store, owner) = (self.store.clone(), std::mem::take(&mut self.owner));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            // Best effort: a claim that is not given back expires with its lease.
+            runtime.spawn(async move { store.dead_letter_release_replay(None, &owner).await });
+        }
+    }
 }
 
 /// Spaces replays `1/rate` seconds apart, from the first one.

@@ -6,19 +6,22 @@
 //! such.
 //!
 //! The store keeps any text a dead letter carries (NUL bytes and all, see
-//! `Store::dead_letter_insert`), so only store trouble makes the archiver wait and retry, and
-//! it stops waiting on shutdown: a dead letter never loops and never pauses the routes.
+//! `Store::dead_letter_insert`), so only store trouble makes the archiver wait: it holds the
+//! dead letter (never requeues it, which would spend a quorum DLQ's delivery limit) and
+//! stops waiting on shutdown. Should a dead letter still exceed that limit (gateway crashes,
+//! a broker `consumer_timeout`), the broker parks it in `Q.dlq.parked` ([`watch_parked`]).
 
 use super::context::RouteContext;
+use crate::broker::JitteredBackoff;
 use crate::broker::headers::{header_int, header_text, to_text_pairs};
 use crate::broker::seal;
 use crate::common::{headers as h, now_ms};
 use crate::store::NewDeadLetter;
-use crate::topology::dlq_name;
+use crate::topology::{QueueType, dlq_name, parked_name};
 use futures::StreamExt;
 use lapin::BasicProperties;
 use lapin::message::Delivery;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use std::sync::Arc;
 use std::time::Duration;
@@ -150,31 +153,75 @@ fn record_of(ctx: &RouteContext, delivery: &Delivery) -> NewDeadLetter {
 
 async fn archive(ctx: &RouteContext, delivery: Delivery, stop: &CancellationToken) {
     let record = record_of(ctx, &delivery);
-    tokio::select! {
-        () = ctx.gate.wait_healthy() => {}
-        // Unacked: the broker keeps it in Q.dlq for the next start.
-        () = stop.cancelled() => return,
+    let mut backoff = JitteredBackoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    // Held, never requeued: on a quorum DLQ each requeue spends its delivery limit, and a
+    // requeue loop during an outage only burns CPU. Unacked on shutdown, it stays in Q.dlq.
+    loop {
+        tokio::select! {
+            () = ctx.gate.wait_healthy() => {}
+            () = stop.cancelled() => return,
+        }
+        match ctx.store.dead_letter_insert(&record).await {
+            Ok(id) => {
+                ctx.metrics.dead_letter_archived(&ctx.queue);
+                tracing::info!(id, route = %ctx.queue, reason = %record.reason, "dead letter archived");
+                if let Err(e) = delivery.acker.ack(BasicAckOptions::default()).await {
+                    tracing::warn!(error = %e, "dead letter archived but not acked; it may be archived twice");
+                }
+                return;
+            }
+            // Only store trouble is left: hold it and wait for the store.
+            Err(e) => {
+                ctx.gate.report_failure(&e.to_string());
+                tracing::warn!(route = %ctx.queue, error = %e, "dead letter not archived yet: holding it in Q.dlq until the store takes writes");
+                tokio::select! {
+                    () = tokio::time::sleep(backoff.next_delay()) => {}
+                    () = stop.cancelled() => return,
+                }
+            }
+        }
     }
-    match ctx.store.dead_letter_insert(&record).await {
-        Ok(id) => {
-            ctx.metrics.dead_letter_archived(&ctx.queue);
-            tracing::info!(id, route = %ctx.queue, reason = %record.reason, "dead letter archived");
-            if let Err(e) = delivery.acker.ack(BasicAckOptions::default()).await {
-                tracing::warn!(error = %e, "dead letter archived but not acked; it may be archived twice");
-            }
+}
+
+/// How often a quorum route's `Q.dlq.parked` depth is read.
+const PARKED_CHECK: Duration = Duration::from_secs(10);
+
+/// Keeps `carteiro_dead_letters_parked{route}` true and says so, once per change, when
+/// dead letters were parked: only an operator moves them back (docs/dead-letters.md).
+pub async fn watch_parked(
+    ctx: Arc<RouteContext>,
+    conn: Arc<lapin::Connection>,
+    stop: CancellationToken,
+) {
+    if ctx.topology.queue_type != QueueType::Quorum {
+        return;
+    }
+    let parked = parked_name(&ctx.queue);
+    let mut last = 0;
+    let mut tick = tokio::time::interval(PARKED_CHECK);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = stop.cancelled() => return,
         }
-        // Only store trouble is left: wait for the store.
-        Err(e) => {
-            ctx.gate.report_failure(&e.to_string());
-            tokio::select! {
-                () = tokio::time::sleep(Duration::from_millis(500)) => {}
-                () = stop.cancelled() => {}
-            }
-            let requeue = BasicNackOptions {
-                requeue: true,
-                ..Default::default()
-            };
-            let _ = delivery.acker.nack(requeue).await;
+        // A failed passive declare closes its channel, so each look gets a fresh one.
+        let Ok(channel) = conn.create_channel().await else {
+            return;
+        };
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        let declared = channel
+            .queue_declare(parked.as_str().into(), passive, FieldTable::default())
+            .await;
+        let _ = channel.close(200, "looked".into()).await;
+        let Ok(queue) = declared else { continue };
+        let count = queue.message_count();
+        ctx.metrics.set_parked(&ctx.queue, count);
+        if count > last {
+            tracing::error!(route = %ctx.queue, queue = %parked, parked = count, "dead letters parked: the archiver could not take them within Q.dlq's delivery limit; move them back with `carteiro dlq unpark --route {}`", ctx.queue);
         }
+        last = count;
     }
 }

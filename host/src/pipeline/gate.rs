@@ -1,5 +1,6 @@
 //! Circuit breaker on the store: after a store failure, deliveries wait here (holding their
-//! prefetch slots, which pauses consumption) until a probe finds the store answering again.
+//! prefetch slots, which pauses consumption) until a probe finds the store taking writes
+//! again (`Store::probe_write`: a committed write, not a read).
 
 use crate::broker::JitteredBackoff;
 use crate::metrics::Metrics;
@@ -60,9 +61,9 @@ impl StoreGate {
                 JitteredBackoff::new(Duration::from_millis(200), Duration::from_secs(5));
             loop {
                 tokio::time::sleep(backoff.next_delay()).await;
-                match store.ping().await {
+                match store.probe_write().await {
                     Ok(()) => {
-                        tracing::info!("store answers again: resuming consumption");
+                        tracing::info!("store takes writes again: resuming consumption");
                         healthy.send_replace(true);
                         metrics.store_available.set(1);
                         return;

@@ -3,9 +3,11 @@
 //! `plan`, a pure function) carried out here — the one place that talks to the publisher,
 //! the committer, the acks and the metrics — and only then `basic.ack`.
 //!
-//! Store trouble never sends a delivery back to the broker at once: the delivery waits here
-//! for the store (the gate pauses the routes meanwhile) and is processed again, so an
-//! outage does not count against a quorum queue's delivery limit. A panic while processing
+//! Store trouble never sends a delivery back to the broker: the delivery waits here for the
+//! store (the gate pauses the routes meanwhile, and reopens only when a write succeeds) and
+//! is processed again, however long the outage, so it never counts against a quorum queue's
+//! delivery limit. Past the broker's `consumer_timeout` the broker itself takes the
+//! deliveries back (docs/limits.md). A panic while processing
 //! is caught: the delivery is requeued once, and rejected to the dead-letter exchange if it
 //! panics again on redelivery.
 
@@ -17,8 +19,8 @@ use super::key;
 use super::plan::{self, Outcome, Plan};
 use super::received::Received;
 use super::shadow::{Decision, RecordingKv};
-use crate::broker::ConfirmedPublisher;
 use crate::broker::outgoing::cap_reason;
+use crate::broker::{ConfirmedPublisher, JitteredBackoff};
 use crate::common::{FaultPoint, hang_if};
 use crate::config::MissingKeyPolicy;
 use crate::runtime::{Invocation, KvSource, Message, Plugin};
@@ -36,8 +38,10 @@ use tracing::Instrument;
 const MAX_CONFLICT_RERUNS: u32 = 100;
 /// Wait before requeueing a delivery we could not settle (broker trouble).
 const REQUEUE_DELAY: Duration = Duration::from_millis(500);
-/// Rounds of "store failed, wait for it, process again" before the delivery is requeued.
-const MAX_STORE_ROUNDS: u32 = 10;
+/// Rounds of "store failed, wait for it, process again" after which a delivery that keeps
+/// failing while the gate's write probe passes is reported (it is still held, never
+/// requeued: a requeue would spend a quorum queue's delivery limit).
+const STUBBORN_STORE_ROUNDS: u32 = 10;
 
 /// How a delivery is settled with the broker.
 enum Settle {
@@ -248,19 +252,24 @@ async fn settle(
         panic!("fault injection: panic while processing a delivery");
     }
     let mut round = 0;
+    // Between rounds once the gate is open again, so a delivery whose writes fail while the
+    // probe's succeed (a grant revoked on one table) does not spin.
+    let mut pause = JitteredBackoff::new(Duration::from_millis(200), Duration::from_secs(5));
     loop {
         round += 1;
         match step(ctx, plugin, tally, publisher, delivery, &received).await {
             Step::Done(settle) => return settle,
             Step::StoreTrouble(why) => {
                 ctx.gate.report_failure(&why);
-                if round >= MAX_STORE_ROUNDS {
-                    return Settle::Requeue(format!(
-                        "the store failed {round} times processing this delivery: {why}"
-                    ));
+                if round == STUBBORN_STORE_ROUNDS {
+                    tracing::error!(reason = %why, round, "the store keeps refusing this delivery's writes although its write probe succeeds; still holding it (check the database's grants and locks on the carteiro tables)");
+                } else {
+                    tracing::warn!(reason = %why, round, "store trouble: holding the delivery until the store takes writes");
                 }
-                tracing::warn!(reason = %why, round, "store trouble: holding the delivery until the store answers");
                 ctx.gate.wait_healthy().await;
+                if round > 1 {
+                    tokio::time::sleep(pause.next_delay()).await;
+                }
             }
         }
     }

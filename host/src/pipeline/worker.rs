@@ -125,6 +125,11 @@ async fn session(
         conn.clone(),
         archiver_stop.clone(),
     ));
+    let parked = tokio::spawn(archiver::watch_parked(
+        ctx.clone(),
+        conn.clone(),
+        archiver_stop.clone(),
+    ));
     ctx.metrics.set_connected(&ctx.queue, true);
     backoff.reset();
     tracing::info!(queue = %ctx.queue, plugin = ctx.plugin().name(), version = ctx.plugin().version(), prefetch = ctx.prefetch, "consumer started");
@@ -187,6 +192,7 @@ async fn session(
         acker.abort();
     }
     let _ = archiver.await;
+    let _ = parked.await;
     ctx.metrics.set_connected(&ctx.queue, false);
     outcome
 }

@@ -335,7 +335,7 @@ impl<'a> Session<'a> {
             let row = &leased.row;
             let mut give_back = Vec::new();
             match error {
-                Some(error) => record_failure(self.relay, row, &error).await?,
+                Some(error) => record_failure(self.relay, &self.owner, row, &error).await?,
                 None => {
                     tracing::warn!(event_id = %row.event_id, "outbox row not published before its lease ran low; giving it back");
                     give_back.push(row.id);
@@ -381,7 +381,7 @@ impl<'a> Session<'a> {
             for Failure { leased, error } in std::mem::take(&mut self.failures) {
                 if let Some(error) = error {
                     // Best effort: if it fails, the row is given back below without backoff.
-                    let _ = record_failure(self.relay, &leased.row, &error).await;
+                    let _ = record_failure(self.relay, &self.owner, &leased.row, &error).await;
                 }
             }
         }
@@ -431,6 +431,7 @@ fn next_run(rows: &mut VecDeque<Leased>) -> (Vec<Leased>, Vec<Outgoing>, Option<
 /// Counts the failed attempt, keeps the error, backs the row off (its lease ends).
 async fn record_failure(
     relay: &Relay,
+    owner: &str,
     row: &OutboxRow,
     error: &PublishError,
 ) -> Result<(), StoreError> {
@@ -441,15 +442,27 @@ async fn record_failure(
         // key) with the reason, for `carteiro outbox status` and the operator.
         tracing::error!(event_id = %row.event_id, exchange = %row.exchange, routing_key = %row.routing_key, %why, "outbox row can never be published; parked with its error");
         let error = format!("permanent: cannot be published: {why}");
-        return relay
+        let held = relay
             .store
-            .outbox_mark_failed(row.id, &error, i64::MAX)
-            .await;
+            .outbox_mark_failed(row.id, owner, &error, i64::MAX)
+            .await?;
+        lease_lost_unless(held, row);
+        return Ok(());
     }
     let delay_ms = (500_i64 << attempts.clamp(0, 7)).min(60_000);
     tracing::warn!(event_id = %row.event_id, exchange = %row.exchange, routing_key = %row.routing_key, attempts, %error, "outbox publish failed; the row stays pending");
-    relay
+    let held = relay
         .store
-        .outbox_mark_failed(row.id, &error.to_string(), delay_ms)
-        .await
+        .outbox_mark_failed(row.id, owner, &error.to_string(), delay_ms)
+        .await?;
+    lease_lost_unless(held, row);
+    Ok(())
+}
+
+/// A failure recorded for a row whose lease another relay took meanwhile is dropped: that
+/// relay owns the row now.
+fn lease_lost_unless(held: bool, row: &OutboxRow) {
+    if !held {
+        tracing::warn!(event_id = %row.event_id, "outbox row's lease ran out before its failure was recorded; another relay owns it now");
+    }
 }

@@ -6,7 +6,7 @@ use sqlx::any::AnyRow;
 use sqlx::{AssertSqlSafe, Row};
 
 use super::dead_letter_text::{self, SHORT_MAX, TEXT_MAX, stand_in};
-use super::{Backend, PURGE_CHUNK, Store, StoreError, headers_from_json, now_ms};
+use super::{Backend, PURGE_CHUNK, Store, StoreError, headers_from_json, now_ms, validate};
 
 /// A message to archive.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -276,8 +276,8 @@ impl Store {
         self.bounded("dead letter mark replayed", async {
             let mut tx = self.begin_write().await?;
             let done = sqlx::query(
-                "UPDATE dead_letters SET replayed_at = $2, replay_count = replay_count + 1 \
-                 WHERE id = $1",
+                "UPDATE dead_letters SET replayed_at = $2, replay_count = replay_count + 1, \
+                 replaying_by = NULL, replaying_until = NULL WHERE id = $1",
             )
             .bind(id)
             .bind(now_ms())
@@ -287,6 +287,63 @@ impl Store {
             if done.rows_affected() == 0 {
                 return Err(StoreError::Invalid(format!("no dead letter with id {id}")));
             }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Claims dead letter `id` for one replay by `owner` for `lease_ms` (the database's
+    /// clock): only if no live claim of another replay holds it, and only if it was not
+    /// replayed yet, or (`replayed_before`) was replayed before that moment only. False: a
+    /// concurrent replay has it or has replayed it; skip it.
+    pub async fn dead_letter_claim_replay(
+        &self,
+        id: i64,
+        owner: &str,
+        lease_ms: i64,
+        replayed_before: Option<i64>,
+    ) -> Result<bool, StoreError> {
+        self.bounded("dead letter claim for replay", async {
+            validate::text("replay owner", owner)?;
+            let clock = super::outbox::db_clock_ms(self.backend);
+            let sql = format!(
+                "UPDATE dead_letters SET replaying_by = $2, replaying_until = {clock} + $3 \
+                 WHERE id = $1 \
+                 AND (replaying_by IS NULL OR replaying_by = $2 OR replaying_until < {clock}) \
+                 AND (replayed_at IS NULL OR replayed_at < $4)"
+            );
+            let mut tx = self.begin_write().await?;
+            let done = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(id)
+                .bind(owner)
+                .bind(lease_ms)
+                .bind(replayed_before.unwrap_or(i64::MIN))
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(done.rows_affected() == 1)
+        })
+        .await
+    }
+
+    /// Gives up `owner`'s claims (its replay failed or was stopped), so another run may take
+    /// those rows at once: on dead letter `id`, or on every row when `id` is `None`.
+    pub async fn dead_letter_release_replay(
+        &self,
+        id: Option<i64>,
+        owner: &str,
+    ) -> Result<(), StoreError> {
+        self.bounded("dead letter release replay claim", async {
+            let mut tx = self.begin_write().await?;
+            sqlx::query(
+                "UPDATE dead_letters SET replaying_by = NULL, replaying_until = NULL \
+                 WHERE replaying_by = $1 AND ($2 IS NULL OR id = $2)",
+            )
+            .bind(owner)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
             Ok(())
         })
         .await

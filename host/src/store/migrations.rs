@@ -29,6 +29,16 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "dead letter originals",
         include_str!("../../migrations/sqlite/0004_dead_letter_originals.sql"),
     ),
+    (
+        5,
+        "write probe",
+        include_str!("../../migrations/sqlite/0005_write_probe.sql"),
+    ),
+    (
+        6,
+        "dead letter replay claims",
+        include_str!("../../migrations/sqlite/0006_dead_letter_replay_claims.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str, &str)] = &[
@@ -51,6 +61,16 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         4,
         "dead letter originals",
         include_str!("../../migrations/postgres/0004_dead_letter_originals.sql"),
+    ),
+    (
+        5,
+        "write probe",
+        include_str!("../../migrations/postgres/0005_write_probe.sql"),
+    ),
+    (
+        6,
+        "dead letter replay claims",
+        include_str!("../../migrations/postgres/0006_dead_letter_replay_claims.sql"),
     ),
 ];
 

@@ -239,9 +239,29 @@ impl Store {
         self.redacted.to_string()
     }
 
+    /// The store gate's probe: a committed write, as the pipeline's commits make, so a held
+    /// write lock, a full disk, a read-only file or database and a revoked grant all fail it.
+    /// A read that answers proves none of these.
+    pub async fn probe_write(&self) -> Result<(), StoreError> {
+        self.ping().await?;
+        self.bounded("write probe", async {
+            let mut tx = self.begin_write().await?;
+            sqlx::query(
+                "INSERT INTO carteiro_write_probe (id, probed_at) VALUES (1, $1) \
+                 ON CONFLICT (id) DO UPDATE SET probed_at = excluded.probed_at",
+            )
+            .bind(crate::common::now_ms())
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
     /// One round trip to the database: is it answering, and (PostgreSQL) taking writes? A
     /// read-only session (a standby after a failover, `default_transaction_read_only`)
-    /// counts as unavailable, so the store gate stays open until commits can succeed.
+    /// counts as unavailable.
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.bounded("ping", async {
             match self.backend {

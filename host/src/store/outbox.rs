@@ -239,29 +239,34 @@ impl Store {
 
     /// Publishing row `id` failed (nack, returned, channel lost): count the attempt, keep the
     /// error, release the lease and hold the row back for `retry_after_ms` by the database's
-    /// clock.
+    /// clock. Only while `owner` still holds the row's lease: a relay that slept past its
+    /// lease (SIGSTOP, a long pause) must not reset a row another relay now owns. Returns
+    /// whether the row was still `owner`'s.
     pub async fn outbox_mark_failed(
         &self,
         id: i64,
+        owner: &str,
         error: &str,
         retry_after_ms: i64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         self.bounded("outbox mark failed", async {
+            validate::text("lease owner", owner)?;
             let mut tx = self.begin_write().await?;
             let sql = format!(
                 "UPDATE outbox SET attempts = attempts + 1, last_error = $2, \
                  next_attempt_at = {} + $3, lease_owner = NULL, lease_until = NULL \
-                 WHERE id = $1 AND published_at IS NULL",
+                 WHERE id = $1 AND published_at IS NULL AND lease_owner = $4",
                 db_clock_ms(self.backend)
             );
-            sqlx::query(sqlx::AssertSqlSafe(sql))
+            let done = sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(id)
                 .bind(validate::lossy(error))
                 .bind(retry_after_ms)
+                .bind(owner)
                 .execute(&mut *tx)
                 .await?;
             tx.commit().await?;
-            Ok(())
+            Ok(done.rows_affected() == 1)
         })
         .await
     }
@@ -352,7 +357,7 @@ impl Store {
 }
 
 /// SQL for the database's current time in unix milliseconds.
-fn db_clock_ms(backend: Backend) -> &'static str {
+pub(super) fn db_clock_ms(backend: Backend) -> &'static str {
     match backend {
         Backend::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
         Backend::Sqlite => "CAST(unixepoch('subsec') * 1000 AS INTEGER)",

@@ -8,7 +8,8 @@ use lapin::{
 
 use super::error::{Entity, classify};
 use super::{
-    DeclaredRoute, QueueType, RouteTopology, TopologyError, dlq_name, dlx_name, retry_queue_name,
+    DeclaredRoute, QueueType, RouteTopology, TopologyError, dlq_name, dlx_name, parked_name,
+    retry_queue_name,
 };
 
 /// RabbitMQ rejects a message TTL above 2^32 - 1 ms.
@@ -47,9 +48,9 @@ pub async fn declare_route(
         }
         retry_queues.push((delay, retry_queue_name(q, delay)));
     }
-    let (dlx, dlq) = (dlx_name(q), dlq_name(q));
+    let (dlx, dlq, parked) = (dlx_name(q), dlq_name(q), parked_name(q));
     // Checked up front so no half-declared route is left behind by an over-long name.
-    for name in [q, dlx.as_str(), dlq.as_str()]
+    for name in [q, dlx.as_str(), dlq.as_str(), parked.as_str()]
         .into_iter()
         .chain(retry_queues.iter().map(|(_, n)| n.as_str()))
     {
@@ -69,10 +70,25 @@ pub async fn declare_route(
         }
     }
 
-    // Dead-letter target first, so nothing the work queue dead-letters is ever dropped.
-    declare_exchange(conn, &dlx, ExchangeKind::Fanout).await?;
+    // Dead-letter targets first, so nothing the work queue dead-letters is ever dropped.
     let limit = delivery_limit(t.max_attempts);
-    declare_queue(conn, &dlq, queue_args(t.queue_type, limit)).await?;
+    let parked = match t.queue_type {
+        // A quorum DLQ's delivery limit would otherwise drop a dead letter whose archiving
+        // keeps failing; past it, the broker parks the message instead.
+        QueueType::Quorum => {
+            declare_queue(conn, &parked, parked_args()).await?;
+            Some(parked)
+        }
+        QueueType::Classic => None,
+    };
+    declare_exchange(conn, &dlx, ExchangeKind::Fanout).await?;
+    let mut dlq_args = queue_args(t.queue_type, limit);
+    if let Some(parked) = &parked {
+        dlq_args = dead_lettering(dlq_args, t.queue_type);
+        put(&mut dlq_args, "x-dead-letter-exchange", string(""));
+        put(&mut dlq_args, "x-dead-letter-routing-key", string(parked));
+    }
+    declare_queue(conn, &dlq, dlq_args).await?;
     bind(conn, &dlq, &dlx, "").await?;
 
     let mut args = dead_lettering(queue_args(t.queue_type, limit), t.queue_type);
@@ -123,7 +139,20 @@ pub async fn declare_route(
         retry_queues,
         dlx,
         dlq,
+        parked,
     })
+}
+
+/// `Q.dlq.parked`: a quorum queue nothing consumes on its own, so it has no delivery limit
+/// to spend; an explicit `-1` would be refused by RabbitMQ 3.x, which has no default limit.
+fn parked_args() -> FieldTable {
+    let mut args = FieldTable::default();
+    put(
+        &mut args,
+        "x-queue-type",
+        string(QueueType::Quorum.as_str()),
+    );
+    args
 }
 
 /// The delivery limit of a route's quorum queues.

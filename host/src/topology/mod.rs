@@ -2,6 +2,8 @@
 //!
 //! For a work queue `Q` (see DESIGN.md, "Broker topology per route"):
 //! - `Q.dlx` (fanout) → `Q.dlq`: where the broker and the gateway dead-letter messages;
+//! - on quorum routes, `Q.dlq.parked`: where `Q.dlq` dead-letters a message that exceeded
+//!   its delivery limit (archiving kept failing), so no dead letter is ever dropped;
 //! - `Q`, dead-lettering to `Q.dlx`, bound to the configured exchanges;
 //! - `Q.retry.<ms>ms`, one per backoff tier: messages wait out the tier's TTL, then the
 //!   broker dead-letters them back to `Q` through the default exchange (no plugin needed).
@@ -97,6 +99,8 @@ pub struct DeclaredRoute {
     pub dlx: String,
     /// The dead-letter queue `Q.dlq`.
     pub dlq: String,
+    /// `Q.dlq.parked` on quorum routes: `Q.dlq`'s own dead-letter target.
+    pub parked: Option<String>,
 }
 
 impl DeclaredRoute {
@@ -124,6 +128,11 @@ pub fn dlx_name(queue: &str) -> String {
 /// `orders` → `orders.dlq`.
 pub fn dlq_name(queue: &str) -> String {
     format!("{queue}.dlq")
+}
+
+/// `orders` → `orders.dlq.parked`.
+pub fn parked_name(queue: &str) -> String {
+    format!("{queue}.dlq.parked")
 }
 
 impl RouteTopology {

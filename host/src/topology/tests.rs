@@ -37,6 +37,7 @@ async fn remove(conn: &Connection, d: &DeclaredRoute, exchanges: &[String]) {
     };
     let queues = [&d.queue, &d.dlq]
         .into_iter()
+        .chain(&d.parked)
         .chain(d.retry_queues.iter().map(|(_, q)| q));
     for q in queues {
         let _ = ch
@@ -129,8 +130,10 @@ async fn changed_arguments_are_a_mismatch_naming_queue_and_argument() {
         .await
         .expect_err("classic DLQ cannot become quorum");
     let text = err.to_string();
+    // Whichever differing argument the broker names first (the quorum DLQ also parks).
     assert!(
-        text.contains(&format!("'{q}.dlq'")) && text.contains("x-queue-type"),
+        text.contains(&format!("'{q}.dlq'"))
+            && (text.contains("x-queue-type") || text.contains("x-dead-letter-exchange")),
         "{text}"
     );
     assert!(err.is_permanent());
@@ -278,10 +281,17 @@ async fn quorum_queues_dead_letter_at_least_once_with_an_explicit_delivery_limit
     let mut dlq_args = FieldTable::default();
     dlq_args.insert("x-queue-type".into(), text("quorum"));
     dlq_args.insert("x-delivery-limit".into(), limit.clone());
-    redeclare(&conn, &declared.dlq, dlq_args.clone())
+    let parked = declared.parked.clone().expect("a quorum route parks");
+    assert_eq!(parked, format!("{q}.dlq.parked"));
+    let mut dlq_own = dlq_args.clone();
+    dlq_own.insert("x-dead-letter-exchange".into(), text(""));
+    dlq_own.insert("x-dead-letter-routing-key".into(), text(&parked));
+    dlq_own.insert("x-dead-letter-strategy".into(), text("at-least-once"));
+    dlq_own.insert("x-overflow".into(), text("reject-publish"));
+    redeclare(&conn, &declared.dlq, dlq_own.clone())
         .await
-        .expect("Q.dlq has an explicit delivery limit");
-    let mut other = dlq_args.clone();
+        .expect("Q.dlq has an explicit delivery limit and parks past it");
+    let mut other = dlq_own;
     other.insert("x-delivery-limit".into(), AMQPValue::LongLongInt(3));
     let err = redeclare(&conn, &declared.dlq, other)
         .await
@@ -317,5 +327,72 @@ async fn quorum_queues_dead_letter_at_least_once_with_an_explicit_delivery_limit
             .await
             .expect("retry tier dead-letters back at least once");
     }
+    remove(&conn, &declared, &[format!("{q}.events")]).await;
+}
+
+/// A dead letter whose archiving keeps failing is handed back to `Q.dlq` again and again;
+/// past the DLQ's delivery limit the broker must park it, never drop it.
+#[tokio::test]
+async fn a_quorum_dlq_parks_a_dead_letter_past_its_delivery_limit() {
+    use lapin::options::{BasicNackOptions, BasicPublishOptions};
+    let conn = test_connection().await;
+    let q = unique_name("qpark");
+    let t = route(&q, QueueType::Quorum);
+    let declared = declare_route(&conn, &t).await.expect("declare");
+    let parked = declared.parked.clone().expect("quorum routes park");
+    let ch = conn.create_channel().await.expect("channel");
+    ch.confirm_select(Default::default())
+        .await
+        .expect("confirms");
+    ch.basic_publish(
+        declared.dlx.as_str().into(),
+        "".into(),
+        BasicPublishOptions::default(),
+        b"a dead letter",
+        Default::default(),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("confirm");
+    let limit = declare::delivery_limit(t.max_attempts);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut returned = 0;
+    // What an archiver facing a failing store used to do: nack with requeue, over and over.
+    while returned <= limit {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "requeue loop took too long"
+        );
+        let got = ch
+            .basic_get(declared.dlq.as_str().into(), BasicGetOptions::default())
+            .await
+            .expect("get");
+        let Some(message) = got else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        let requeue = BasicNackOptions {
+            requeue: true,
+            ..Default::default()
+        };
+        message.delivery.acker.nack(requeue).await.expect("nack");
+        returned += 1;
+    }
+    let found = loop {
+        let got = ch
+            .basic_get(parked.as_str().into(), BasicGetOptions { no_ack: true })
+            .await
+            .expect("get parked");
+        if let Some(message) = got {
+            break message;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the dead letter was dropped, not parked in {parked}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(found.delivery.data, b"a dead letter");
     remove(&conn, &declared, &[format!("{q}.events")]).await;
 }

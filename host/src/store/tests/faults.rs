@@ -166,7 +166,30 @@ async fn read_only_sqlite_is_unavailable() {
     assert_unavailable("commit", ro.commit_batch(&[full_request("m-1")]).await);
     assert_unavailable("commit_each", ro.commit_each(&[full_request("m-2")]).await);
     assert_unavailable("dead letter", ro.dead_letter_insert(&dead_letter()).await);
+    assert_unavailable("the store gate's write probe", ro.probe_write().await);
     ro.pool().close().await;
+    db.finish().await;
+}
+
+/// Another process holding SQLite's write lock leaves reads answering: the store gate's
+/// probe must be a write, or it reopens the gate at once and deliveries loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_write_probe_fails_while_another_process_holds_the_sqlite_write_lock() {
+    use sqlx::Connection;
+    let db = TestDb::sqlite().await;
+    let mut holder = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    db.store.ping().await.expect("reads still answer");
+    assert_unavailable(
+        "write probe behind a held lock",
+        db.store.probe_write().await,
+    );
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    db.store.probe_write().await.expect("the lock is gone");
+    holder.close().await.unwrap();
     db.finish().await;
 }
 
@@ -195,6 +218,8 @@ async fn permission_denied_is_unavailable() {
         "dead letter",
         reader.dead_letter_insert(&dead_letter()).await,
     );
+    reader.ping().await.expect("reads are granted");
+    assert_unavailable("the store gate's write probe", reader.probe_write().await);
     reader.pool().close().await;
     db.finish().await;
     let admin = std::env::var(super::PG_ENV).unwrap();

@@ -11,6 +11,7 @@ both_backends!(
     marks_and_releases_by_id,
     leases_and_backoffs_are_stamped_by_the_database_clock,
     a_claim_is_bounded_by_bytes,
+    a_stale_relay_cannot_fail_a_row_it_no_longer_leases,
 );
 
 fn keyed(routing_key: &str, ordering_key: &str) -> NewOutboxRow {
@@ -109,10 +110,10 @@ async fn leases_and_backoff(db: &TestDb) {
     s.outbox_mark_published(a[0].id).await.unwrap();
     s.outbox_mark_published(a[0].id).await.unwrap();
     // A failure releases the lease and backs off until retry_at.
-    s.outbox_mark_failed(a[1].id, "nack from broker\0", 60_000)
+    s.outbox_mark_failed(a[1].id, "relay-a", "nack from broker\0", 60_000)
         .await
         .unwrap();
-    s.outbox_mark_failed(a[2].id, "channel closed", 0)
+    s.outbox_mark_failed(a[2].id, "relay-a", "channel closed", 0)
         .await
         .unwrap();
     let again = s.outbox_pending(10, "relay-c", 60_000).await.unwrap();
@@ -156,11 +157,15 @@ async fn ordering_key_holds_back_later_rows(db: &TestDb) {
     let first = s.outbox_pending(10, "r1", 60_000).await.unwrap();
     assert_eq!(first.len(), 3);
     // a1 fails and backs off: a2 (same key) must wait behind it, b1 is not affected.
-    s.outbox_mark_failed(first[0].id, "nack", 60_000)
+    s.outbox_mark_failed(first[0].id, "r1", "nack", 60_000)
         .await
         .unwrap();
-    s.outbox_mark_failed(first[1].id, "nack", 0).await.unwrap();
-    s.outbox_mark_failed(first[2].id, "nack", 0).await.unwrap();
+    s.outbox_mark_failed(first[1].id, "r1", "nack", 0)
+        .await
+        .unwrap();
+    s.outbox_mark_failed(first[2].id, "r1", "nack", 0)
+        .await
+        .unwrap();
     let next = s.outbox_pending(10, "r1", 60_000).await.unwrap();
     assert_eq!(
         next.iter()
@@ -209,7 +214,7 @@ async fn an_owner_extends_its_own_chains_only(db: &TestDb) {
         s.outbox_mark_published_many(&[first[0].id]).await.unwrap(),
         1
     );
-    s.outbox_mark_failed(more[0].id, "nack", 60_000)
+    s.outbox_mark_failed(more[0].id, "r1", "nack", 60_000)
         .await
         .unwrap();
     assert_eq!(s.outbox_release_rows("r1", &[more[1].id]).await.unwrap(), 1);
@@ -217,10 +222,10 @@ async fn an_owner_extends_its_own_chains_only(db: &TestDb) {
     assert!(s.outbox_pending(10, "r1", 60_000).await.unwrap().is_empty());
     assert!(s.outbox_pending(10, "r3", 60_000).await.unwrap().is_empty());
     // Once a2's backoff is over, a2 and a3 come back in order.
-    s.outbox_mark_failed(more[0].id, "nack", 0).await.unwrap();
+    end_backoff(db, more[0].id).await;
     let retry = s.outbox_pending(10, "r3", 60_000).await.unwrap();
     assert_eq!(keys(&retry), ["a2", "a3"]);
-    assert_eq!(retry[0].attempts, 2);
+    assert_eq!(retry[0].attempts, 1);
 }
 
 async fn marks_and_releases_by_id(db: &TestDb) {
@@ -309,7 +314,7 @@ async fn leases_and_backoffs_are_stamped_by_the_database_clock(db: &TestDb) {
         (before + 60_000..=after + 60_000).contains(&lease_until),
         "{before} {lease_until} {after}"
     );
-    s.outbox_mark_failed(rows[0].id, "nack", 30_000)
+    s.outbox_mark_failed(rows[0].id, "r1", "nack", 30_000)
         .await
         .unwrap();
     let after = s.db_now_ms().await.unwrap();
@@ -387,4 +392,38 @@ async fn a_relay_with_a_wrong_clock_neither_steals_nor_strands_leases() {
         relay.pool().close().await;
     }
     db.finish().await;
+}
+
+/// Ends row `id`'s backoff now, as if its wait were over.
+async fn end_backoff(db: &TestDb, id: i64) {
+    sqlx::query("UPDATE outbox SET next_attempt_at = 0 WHERE id = $1")
+        .bind(id)
+        .execute(db.store.pool())
+        .await
+        .unwrap();
+}
+
+/// A relay woken after its lease ran out (SIGSTOP, a long pause) reports a failure for a row
+/// another relay has leased since: the new owner's lease must stand.
+async fn a_stale_relay_cannot_fail_a_row_it_no_longer_leases(db: &TestDb) {
+    let s = &db.store;
+    commit_events(db, "m-1", vec![event("rk", b"p")]).await;
+    let stale = s.outbox_pending(10, "stale", 1).await.unwrap();
+    assert_eq!(stale.len(), 1);
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let live = s.outbox_pending(10, "live", 60_000).await.unwrap();
+    assert_eq!(live.len(), 1, "the expired lease is taken over");
+    let applied = s
+        .outbox_mark_failed(stale[0].id, "stale", "nack", 0)
+        .await
+        .unwrap();
+    assert!(!applied, "a stale relay's failure must not apply");
+    let status = s.outbox_status().await.unwrap();
+    assert_eq!((status.leased, status.with_errors), (1, 0), "{status:?}");
+    // The live owner's own failure applies.
+    assert!(
+        s.outbox_mark_failed(live[0].id, "live", "nack", 0)
+            .await
+            .unwrap()
+    );
 }

@@ -1,0 +1,83 @@
+//! Start-up before the store takes writes: a gateway restarted during a read-only window or
+//! behind a long SQLite lock must not exit. It opens the store (connect, migrations, the
+//! header-seal key) with backoff for as long as the failure is the store's trouble, and
+//! meanwhile answers its admin address: `/healthz` 200, `/readyz` and the rest 503.
+
+use crate::broker::JitteredBackoff;
+use crate::broker::seal::SealKey;
+use crate::config::Config;
+use crate::store::{Store, StoreError, StoreOptions};
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::get;
+use std::future::Future;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// What start-up waits for: the store, migrated, and its header-seal key.
+pub struct Opened {
+    pub store: Store,
+    pub seal: SealKey,
+}
+
+/// One try: connect, migrate, read (or create) the seal key.
+pub async fn open(config: &Config) -> Result<Opened, StoreError> {
+    let options = StoreOptions {
+        max_connections: config.store.max_connections,
+        statement_timeout: config.store.statement_timeout,
+    };
+    let store = Store::connect_with(&config.store.url, &options).await?;
+    store.migrate().await?;
+    let seal = SealKey::new(&store.header_seal_secret().await?);
+    Ok(Opened { store, seal })
+}
+
+/// [`open`] until it succeeds, while each failure is transient (the store's trouble, not a
+/// bad URL or schema); `None` when `shutdown` comes first.
+pub async fn open_waiting(
+    config: &Config,
+    shutdown: impl Future<Output = ()>,
+) -> Result<Option<Opened>, StoreError> {
+    tokio::pin!(shutdown);
+    let mut backoff = JitteredBackoff::new(Duration::from_millis(250), Duration::from_secs(10));
+    let mut tries = 0u32;
+    loop {
+        tries += 1;
+        match open(config).await {
+            Ok(opened) => {
+                if tries > 1 {
+                    tracing::info!(tries, "store takes writes: starting the routes");
+                }
+                return Ok(Some(opened));
+            }
+            Err(e) if e.is_transient() => {
+                let wait = backoff.next_delay();
+                tracing::error!(error = %e, tries, retry_in = ?wait, store = %crate::redact::redact_url(&config.store.url), "store not ready at start-up (refusing writes or unreachable): not ready, waiting for it");
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = &mut shutdown => return Ok(None),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Answers the admin address while start-up waits, until `done`: healthy (the process runs
+/// and keeps trying), not ready. Says nothing about why: the log does.
+pub async fn serve_waiting(listener: tokio::net::TcpListener, done: CancellationToken) {
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok: starting\n" }))
+        .fallback(|| async {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not ready: the gateway is starting and waits for its store\n",
+            )
+        });
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { done.cancelled().await })
+        .await;
+    if let Err(e) = served {
+        tracing::warn!(error = %e, "the start-up admin responder stopped");
+    }
+}
