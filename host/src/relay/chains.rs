@@ -5,8 +5,10 @@
 //! id order (the claim returns rows in id order, and later claims return only later rows)
 //! and go out as the key's next batch. A failed row stops its chain: the rows behind it are handed back to the
 //! store only after the failure is recorded there (see `Session::settle_failures`), so no
-//! later row of that key can be published before the failed one. Rows with an empty
-//! ordering key are not ordered and never wait.
+//! later row of that key starts before the failed one is published. The one exception is
+//! the failed row's own pipelined run: rows behind it in that run may be confirmed already,
+//! and those are marked (sending them again on every retry would only duplicate them), so
+//! they arrive before it. Rows with an empty ordering key are not ordered and never wait.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;

@@ -245,9 +245,11 @@ impl<'a> Session<'a> {
     /// Publishes `batch` (rows of one key, id order) on a new task, pipelined: runs of up to
     /// [`MAX_BATCH`] rows for one exchange go out back to back on one channel (RabbitMQ keeps
     /// a channel's order) and the next run follows their confirms. Each confirmed row goes
-    /// to the marker at once; the first failure stops the batch, and the rows behind it —
-    /// confirmed or not — are not marked: they go back to the key's chain and out again, in
-    /// order, once the failure is settled.
+    /// to the marker at once, also one confirmed behind a failed row of its run (it reached
+    /// consumers already; sending it again on every retry of the failed row would flood
+    /// them with duplicates). The first failure stops the batch: the rows behind it that
+    /// were not confirmed go back to the key's chain and out again, in order, once the
+    /// failure is settled.
     fn start(&mut self, batch: Vec<Leased>, marks: &MarkSender) {
         let Some(key) = batch.first().map(|l| l.row.ordering_key.clone()) else {
             return;
@@ -275,25 +277,37 @@ impl<'a> Session<'a> {
                 let results = telemetry
                     .publish_run(run.iter().map(|l| &l.row), publish)
                     .await;
-                let mut run = run.into_iter();
                 let mut results = results.into_iter();
-                while let Some(leased) = run.next() {
-                    let error = match results.next() {
+                let mut failed: Option<(Leased, Option<PublishError>)> = None;
+                let mut unpublished = Vec::new();
+                let mut overtook = 0;
+                for leased in run {
+                    match results.next() {
+                        // Confirmed, so it reached its queues, even behind a failed row: it
+                        // is marked, or every retry of that row would send it again.
                         Some(Ok(())) => {
                             // Test-only: stop dead after this row's confirm, before its mark.
                             hang_if(fault, FaultPoint::RelayHangAfterConfirm).await;
                             metrics.outbox_published.inc();
                             marks.confirmed(leased.row.id);
-                            continue;
+                            overtook += usize::from(failed.is_some());
                         }
-                        Some(Err(error)) => Some(error),
-                        // Not published (the run stopped before it): give it back.
-                        None => None,
-                    };
-                    let unpublished = run.chain(rows).collect();
+                        // The first failure stops the key; `None`: the run stopped before it.
+                        result if failed.is_none() => {
+                            failed = Some((leased, result.and_then(Result::err)));
+                        }
+                        // Failed or not sent behind the first failure: after it, in order.
+                        _ => unpublished.push(leased),
+                    }
+                }
+                if let Some(failed) = failed {
+                    if overtook > 0 {
+                        tracing::warn!(ordering_key = %key, event_id = %failed.0.row.event_id, overtook, "outbox rows published ahead of an earlier row of their key that failed in the same run; that row follows them when it is retried");
+                    }
+                    unpublished.extend(rows);
                     return BatchDone {
                         key,
-                        failed: Some((leased, error)),
+                        failed: Some(failed),
                         unpublished,
                     };
                 }
