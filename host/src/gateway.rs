@@ -127,11 +127,11 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
 
 /// The key that seals Carteiro's headers, shared through the store by every gateway on it.
 pub async fn seal_key(store: &Store) -> anyhow::Result<SealKey> {
-    let secret = store
-        .header_seal_secret()
+    let secrets = store
+        .header_seal_secrets()
         .await
         .context("cannot read the header-seal key from the store")?;
-    Ok(SealKey::new(&secret))
+    Ok(SealKey::with_retired(&secrets.current, &secrets.retired))
 }
 
 /// Broker settings from the config.
@@ -265,7 +265,7 @@ pub async fn run_live(
         committer: committer.clone(),
         reads: reads.clone(),
         gate: gate.clone(),
-        seal,
+        seal: seal.clone(),
         metrics: metrics.clone(),
         telemetry: telemetry.clone(),
     };
@@ -294,6 +294,13 @@ pub async fn run_live(
         tasks.spawn(async move { relay.run(stop).await });
     }
     tasks.spawn(crate::alerts::run(alerts, store.clone(), stop.clone()));
+    {
+        let (store, seal, stop) = (store.clone(), seal.clone(), stop.clone());
+        tasks.spawn(async move {
+            crate::startup::refresh_keyring(store, seal, stop).await;
+            Ok(())
+        });
+    }
     tasks.spawn(crate::housekeeping::run(
         config.clone(),
         store.clone(),

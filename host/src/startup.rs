@@ -28,8 +28,40 @@ pub async fn open(config: &Config) -> Result<Opened, StoreError> {
     };
     let store = Store::connect_with(&config.store.url, &options).await?;
     store.migrate().await?;
-    let seal = SealKey::new(&store.header_seal_secret().await?);
+    let secrets = store.header_seal_secrets().await?;
+    let seal = SealKey::with_retired(&secrets.current, &secrets.retired);
     Ok(Opened { store, seal })
+}
+
+/// How often a running gateway reads the header-seal keyring again, so a rotation
+/// (`carteiro seal rotate`) reaches it without a restart.
+pub const KEYRING_REFRESH: Duration = Duration::from_secs(30);
+
+/// Keeps `seal` equal to the store's keyring until `stop`. A failed read keeps the keys it
+/// has: copies sealed with a key it does not know yet still count their attempts (see
+/// `pipeline::received`).
+pub async fn refresh_keyring(store: Store, seal: SealKey, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(KEYRING_REFRESH);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = stop.cancelled() => return,
+        }
+        match store.header_seal_secrets().await {
+            Ok(secrets) => {
+                let before = seal.current_id();
+                seal.update(&secrets.current, &secrets.retired);
+                let now = seal.current_id();
+                if now != before {
+                    tracing::info!(key = %now, retired = secrets.retired.len(), "header-seal key rotated: sealing with the new key");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the header-seal keys; keeping the ones in use")
+            }
+        }
+    }
 }
 
 /// [`open`] until it succeeds, while each failure is transient (the store's trouble, not a

@@ -14,6 +14,7 @@ use hmac::{Hmac, Mac};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use sha2::{Digest, Sha256};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use super::headers::value_to_text;
 
@@ -24,24 +25,69 @@ pub const SEAL: &str = "x-carteiro-seal";
 /// What untrusted Carteiro headers are renamed to (prefix).
 pub const UNTRUSTED_PREFIX: &str = "x-untrusted-carteiro-";
 
-/// The store-held key that seals Carteiro's headers.
+/// The store-held keys that seal Carteiro's headers: the current one seals, and keys
+/// retired by a rotation still verify until their window ends. Clones share one keyring,
+/// which [`SealKey::update`] replaces while everything runs (a rotation needs no restart).
 #[derive(Clone)]
-pub struct SealKey(Hmac<Sha256>);
+pub struct SealKey(Arc<RwLock<Keyring>>);
+
+struct Keyring {
+    current: Key,
+    accepted: Vec<Key>,
+}
+
+#[derive(Clone)]
+struct Key {
+    /// The first 8 hex digits of the secret's SHA-256: names the key in a seal, reveals
+    /// nothing of it.
+    id: String,
+    mac: Hmac<Sha256>,
+}
+
+impl Key {
+    fn new(secret: &[u8]) -> Self {
+        let id = hex::encode(&Sha256::digest(secret)[..4]);
+        Self {
+            id,
+            mac: Hmac::new_from_slice(secret).expect("HMAC takes keys of any length"),
+        }
+    }
+}
 
 impl std::fmt::Debug for SealKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SealKey(***)")
+        write!(f, "SealKey({}, ***)", self.current_id())
     }
 }
 
 impl SealKey {
-    /// A key from its secret bytes (at least 32 recommended).
+    /// One key from its secret bytes (at least 32 recommended).
     pub fn new(secret: &[u8]) -> Self {
-        Self(Hmac::new_from_slice(secret).expect("HMAC takes keys of any length"))
+        Self::with_retired(secret, &[])
     }
 
-    fn mac(&self, route: &str, properties: &BasicProperties, body: &[u8]) -> Hmac<Sha256> {
-        let mut mac = self.0.clone();
+    /// The current key, and retired ones that still verify.
+    pub fn with_retired(current: &[u8], retired: &[Vec<u8>]) -> Self {
+        Self(Arc::new(RwLock::new(Keyring::of(current, retired))))
+    }
+
+    /// Replaces the keys of this keyring and of every clone of it.
+    pub fn update(&self, current: &[u8], retired: &[Vec<u8>]) {
+        let ring = Keyring::of(current, retired);
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = ring;
+    }
+
+    /// The id of the key that seals now.
+    pub fn current_id(&self) -> String {
+        self.ring().current.id.clone()
+    }
+
+    fn ring(&self) -> std::sync::RwLockReadGuard<'_, Keyring> {
+        self.0.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn mac(key: &Key, route: &str, properties: &BasicProperties, body: &[u8]) -> Hmac<Sha256> {
+        let mut mac = key.mac.clone();
         let mut field = |bytes: &[u8]| {
             mac.update(&(bytes.len() as u64).to_be_bytes());
             mac.update(bytes);
@@ -63,29 +109,60 @@ impl SealKey {
         mac
     }
 
-    /// Adds (or replaces) the seal over `properties`' Carteiro headers for `route`.
+    /// Adds (or replaces) the seal over `properties`' Carteiro headers for `route`, with
+    /// the current key: `KEYID:HMAC`.
     pub fn seal(&self, route: &str, properties: BasicProperties, body: &[u8]) -> BasicProperties {
-        let tag = hex::encode(self.mac(route, &properties, body).finalize().into_bytes());
+        let ring = self.ring();
+        let key = &ring.current;
+        let tag = hex::encode(
+            Self::mac(key, route, &properties, body)
+                .finalize()
+                .into_bytes(),
+        );
         let mut table = properties.headers().clone().unwrap_or_default();
         table.insert(
             ShortString::from(SEAL),
-            AMQPValue::LongString(LongString::from(tag)),
+            AMQPValue::LongString(LongString::from(format!("{}:{tag}", key.id))),
         );
         properties.with_headers(table)
     }
 
-    /// True when `properties` carry a valid seal for `route`.
+    /// True when `properties` carry a valid seal for `route`, by the key the seal names
+    /// (current or retired); a seal without a key id (older gateways) is tried with each.
     pub fn verify(&self, route: &str, properties: &BasicProperties, body: &[u8]) -> bool {
-        let Some(tag) = properties
+        let Some(seal) = properties
             .headers()
             .as_ref()
             .and_then(|t| t.inner().get(SEAL))
             .map(value_to_text)
-            .and_then(|t| hex::decode(t).ok())
         else {
             return false;
         };
-        self.mac(route, properties, body).verify_slice(&tag).is_ok()
+        let (id, tag) = match seal.split_once(':') {
+            Some((id, tag)) => (Some(id), tag),
+            None => (None, seal.as_str()),
+        };
+        let Ok(tag) = hex::decode(tag) else {
+            return false;
+        };
+        let ring = self.ring();
+        std::iter::once(&ring.current)
+            .chain(&ring.accepted)
+            .filter(|key| id.is_none_or(|id| id == key.id))
+            .any(|key| {
+                Self::mac(key, route, properties, body)
+                    .verify_slice(&tag)
+                    .is_ok()
+            })
+    }
+}
+
+impl Keyring {
+    fn of(current: &[u8], retired: &[Vec<u8>]) -> Self {
+        Self {
+            current: Key::new(current),
+            accepted: retired.iter().map(|s| Key::new(s)).collect(),
+        }
     }
 }
 
@@ -162,6 +239,37 @@ mod tests {
         assert!(key.verify("orders", &sealed.clone().with_headers(table), b"body"));
         // No seal at all.
         assert!(!key.verify("orders", &props(2), b"body"));
+    }
+
+    #[test]
+    fn a_rotation_keeps_retired_keys_verifying_and_seals_with_the_new_one() {
+        let (old, new) = (
+            b"old key, thirty-two bytes long!!",
+            b"new key, thirty-two bytes long!!",
+        );
+        let gateway = SealKey::new(old);
+        let sealed_old = gateway.seal("orders", props(2), b"body");
+        let other_gateway = gateway.clone();
+        gateway.update(new, &[old.to_vec()]);
+        assert_ne!(gateway.current_id(), SealKey::new(old).current_id());
+        // Every clone follows the update; the old copy still verifies; new copies use the
+        // new key, which a keyring that only knows the old one cannot verify.
+        assert!(other_gateway.verify("orders", &sealed_old, b"body"));
+        let sealed_new = other_gateway.seal("orders", props(3), b"body");
+        assert!(SealKey::new(new).verify("orders", &sealed_new, b"body"));
+        assert!(!SealKey::new(old).verify("orders", &sealed_new, b"body"));
+        // Past the window the retired key is dropped.
+        gateway.update(new, &[]);
+        assert!(!gateway.verify("orders", &sealed_old, b"body"));
+        // A seal of an older gateway (no key id) is tried with every key.
+        let legacy = {
+            let mut t = sealed_new.headers().clone().unwrap();
+            let value = value_to_text(t.inner().get(SEAL).unwrap());
+            let (_, tag) = value.split_once(':').unwrap();
+            t.insert(SEAL.into(), AMQPValue::LongString(tag.to_owned().into()));
+            sealed_new.clone().with_headers(t)
+        };
+        assert!(gateway.verify("orders", &legacy, b"body"));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The `carteiro` command line: argument types and dispatch. Each command lives in its own
 //! module; `main.rs` only sets up tracing and signals and calls [`run`].
 //!
-//! `ops` (run, check, migrate, relay, publish, outbox), `dlq`, `shadow`, `canary`, `plugin_test`; for handler
+//! `ops` (run, check, migrate, relay, publish, outbox), `dlq`, `shadow`, `canary`, `seal`, `plugin_test`; for handler
 //! authors `scaffold` (`plugin new`), `plugin_build` (`plugin build`), `sdk` (the embedded
 //! SDKs, vendoring, `plugin sdk`) and `toolchain` (pinned build tools, missing-tool errors).
 
@@ -12,6 +12,7 @@ mod plugin_build;
 mod plugin_test;
 mod scaffold;
 mod sdk;
+mod seal;
 mod shadow;
 mod toolchain;
 
@@ -90,6 +91,13 @@ pub enum Command {
         #[command(subcommand)]
         command: canary::CanaryCommand,
     },
+    /// The key that seals Carteiro's own headers on retry, dead-letter and replay copies.
+    Seal {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[command(subcommand)]
+        command: seal::SealCommand,
+    },
     /// Live shadows (`[plugins.NAME] shadow = "new.wasm"`) of the running gateway.
     Shadow {
         #[command(flatten)]
@@ -162,6 +170,7 @@ pub async fn run(
         Command::Dlq { config, command } => dlq::run(&config.config, command).await,
         Command::Shadow { config, command } => shadow::run(&config.config, command).await,
         Command::Canary { config, command } => canary::run(&config.config, command).await,
+        Command::Seal { config, command } => seal::run(&config.config, command).await,
         Command::Plugin(PluginCommand::Test(args)) => plugin_test::run(args).await,
         Command::Plugin(PluginCommand::New(args)) => scaffold::run(args),
         Command::Plugin(PluginCommand::Build(args)) => plugin_build::run(args),

@@ -17,14 +17,40 @@ pub struct Received {
     pub table: FieldTable,
     /// `table` as text pairs (what the plugin and key extraction see).
     pub headers: Vec<(String, String)>,
-    /// 1 unless a trusted `x-carteiro-attempt` says otherwise.
+    /// The attempt this delivery counts as towards the route's limit: a trusted
+    /// `x-carteiro-attempt`, else (see [`unsealed_from_own_tier`]) the copy's own, else 1.
     pub attempt: u32,
+    /// The attempt the plugin is told: only a trusted `x-carteiro-attempt`, else 1.
+    pub sealed_attempt: u32,
     /// Where the message was first published (trusted headers, else the delivery's own).
     pub exchange: String,
     pub routing_key: String,
     pub message_id: Option<String>,
     pub content_type: Option<String>,
     pub body_len: u64,
+}
+
+/// `x-carteiro-attempt` of `table`, when it holds a usable one.
+fn attempt_in(table: &FieldTable) -> Option<u32> {
+    header_int(Some(table), h::ATTEMPT)
+        .and_then(|n| u32::try_from(n).ok())
+        .map(|n| n.max(1))
+}
+
+/// The attempt of an unsealed copy that comes back from one of `queue`'s own retry tiers
+/// (the broker's `x-first-death-*` say so): a seal that does not verify (a key rotated past
+/// its window, two stores behind one broker) must never make retries unbounded, so its own
+/// attempt header still counts towards the limit. A publisher who forges all of this only
+/// gets fewer retries for its own message.
+fn unsealed_from_own_tier(queue: &str, original: &FieldTable) -> Option<u32> {
+    let died_in = header_text(Some(original), "x-first-death-queue")?;
+    let expired = header_text(Some(original), "x-first-death-reason")? == "expired";
+    let own_tier = died_in
+        .strip_prefix(queue)
+        .is_some_and(|rest| rest.starts_with(".retry."));
+    (expired && own_tier)
+        .then(|| attempt_in(original))
+        .flatten()
 }
 
 impl Received {
@@ -39,10 +65,11 @@ impl Received {
             );
         }
         let table = seal::sanitize(&original, trusted);
-        let attempt = header_int(Some(&table), h::ATTEMPT)
-            .and_then(|n| u32::try_from(n).ok())
-            .unwrap_or(1)
-            .max(1);
+        let sealed_attempt = attempt_in(&table).unwrap_or(1);
+        let attempt = match trusted {
+            true => sealed_attempt,
+            false => unsealed_from_own_tier(&ctx.queue, &original).unwrap_or(1),
+        };
         let exchange = header_text(Some(&table), h::ORIGINAL_EXCHANGE)
             .unwrap_or_else(|| delivery.exchange.as_str().to_owned());
         let routing_key = header_text(Some(&table), h::ORIGINAL_ROUTING_KEY)
@@ -51,6 +78,7 @@ impl Received {
             headers: to_text_pairs(&table),
             table,
             attempt,
+            sealed_attempt,
             exchange,
             routing_key,
             message_id: props.message_id().as_ref().map(|s| s.as_str().to_owned()),
@@ -95,8 +123,43 @@ impl Received {
                 .collect(),
             content_type: self.content_type.clone(),
             body: delivery.data.clone(),
-            attempt: self.attempt,
+            attempt: self.sealed_attempt,
             redelivered: delivery.redelivered,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::broker::outgoing::{set_int, set_text};
+
+    fn from_tier(tier: &str, attempt: i64) -> FieldTable {
+        let mut t = FieldTable::default();
+        set_int(&mut t, "x-carteiro-attempt", attempt);
+        set_text(&mut t, "x-first-death-queue", tier);
+        set_text(&mut t, "x-first-death-reason", "expired");
+        t
+    }
+
+    #[test]
+    fn an_unsealed_copy_from_the_routes_own_tier_keeps_counting() {
+        let t = from_tier("orders.retry.500ms", 4);
+        assert_eq!(unsealed_from_own_tier("orders", &t), Some(4));
+        // Another route's tier, another reason, or no attempt: not counted.
+        assert_eq!(unsealed_from_own_tier("payments", &t), None);
+        assert_eq!(
+            unsealed_from_own_tier("orders", &from_tier("orders-eu.retry.5ms", 4)),
+            None
+        );
+        let mut rejected = t.clone();
+        set_text(&mut rejected, "x-first-death-reason", "rejected");
+        assert_eq!(unsealed_from_own_tier("orders", &rejected), None);
+        let mut plain = FieldTable::default();
+        set_text(&mut plain, "x-first-death-queue", "orders.retry.500ms");
+        set_text(&mut plain, "x-first-death-reason", "expired");
+        assert_eq!(unsealed_from_own_tier("orders", &plain), None);
     }
 }

@@ -41,6 +41,7 @@ pub use error::StoreError;
 pub use kv::KvEntry;
 pub use outbox::{OUTBOX_NOTIFY_CHANNEL, OutboxRow, OutboxStatus};
 pub use reads::BatchedReads;
+pub use secrets::SealSecrets;
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
