@@ -257,8 +257,19 @@ pub async fn run_live(
     alerts.set_rules(&config.routes);
     let telemetry = crate::telemetry::Telemetry::start(&config.telemetry)?;
 
+    let canaries = crate::pipeline::canary_decisions::CanaryDecisions::load(store.clone())
+        .await
+        .context("cannot read canary decisions from the store")?;
     let mut tasks = tokio::task::JoinSet::new();
+    {
+        let (canaries, stop) = (canaries.clone(), stop.clone());
+        tasks.spawn(async move {
+            canaries.run(stop).await;
+            Ok(())
+        });
+    }
     let shared = Shared {
+        canaries,
         alerts: alerts.clone(),
         runtime,
         store: store.clone(),

@@ -50,6 +50,8 @@ pub struct Shared {
     pub seal: SealKey,
     pub metrics: Arc<Metrics>,
     pub telemetry: crate::telemetry::Telemetry,
+    /// How canaries ended, shared through the store.
+    pub canaries: Arc<crate::pipeline::canary_decisions::CanaryDecisions>,
 }
 
 /// A loaded plugin and what it was loaded from.
@@ -167,6 +169,7 @@ fn canary_of(shared: &Shared, stable: &Plugin, canary: Plugin, p: &PluginConfig)
         percent,
         rule,
         shared.metrics.clone(),
+        shared.canaries.clone(),
     ))
 }
 

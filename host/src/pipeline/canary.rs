@@ -4,8 +4,11 @@
 //! classified failures (trap, timeout, limit) of the handler — exceeds the stable version's
 //! by more than the configured threshold over a sliding window, once it handled enough
 //! deliveries in it. `carteiro canary promote|abort` end it by hand: promoted, every
-//! delivery runs on it; aborted or rolled back, none does.
+//! delivery runs on it; aborted or rolled back, none does. The end is kept in the store
+//! (`canary_decisions`): a restart, a reload or another gateway on that store does not
+//! start the same canary version again.
 
+use super::canary_decisions::CanaryDecisions;
 use crate::config::RollbackConfig;
 use crate::metrics::Metrics;
 use crate::runtime::Plugin;
@@ -48,6 +51,8 @@ pub struct Canary {
     rule: RollbackConfig,
     state: Mutex<State>,
     metrics: Arc<Metrics>,
+    /// Where this canary's end is kept and learnt from (restarts, reloads, other gateways).
+    decisions: Arc<CanaryDecisions>,
 }
 
 /// Where `key` falls in 0..100 (stable across processes and restarts).
@@ -65,19 +70,52 @@ impl Canary {
         percent: f64,
         rule: RollbackConfig,
         metrics: Arc<Metrics>,
+        decisions: Arc<CanaryDecisions>,
     ) -> Self {
-        metrics.canary_percent(plugin.name(), plugin.version(), percent);
+        let phase = decisions
+            .decided(plugin.name(), plugin.digest())
+            .unwrap_or(Phase::Active);
+        if phase != Phase::Active {
+            tracing::warn!(plugin = plugin.name(), canary = plugin.version(), phase = %describe_phase(&phase), "canary already decided in the store; not starting it again");
+        }
+        metrics.canary_percent(plugin.name(), plugin.version(), share(&phase, percent));
         Self {
             plugin,
             stable_version: stable.version().to_owned(),
             percent,
             rule,
             state: Mutex::new(State {
-                phase: Phase::Active,
+                phase,
                 slices: VecDeque::new(),
             }),
             metrics,
+            decisions,
         }
+    }
+
+    /// Takes a decision another gateway (or an earlier run) stored, once.
+    fn adopt(&self, state: &mut State) {
+        if state.phase != Phase::Active {
+            return;
+        }
+        if let Some(phase) = self
+            .decisions
+            .decided(self.plugin.name(), self.plugin.digest())
+        {
+            tracing::warn!(plugin = self.plugin.name(), canary = self.plugin.version(), phase = %describe_phase(&phase), "canary decided by another gateway on this store");
+            self.metrics.canary_percent(
+                self.plugin.name(),
+                self.plugin.version(),
+                share(&phase, self.percent),
+            );
+            state.phase = phase;
+        }
+    }
+
+    fn decide(&self, state: &mut State, phase: Phase) {
+        self.decisions
+            .record(self.plugin.name(), self.plugin.digest(), &phase);
+        state.phase = phase;
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -90,7 +128,9 @@ impl Canary {
 
     /// Whether the delivery with idempotency key `key` runs on the canary.
     pub fn assign(&self, key: &str) -> bool {
-        match self.state().phase {
+        let mut state = self.state();
+        self.adopt(&mut state);
+        match state.phase {
             Phase::Active => bucket(key) < self.percent,
             Phase::Promoted => true,
             Phase::RolledBack(_) | Phase::Aborted => false,
@@ -102,6 +142,7 @@ impl Canary {
         let now = Instant::now();
         let slice = self.rule.window / SLICES;
         let mut state = self.state();
+        self.adopt(&mut state);
         if state.phase != Phase::Active {
             return;
         }
@@ -164,7 +205,7 @@ impl Canary {
                 self.rule.failure_rate * 100.0
             );
             tracing::error!(plugin = self.plugin.name(), canary = self.plugin.version(), reason = %why, "canary rolled back: every delivery runs on the stable version again");
-            state.phase = Phase::RolledBack(why);
+            self.decide(&mut state, Phase::RolledBack(why));
             self.metrics.canary_rollback(self.plugin.name());
             self.metrics
                 .canary_percent(self.plugin.name(), self.plugin.version(), 0.0);
@@ -176,11 +217,12 @@ impl Canary {
         let mut state = self.state();
         match (&state.phase, promote) {
             (Phase::Active, _) | (Phase::RolledBack(_), false) => {
-                state.phase = if promote {
+                let phase = if promote {
                     Phase::Promoted
                 } else {
                     Phase::Aborted
                 };
+                self.decide(&mut state, phase);
                 let percent = if promote { 100.0 } else { 0.0 };
                 self.metrics
                     .canary_percent(self.plugin.name(), self.plugin.version(), percent);
@@ -204,6 +246,15 @@ impl Canary {
             self.percent,
             describe_phase(&self.phase())
         )
+    }
+}
+
+/// The share of deliveries a canary in `phase` takes.
+fn share(phase: &Phase, percent: f64) -> f64 {
+    match phase {
+        Phase::Active => percent,
+        Phase::Promoted => 100.0,
+        Phase::RolledBack(_) | Phase::Aborted => 0.0,
     }
 }
 

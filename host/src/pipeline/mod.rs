@@ -8,14 +8,16 @@
 //! - `acks`: acks of settled deliveries, sent in runs (`multiple`).
 //! - `disposition`: confirmed hand-off to a retry tier or the dead-letter exchange.
 //! - `archiver`: `Q.dlq` → `dead_letters` table.
-//! - `gate`: pause consumption while the store is down.
+//! - `gate`: pause consumption while the store refuses writes.
 //! - `key`: idempotency keys.
-//! - `canary`: a new plugin version on a share of the deliveries, rolled back on failures.
+//! - `canary`: a new plugin version on a share of the deliveries, rolled back on failures;
+//!   `canary_decisions`: how canaries ended, kept in the store.
 //! - `shadow`: a new plugin version compared with the live one on sampled deliveries.
 
 mod acks;
 mod archiver;
 pub mod canary;
+pub mod canary_decisions;
 mod context;
 mod disposition;
 mod gate;

@@ -39,6 +39,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "dead letter replay claims",
         include_str!("../../migrations/sqlite/0006_dead_letter_replay_claims.sql"),
     ),
+    (
+        7,
+        "canary decisions",
+        include_str!("../../migrations/sqlite/0007_canary_decisions.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str, &str)] = &[
@@ -71,6 +76,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         6,
         "dead letter replay claims",
         include_str!("../../migrations/postgres/0006_dead_letter_replay_claims.sql"),
+    ),
+    (
+        7,
+        "canary decisions",
+        include_str!("../../migrations/postgres/0007_canary_decisions.sql"),
     ),
 ];
 

@@ -14,6 +14,7 @@
 //! - `sql`: placeholder lists for statements built per batch.
 //! - `validate`: text checks shared by every write (no NUL bytes on either backend).
 
+mod canaries;
 mod commit;
 mod commit_set;
 mod committer;
@@ -32,6 +33,7 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
+pub use canaries::CanaryDecision;
 pub use commit::{
     CommitOutcome, CommitRequest, KvRead, KvWrite, MAX_KV_KEYS_PER_COMMIT, NewOutboxRow,
 };

@@ -131,6 +131,50 @@ async fn a_canary_failing_a_fifth_of_its_deliveries_is_rolled_back_within_its_wi
         );
     }
     gateway.kill().await;
+
+    // The rollback is kept in the store: a restarted gateway (or any other on that store)
+    // does not start the same canary again, nor does a reload that changes its settings.
+    let mut gateway = spawn_gateway(&path);
+    client.wait_for_consumer(&queue).await;
+    let (_, ready) = http(port, "GET", "/readyz").await;
+    assert!(
+        ready.contains("ROLLED BACK: failure rate"),
+        "after a restart: {ready}"
+    );
+    let changed = std::fs::read_to_string(&path)
+        .expect("read")
+        .replace("timeout = \"2s\"", "timeout = \"3s\"");
+    std::fs::write(&path, changed).expect("write");
+    let (status, report) = http(port, "POST", "/admin/reload").await;
+    assert_eq!(status, 200, "{report}");
+    assert!(
+        report.contains("fixture-mixed"),
+        "the plugin's settings changed: {report}"
+    );
+    let (_, ready) = http(port, "GET", "/readyz").await;
+    assert!(
+        ready.contains("ROLLED BACK: failure rate"),
+        "after a reload: {ready}"
+    );
+    for i in 0..20 {
+        client
+            .publish(
+                &exchange,
+                "k",
+                json_props(&format!("restarted-{i}")),
+                b"boom",
+            )
+            .await;
+    }
+    for i in 0..20 {
+        let id = format!("restarted-{i}");
+        let value = wait_for(&format!("{id} acked"), WAIT, || done(&store, &id)).await;
+        assert_eq!(value, "1", "{id} ran on the stable version");
+    }
+    gateway
+        .wait_stderr("canary already decided in the store", WAIT)
+        .await;
+    gateway.kill().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,120 @@
+//! How canaries ended, kept in the store so a rollback (or a promote, an abort) holds
+//! across restarts and reloads and for every gateway on that store: keyed by the plugin and
+//! the canary component's digest, so only a new canary version starts afresh.
+
+use super::canary::Phase;
+use crate::broker::JitteredBackoff;
+use crate::store::{CanaryDecision, Store, StoreError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// How often the decisions of other gateways are read.
+pub const REFRESH: Duration = Duration::from_secs(5);
+/// How long a decision is retried when the store refuses it (it holds in memory meanwhile).
+const WRITE_FOR: Duration = Duration::from_secs(600);
+
+/// The decisions known to this gateway: read at start, refreshed, and written through.
+pub struct CanaryDecisions {
+    store: Store,
+    known: Mutex<HashMap<(String, String), Phase>>,
+}
+
+fn phase_of(d: &CanaryDecision) -> Phase {
+    match d.decision.as_str() {
+        "promoted" => Phase::Promoted,
+        "aborted" => Phase::Aborted,
+        _ => Phase::RolledBack(d.reason.clone()),
+    }
+}
+
+impl CanaryDecisions {
+    /// Reads every decision recorded in `store`.
+    pub async fn load(store: Store) -> Result<Arc<Self>, StoreError> {
+        let this = Arc::new(Self {
+            store,
+            known: Mutex::default(),
+        });
+        this.refresh().await?;
+        Ok(this)
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Phase>> {
+        self.known.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How the canary `digest` of `plugin` ended, if it did.
+    pub fn decided(&self, plugin: &str, digest: &str) -> Option<Phase> {
+        self.known()
+            .get(&(plugin.to_owned(), digest.to_owned()))
+            .cloned()
+    }
+
+    /// Reads the store's decisions again (another gateway may have decided).
+    pub async fn refresh(&self) -> Result<(), StoreError> {
+        let rows = self.store.canary_decisions().await?;
+        let mut known = self.known();
+        for d in rows {
+            known
+                .entry((d.plugin.clone(), d.canary_digest.clone()))
+                .or_insert_with(|| phase_of(&d));
+        }
+        Ok(())
+    }
+
+    /// Records this gateway's decision: at once in memory, and in the store in the
+    /// background (retried while the store refuses writes).
+    pub fn record(self: &Arc<Self>, plugin: &str, digest: &str, phase: &Phase) {
+        let (decision, reason) = match phase {
+            Phase::Active => return,
+            Phase::RolledBack(why) => ("rolled-back", why.clone()),
+            Phase::Promoted => ("promoted", String::new()),
+            Phase::Aborted => ("aborted", String::new()),
+        };
+        self.known()
+            .entry((plugin.to_owned(), digest.to_owned()))
+            .or_insert_with(|| phase.clone());
+        let row = CanaryDecision {
+            plugin: plugin.to_owned(),
+            canary_digest: digest.to_owned(),
+            decision: decision.to_owned(),
+            reason,
+        };
+        let store = self.store.clone();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let until = tokio::time::Instant::now() + WRITE_FOR;
+            let mut backoff = JitteredBackoff::new(Duration::from_millis(200), Duration::from_secs(10));
+            loop {
+                match store.canary_decide(&row).await {
+                    Ok(()) => return,
+                    Err(e) if tokio::time::Instant::now() < until => {
+                        tracing::warn!(plugin = %row.plugin, error = %e, "canary decision not stored yet; retrying (it holds in this gateway meanwhile)");
+                        tokio::time::sleep(backoff.next_delay()).await;
+                    }
+                    Err(e) => {
+                        tracing::error!(plugin = %row.plugin, error = %e, "canary decision could not be stored: it holds in this gateway only, until a restart");
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Refreshes every [`REFRESH`] until `stop`.
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(REFRESH);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = stop.cancelled() => return,
+            }
+            if let Err(e) = self.refresh().await {
+                tracing::debug!(error = %e, "could not read canary decisions; trying again");
+            }
+        }
+    }
+}
