@@ -142,6 +142,7 @@ pub fn broker_settings(config: &Config, name: &str) -> BrokerSettings {
             heartbeat: config.broker.heartbeat,
             connect_timeout: config.broker.connect_timeout,
             connection_name: name.to_owned(),
+            tls: config.broker.tls.clone(),
         },
         reconnect_max_backoff: config.broker.reconnect_max_backoff,
         shutdown_grace: Duration::from_secs(30),

@@ -19,3 +19,4 @@ mod scaffold;
 mod store_faults;
 mod support;
 mod telemetry;
+mod tls;

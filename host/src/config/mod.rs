@@ -1,7 +1,8 @@
 //! The operator's TOML: types, defaults and loading. Validation lives in `validate`,
-//! `${VAR}` interpolation in `env`, units in `units`.
+//! `${VAR}` interpolation in `env`, units in `units`, the TLS settings' checks in `tls`.
 
 mod env;
+mod tls;
 pub mod units;
 mod validate;
 
@@ -71,6 +72,10 @@ pub struct BrokerConfig {
     /// Longest wait between reconnection attempts (jittered exponential backoff).
     #[serde(default = "default_reconnect_max", with = "units::duration")]
     pub reconnect_max_backoff: Duration,
+    /// `[broker.tls]`: the CA to trust, the name to verify and an optional client certificate
+    /// for `amqps://` URLs (see docs/tls.md). When set, every URL must be `amqps://`.
+    #[serde(default)]
+    pub tls: Option<crate::broker::BrokerTlsConfig>,
 }
 
 impl BrokerConfig {

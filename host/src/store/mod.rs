@@ -13,6 +13,7 @@
 //! - `reads`: [`BatchedReads`], the pipeline's inbox and kv point reads, batched.
 //! - `sql`: placeholder lists for statements built per batch.
 //! - `validate`: text checks shared by every write (no NUL bytes on either backend).
+//! - `tls`: the libpq-style `sslmode`/`sslrootcert`/`sslcert`/`sslkey` of a PostgreSQL URL.
 
 mod commit;
 mod commit_set;
@@ -27,6 +28,7 @@ mod outbox;
 mod reads;
 mod secrets;
 mod sql;
+mod tls;
 mod validate;
 
 #[cfg(test)]
@@ -41,6 +43,7 @@ pub use error::StoreError;
 pub use kv::KvEntry;
 pub use outbox::{OUTBOX_NOTIFY_CHANNEL, OutboxRow, OutboxStatus};
 pub use reads::BatchedReads;
+pub use tls::check_tls_params;
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
@@ -373,6 +376,26 @@ impl DerefMut for WriteTx {
 }
 
 fn unavailable(redacted: &str, e: sqlx::Error) -> StoreError {
+    // sqlx reports a refused TLS setup as `Tls`, and a failed handshake (an untrusted or
+    // misnamed certificate) as the I/O error wrapping rustls's.
+    let tls_failure = match &e {
+        sqlx::Error::Tls(why) => Some(why.to_string()),
+        sqlx::Error::Io(io)
+            if io
+                .get_ref()
+                .is_some_and(|inner| inner.is::<rustls::Error>()) =>
+        {
+            Some(io.to_string())
+        }
+        _ => None,
+    };
+    if let Some(why) = tls_failure {
+        return StoreError::Unavailable(format!(
+            "cannot connect to {redacted}: TLS with the database failed: {why}; check the URL's \
+             sslmode, sslrootcert (the CA that signed the server's certificate), the host name \
+             (verify-full checks it against the certificate) and sslcert/sslkey"
+        ));
+    }
     match StoreError::from(e) {
         StoreError::Unavailable(m) | StoreError::Database(m) => {
             StoreError::Unavailable(format!("cannot connect to {redacted}: {m}"))
