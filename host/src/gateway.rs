@@ -109,7 +109,8 @@ pub fn load_plugins(config: &Config) -> anyhow::Result<(Arc<Runtime>, Plugins)> 
     Ok((runtime, plugins))
 }
 
-/// Connects the store and applies migrations.
+/// Connects the store, applies migrations, and takes the header-seal key from
+/// `[security]` when it is set there.
 pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
     let options = StoreOptions {
         max_connections: config.store.max_connections,
@@ -122,10 +123,27 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
         .migrate()
         .await
         .context("cannot apply database migrations")?;
-    Ok(store)
+    let seal = config
+        .security
+        .seal_secret()
+        .map_err(|(key, m)| anyhow::anyhow!("[security] {key}: {m}"))?;
+    if let Some(path) = &config.security.seal_key_file
+        && let Some(mode) = crate::config::loose_permissions(path)
+    {
+        tracing::warn!(
+            path = %path.display(),
+            mode = format!("{mode:o}"),
+            "the seal key file can be read by other users: chmod 600 it"
+        );
+    }
+    Ok(match seal {
+        Some(secret) => store.with_header_seal_secret(secret),
+        None => store,
+    })
 }
 
-/// The key that seals Carteiro's headers, shared through the store by every gateway on it.
+/// The key that seals Carteiro's headers: `[security]`'s (through [`open_store`]), else the
+/// one shared through the store by every gateway on it.
 pub async fn seal_key(store: &Store) -> anyhow::Result<SealKey> {
     let secret = store
         .header_seal_secret()

@@ -16,6 +16,7 @@ mod replay;
 mod resilience;
 mod runtime;
 mod scaffold;
+mod secrets;
 mod store_faults;
 mod support;
 mod telemetry;

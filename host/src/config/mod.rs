@@ -1,12 +1,15 @@
 //! The operator's TOML: types, defaults and loading. Validation lives in `validate`,
-//! `${VAR}` interpolation in `env`, units in `units`, the TLS settings' checks in `tls`.
+//! `${VAR}` interpolation in `env`, units in `units`, the TLS settings' checks in `tls`,
+//! `[security]` (the seal key's source) in `security`.
 
 mod env;
+mod security;
 mod tls;
 pub mod units;
 mod validate;
 
 pub use env::interpolate;
+pub use security::{SecurityConfig, loose_permissions};
 pub use validate::{ConfigError, KeySource, load, load_str};
 
 use serde::Deserialize;
@@ -38,6 +41,9 @@ pub struct Config {
     /// OpenTelemetry export of delivery and relay spans (off unless `otlp_endpoint` is set).
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// Where the header-seal key comes from (default: the store's `carteiro_secrets` table).
+    #[serde(default)]
+    pub security: SecurityConfig,
     /// Handler plugins by name.
     #[serde(default)]
     pub plugins: BTreeMap<String, PluginConfig>,

@@ -171,6 +171,10 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
         .map_err(|(key, m)| err(line_of_key(key), &format!("telemetry.{key}"), m))?;
 
     validate_admin(&mut config.admin, &err, &line_of_key)?;
+    config
+        .security
+        .validate(base_dir)
+        .map_err(|(key, m)| err(line_of_key(key), &format!("security.{key}"), m))?;
 
     for (name, plugin) in &mut config.plugins {
         let key = format!("plugins.{name}");
