@@ -8,6 +8,7 @@ mod hostile;
 mod hostile_props;
 mod languages;
 mod live;
+mod log_injection;
 mod operators;
 mod outages;
 mod relay;
