@@ -301,6 +301,9 @@ pub async fn run_live(
         ));
     }
     tracing::info!(routes = config.routes.len(), broker = %redact_url(&config.broker.url), store = %store.redacted_url(), "gateway running");
+    for warning in crate::config::unauthenticated_connections(&config) {
+        tracing::warn!("{warning}");
+    }
 
     tokio::pin!(shutdown);
     let (mut result, by_signal) = tokio::select! {

@@ -63,6 +63,9 @@ pub async fn check(path: &Path, no_environment: bool) -> anyhow::Result<i32> {
         ),
         _ => println!("cache    off: every start compiles every plugin"),
     }
+    for warning in config::unauthenticated_connections(&config) {
+        println!("warning  {warning}");
+    }
     if no_environment {
         println!("skipped  broker and store (--no-environment)");
         return Ok(0);

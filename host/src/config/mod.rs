@@ -10,6 +10,7 @@ mod validate;
 
 pub use env::interpolate;
 pub use security::{SecurityConfig, loose_permissions};
+pub use tls::unauthenticated_connections;
 pub use validate::{ConfigError, KeySource, load, load_str};
 
 use serde::Deserialize;

@@ -81,8 +81,30 @@ pub fn check_tls_params(store_url: &str, base_dir: &Path) -> Result<String, Stri
     if !changed {
         return Ok(store_url.to_owned());
     }
-    url.query_pairs_mut().clear().extend_pairs(pairs);
+    // Only what would change the query's meaning is encoded, so file paths stay readable
+    // in logs and errors (`sslrootcert=/etc/ca.pem`, not `%2Fetc%2Fca.pem`).
+    let query: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
+        .collect();
+    url.set_query(Some(&query.join("&")));
     Ok(url.to_string())
+}
+
+/// Characters a query value cannot hold as they are.
+const QUERY_VALUE: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'&')
+    .add(b'+')
+    .add(b'<')
+    .add(b'=')
+    .add(b'>');
+
+fn encode(text: &str) -> String {
+    percent_encoding::utf8_percent_encode(text, QUERY_VALUE).to_string()
 }
 
 /// The libpq name of a TLS parameter, under any spelling sqlx accepts.
@@ -110,6 +132,10 @@ mod tests {
         let url = "postgres://u:pw@db/c?sslmode=verify-full&sslrootcert=ca.pem";
         let out = check_tls_params(url, base).expect("valid");
         assert!(out.contains("sslmode=verify-full"), "{out}");
+        assert!(
+            out.contains(&format!("sslrootcert={}", base.join("ca.pem").display())),
+            "{out}"
+        );
         let parsed = url::Url::parse(&out).expect("a URL");
         let root = parsed.query_pairs().find(|(k, _)| k == "sslrootcert");
         let want = base.join("ca.pem").display().to_string();

@@ -98,6 +98,8 @@ exchange = "{exchange}"
     let client = Client::connect_to(&servers.plain_amqp_url()).await;
     let sink = client.sink(&events).await;
     let mut cmd = carteiro();
+    // The relay's LISTEN connection says at debug when it cannot connect.
+    cmd.env("CARTEIRO_LOG", "info,carteiro::relay=debug");
     cmd.arg("run").arg("-c").arg(&config);
     let gateway = Running::spawn(cmd);
     client.wait_for_consumer(&queue).await;
@@ -139,7 +141,12 @@ exchange = "{exchange}"
             "a gateway connection that is not TLS + EXTERNAL: {conns:?}"
         );
     }
-    gateway.kill().await;
+    let out = gateway.kill().await;
+    assert!(
+        !out.stderr.contains("LISTEN connection lost"),
+        "the relay's LISTEN connection failed over TLS:\n{}",
+        out.stderr
+    );
 
     // A dead-letter command of the CLI reads the same store over TLS.
     let mut stats = carteiro();
