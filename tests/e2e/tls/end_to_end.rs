@@ -148,6 +148,20 @@ exchange = "{exchange}"
         out.stderr
     );
 
+    // `carteiro relay` alone publishes rows committed meanwhile, over the same settings.
+    crate::support::seed_outbox(&store, &events, 1, 3).await;
+    let mut relay = carteiro();
+    relay.arg("relay").arg("-c").arg(&config);
+    let relay = Running::spawn(relay);
+    let seeded = std::sync::atomic::AtomicUsize::new(0);
+    wait_for("the standalone relay's rows", WAIT, || async {
+        let got = client.drain(&sink).await.len();
+        let total = seeded.fetch_add(got, std::sync::atomic::Ordering::Relaxed) + got;
+        (total >= 3).then_some(())
+    })
+    .await;
+    relay.kill().await;
+
     // A dead-letter command of the CLI reads the same store over TLS.
     let mut stats = carteiro();
     stats.args(["dlq", "stats", "-c"]).arg(&config);
