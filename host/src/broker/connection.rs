@@ -129,9 +129,14 @@ pub async fn connect(url: &str, opts: &ConnectOptions) -> Result<Connection, Bro
         match (&opts.tls, scheme) {
             (Some(tls), AMQPScheme::AMQPS) => tls::connect(uri, props, tls).await,
             (Some(_), AMQPScheme::AMQP) => Err(TlsFailure::PlainRefused),
-            (None, _) => Connection::connect_uri(uri, props)
-                .await
-                .map_err(|e| TlsFailure::Other(e.to_string())),
+            // lapin's own amqps:// path (system trust store): its handshake errors read the same.
+            (None, _) => Connection::connect_uri(uri, props).await.map_err(|e| {
+                if is_tls_error(&e) {
+                    TlsFailure::Handshake(e.to_string())
+                } else {
+                    TlsFailure::Other(e.to_string())
+                }
+            }),
         }
     };
     match tokio::time::timeout(opts.connect_timeout, connecting).await {
@@ -150,6 +155,12 @@ pub async fn connect(url: &str, opts: &ConnectOptions) -> Result<Connection, Bro
             timeout: opts.connect_timeout,
         }),
     }
+}
+
+/// Whether lapin failed in the TLS handshake (rustls's error inside its I/O error).
+fn is_tls_error(e: &lapin::Error) -> bool {
+    matches!(e.kind(), lapin::ErrorKind::IOError(io)
+        if io.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()))
 }
 
 /// Where the next [`connect_any`] starts, so reconnects after a node loss do not all try
@@ -274,6 +285,19 @@ mod tests {
             .to_string();
         assert!(err.contains("all 2 nodes"), "{err}");
         assert!(!err.contains("s3cretpw"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn tls_settings_refuse_a_plain_url() {
+        let opts = ConnectOptions {
+            tls: Some(BrokerTlsConfig::default()),
+            ..Default::default()
+        };
+        let err = connect(&test_url(), &opts)
+            .await
+            .expect_err("plain refused");
+        assert!(matches!(err, BrokerError::PlainRefused { .. }), "{err}");
+        assert!(err.to_string().contains("must be amqps://"), "{err}");
     }
 
     #[tokio::test]

@@ -123,6 +123,18 @@ async fn the_broker_refuses_a_wrong_ca_and_a_name_mismatch() {
         &["TLS handshake with the broker", "UnknownIssuer", "ca_file"],
     );
 
+    // Without [broker.tls] only the system store is trusted, and the error says what to set.
+    let system_store = format!("url = \"amqps://guest:guest@localhost:{port}/%2f\"");
+    let out = cli(&servers, dir.path(), &["check"], &system_store, &store).await;
+    refused(
+        &out,
+        &[
+            "TLS handshake with the broker",
+            "UnknownIssuer",
+            "[broker.tls] ca_file",
+        ],
+    );
+
     let mismatch = broker("127.0.0.1", "ca_file = \"ca.pem\"");
     let out = cli(&servers, dir.path(), &["check"], &mismatch, &store).await;
     refused(
