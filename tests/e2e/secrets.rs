@@ -136,5 +136,20 @@ async fn a_seal_key_file_replaces_the_stores_key() {
         .await
         .expect("count secrets");
     assert_eq!(rows, 0, "the seal key was written to the store");
+
+    // `carteiro check` says where the key comes from.
+    let mut check = crate::resilience::carteiro();
+    check
+        .arg("check")
+        .arg("-c")
+        .arg(gw.dir.path().join("carteiro.toml"));
+    let out = crate::resilience::run_to_end(check, WAIT).await;
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout
+            .contains("header-seal key from [security] seal_key_file"),
+        "{}",
+        out.stdout
+    );
     gw.stop().await;
 }
