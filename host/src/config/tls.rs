@@ -20,8 +20,18 @@ pub fn unauthenticated_connections(config: &Config) -> Vec<String> {
                 .find(|(k, _)| k == "sslmode" || k == "ssl-mode")
                 .map(|(_, v)| v.into_owned())
         });
+        let host = host.filter(|h| !is_loopback(h));
+        if let Some(host) = &host
+            && mode.as_deref() == Some("verify-ca")
+        {
+            out.push(format!(
+                "store: sslmode=verify-ca to {host} also accepts a certificate any public CA \
+                 issued for any name (sqlx trusts its bundled roots beside sslrootcert); use \
+                 sslmode=verify-full (docs/tls.md)"
+            ));
+        }
         let verified = matches!(mode.as_deref(), Some("verify-ca" | "verify-full"));
-        if let Some(host) = host.filter(|h| !is_loopback(h))
+        if let Some(host) = host
             && !verified
         {
             out.push(format!(
@@ -174,5 +184,13 @@ mod tests {
         assert!(!warned[1].contains("s3cret"), "{warned:?}");
         let default = with("amqps://mq.example/v", "postgres://db.example/c");
         assert!(default[0].contains("prefer (the default)"), "{default:?}");
+        let ca_only = with(
+            "amqps://mq.example/v",
+            "postgres://db.example/c?sslmode=verify-ca",
+        );
+        assert!(
+            ca_only[0].contains("use sslmode=verify-full"),
+            "{ca_only:?}"
+        );
     }
 }
