@@ -39,8 +39,10 @@ async fn the_sqlite_store_and_its_wal_are_created_readable_by_their_owner_only()
     .await;
     let db = gw.dir.path().join("carteiro.db");
     assert_eq!(mode(&db), 0o600, "{}", db.display());
-    let wal = gw.dir.path().join("carteiro.db-wal");
-    assert_eq!(mode(&wal), 0o600, "{}", wal.display());
+    for side in ["carteiro.db-wal", "carteiro.db-shm"] {
+        let path = gw.dir.path().join(side);
+        assert_eq!(mode(&path), 0o600, "{}", path.display());
+    }
     gw.stop().await;
 }
 
