@@ -5,6 +5,11 @@
 #   scripts/postgres.sh start [NAME] [PORT]   init if needed, start (no-op when running), print URL
 #   scripts/postgres.sh stop  [NAME]          fast shutdown (no-op when stopped)
 #   scripts/postgres.sh url   [NAME] [PORT]   print the URL (port remembered from the last start)
+#   scripts/postgres.sh start-tls NAME PORT CERTS
+#                                             like start, with ssl = on: CERTS holds server.pem,
+#                                             server.key and ca.pem; TCP takes TLS only, and a
+#                                             client certificate signed by ca.pem whose CN is the
+#                                             user name (pg_hba `hostssl ... cert`)
 #
 # Data lives in <repo>/.local/postgres/NAME; the server listens on 127.0.0.1:PORT (default
 # 55432) with its socket inside the data folder and trust auth: for local tests only.
@@ -62,16 +67,15 @@ if [[ $(id -u) -eq 0 ]]; then
   RUN=(runuser -u "$PGUSER_OS" --)
 fi
 
+# What start() adds for start-tls: server options, and the socket for its own psql (TCP needs
+# a client certificate there).
+EXTRA_OPTS=""
+ADMIN_HOST=127.0.0.1
+
 running() { [[ -f "$DATA/PG_VERSION" ]] && "${RUN[@]}" "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; }
 
 start() {
-  if ! [[ -f "$DATA/PG_VERSION" ]]; then
-    mkdir -p "$DATA"
-    [[ ${#RUN[@]} -eq 0 ]] || chown "$PGUSER_OS" "$DATA"
-    chmod 700 "$DATA"
-    "${RUN[@]}" "$BIN/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 --no-locale >"$DATA.initdb.log" 2>&1 \
-      || { cat "$DATA.initdb.log" >&2; die "initdb failed for $DATA"; }
-  fi
+  init
   if running; then
     # Already up: report the port it really listens on.
     [[ -f "$PORT_FILE" ]] && PORT=$(cat "$PORT_FILE") && URL="postgres://postgres@127.0.0.1:$PORT/carteiro"
@@ -79,20 +83,55 @@ start() {
     echo "$PORT" >"$PORT_FILE"
     # Settings on the command line so a restart on another port just works.
     "${RUN[@]}" "$BIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w -t 60 \
-      -o "-p $PORT -k '$DATA' -c listen_addresses=127.0.0.1 -c max_connections=300" start >/dev/null \
+      -o "-p $PORT -k '$DATA' -c listen_addresses=127.0.0.1 -c max_connections=300$EXTRA_OPTS" start >/dev/null \
       || { tail -n 20 "$DATA/server.log" >&2; die "could not start PostgreSQL in $DATA on port $PORT"; }
   fi
   local i
   for i in $(seq 1 120); do
-    pg_isready -q -h 127.0.0.1 -p "$PORT" && break
+    pg_isready -q -h "$ADMIN_HOST" -p "$PORT" && break
     [[ $i -eq 120 ]] && die "PostgreSQL on port $PORT did not accept connections within 60 s"
     sleep 0.5
   done
-  if [[ -z $("$PSQL" -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -tAc \
+  if [[ -z $("$PSQL" -h "$ADMIN_HOST" -p "$PORT" -U postgres -d postgres -tAc \
       "SELECT 1 FROM pg_database WHERE datname = 'carteiro'") ]]; then
-    "$PSQL" -q -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -c "CREATE DATABASE carteiro" >/dev/null
+    "$PSQL" -q -h "$ADMIN_HOST" -p "$PORT" -U postgres -d postgres -c "CREATE DATABASE carteiro" >/dev/null
   fi
   echo "$URL"
+}
+
+init() {
+  if ! [[ -f "$DATA/PG_VERSION" ]]; then
+    mkdir -p "$DATA"
+    [[ ${#RUN[@]} -eq 0 ]] || chown "$PGUSER_OS" "$DATA"
+    chmod 700 "$DATA"
+    "${RUN[@]}" "$BIN/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 --no-locale >"$DATA.initdb.log" 2>&1 \
+      || { cat "$DATA.initdb.log" >&2; die "initdb failed for $DATA"; }
+  fi
+}
+
+start_tls() {
+  local certs=${1:-} f
+  [[ -n "$certs" ]] || die "usage: $0 start-tls NAME PORT CERTS"
+  for f in server.pem server.key ca.pem; do
+    [[ -f "$certs/$f" ]] || die "start-tls: no $certs/$f"
+  done
+  init
+  # The server refuses a key others can read; the files must belong to its user.
+  local owner=()
+  [[ ${#RUN[@]} -eq 0 ]] || owner=(-o "$PGUSER_OS")
+  install -m 600 "${owner[@]}" "$certs/server.pem" "$DATA/server.crt"
+  install -m 600 "${owner[@]}" "$certs/server.key" "$DATA/server.key"
+  install -m 600 "${owner[@]}" "$certs/ca.pem" "$DATA/root.crt"
+  # TCP only over TLS with a client certificate; the socket (this script's psql) trusts.
+  cat >"$DATA/pg_hba.conf" <<'HBA'
+local   all all                trust
+hostssl all all 127.0.0.1/32   cert
+hostssl all all ::1/128        cert
+HBA
+  [[ ${#RUN[@]} -eq 0 ]] || chown "$PGUSER_OS" "$DATA/pg_hba.conf"
+  EXTRA_OPTS=" -c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key -c ssl_ca_file=root.crt"
+  ADMIN_HOST=$DATA
+  start
 }
 
 stop() {
@@ -103,7 +142,8 @@ stop() {
 
 case "$CMD" in
   start) start ;;
+  start-tls) start_tls "${4:-}" ;;
   stop) stop ;;
   url) echo "$URL" ;;
-  *) die "usage: $0 start|stop|url [NAME] [PORT]" ;;
+  *) die "usage: $0 start|stop|url [NAME] [PORT] | start-tls NAME PORT CERTS" ;;
 esac

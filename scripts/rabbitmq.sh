@@ -6,6 +6,7 @@
 #   scripts/rabbitmq.sh restart [NAME] [PORT]  stop then start (tests use this for broker restarts)
 #   scripts/rabbitmq.sh url     [NAME] [PORT]  print the AMQP URL without starting anything
 #   scripts/rabbitmq.sh status                 list the instances under .local/rabbitmq
+#   scripts/rabbitmq.sh ctl NAME ARGS...        rabbitmqctl ARGS on instance NAME
 #   scripts/rabbitmq.sh cluster start [N] [PORT]  N nodes (default 3) cluster-1..N on PORT,
 #                                              PORT+1, ... (default 5700), joined into one
 #                                              cluster; prints one AMQP URL per node
@@ -16,6 +17,9 @@
 # is a plain process of ours with all state under <repo>/.local/rabbitmq/NAME, so several can
 # run side by side. Set CARTEIRO_RABBITMQ_MANAGEMENT=1 to enable the management plugin (HTTP
 # on PORT+10000). Set CARTEIRO_RABBITMQ_START_TIMEOUT (seconds, default 90) to bound start-up.
+# At start, CARTEIRO_RABBITMQ_CONF_EXTRA (lines) is appended to the instance's rabbitmq.conf
+# and CARTEIRO_RABBITMQ_PLUGINS (comma-separated) are enabled too: the TLS tests add a TLS
+# listener and rabbitmq_auth_mechanism_ssl this way.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -105,12 +109,15 @@ cmd_start() {
             echo "management.tcp.ip = 127.0.0.1"
             echo "management.tcp.port = $((PORT + 10000))"
         fi
+        if [ -n "${CARTEIRO_RABBITMQ_CONF_EXTRA:-}" ]; then
+            printf '%s\n' "$CARTEIRO_RABBITMQ_CONF_EXTRA"
+        fi
     } >"$RABBITMQ_CONFIG_FILE"
+    local plugins="${CARTEIRO_RABBITMQ_PLUGINS:-}"
     if [ "${CARTEIRO_RABBITMQ_MANAGEMENT:-0}" = 1 ]; then
-        echo "[rabbitmq_management]." >"$RABBITMQ_ENABLED_PLUGINS_FILE"
-    else
-        echo "[]." >"$RABBITMQ_ENABLED_PLUGINS_FILE"
+        plugins="rabbitmq_management${plugins:+,$plugins}"
     fi
+    echo "[$plugins]." >"$RABBITMQ_ENABLED_PLUGINS_FILE"
     rm -f "$DIR/rabbitmq.pid"
     # setsid + nohup + </dev/null: detached from our terminal so the caller may exit.
     # Run from DIR so a crash dump (erl_crash.dump) lands there, not in the caller's cwd.
@@ -230,5 +237,12 @@ stop) shift; cmd_stop "$@" ;;
 restart) shift; cmd_stop "${1:-carteiro}"; cmd_start "$@" ;;
 url) shift; setup_env "${1:-carteiro}" "${2:-}"; url ;;
 status) cmd_status ;;
-*) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+ctl)
+    shift
+    [ -n "${1:-}" ] || die "usage: ctl NAME ARGS..."
+    setup_env "$1" ""
+    shift
+    ctl "$@"
+    ;;
+*) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

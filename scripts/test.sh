@@ -16,6 +16,13 @@ if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; the
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver </dev/null >&2
 fi
 
+echo "== openssl (the TLS tests make their certificates with it)"
+if ! command -v openssl >/dev/null; then
+  sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null >&2
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssl </dev/null >&2
+fi
+
 echo "== services"
 CARTEIRO_TEST_AMQP_URL="$(scripts/rabbitmq.sh start | tail -n 1)"
 CARTEIRO_TEST_POSTGRES_URL="$(scripts/postgres.sh start | tail -n 1)"

@@ -109,7 +109,8 @@ pub fn load_plugins(config: &Config) -> anyhow::Result<(Arc<Runtime>, Plugins)> 
     Ok((runtime, plugins))
 }
 
-/// Connects the store and applies migrations.
+/// Connects the store, applies migrations, and takes the header-seal key from
+/// `[security]` when it is set there.
 pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
     let options = StoreOptions {
         max_connections: config.store.max_connections,
@@ -122,10 +123,32 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
         .migrate()
         .await
         .context("cannot apply database migrations")?;
-    Ok(store)
+    Ok(match security_seal(config)? {
+        Some(secret) => store.with_header_seal_secret(secret),
+        None => store,
+    })
 }
 
-/// The key that seals Carteiro's headers, shared through the store by every gateway on it.
+/// The header-seal key `[security]` gives (`seal_key` or `seal_key_file`), if it does.
+pub fn security_seal(config: &Config) -> anyhow::Result<Option<Vec<u8>>> {
+    let seal = config
+        .security
+        .seal_secret()
+        .map_err(|(key, m)| anyhow::anyhow!("[security] {key}: {m}"))?;
+    if let Some(path) = &config.security.seal_key_file
+        && let Some(mode) = crate::config::loose_permissions(path)
+    {
+        tracing::warn!(
+            path = %path.display(),
+            mode = format!("{mode:o}"),
+            "the seal key file can be read by other users: chmod 600 it"
+        );
+    }
+    Ok(seal)
+}
+
+/// The key that seals Carteiro's headers: `[security]`'s (through [`open_store`]), else the
+/// one shared through the store by every gateway on it.
 pub async fn seal_key(store: &Store) -> anyhow::Result<SealKey> {
     let secrets = store
         .header_seal_secrets()
@@ -142,6 +165,7 @@ pub fn broker_settings(config: &Config, name: &str) -> BrokerSettings {
             heartbeat: config.broker.heartbeat,
             connect_timeout: config.broker.connect_timeout,
             connection_name: name.to_owned(),
+            tls: config.broker.tls.clone(),
         },
         reconnect_max_backoff: config.broker.reconnect_max_backoff,
         shutdown_grace: Duration::from_secs(30),
@@ -329,6 +353,9 @@ pub async fn run_live(
         ));
     }
     tracing::info!(routes = config.routes.len(), broker = %redact_url(&config.broker.url), store = %store.redacted_url(), "gateway running");
+    for warning in crate::config::unauthenticated_connections(&config) {
+        tracing::warn!("{warning}");
+    }
 
     let (mut result, by_signal) = tokio::select! {
         _ = &mut shutdown => {

@@ -22,6 +22,7 @@
 //! - [`metrics`], [`housekeeping`]: Prometheus metrics, retention cleanup.
 //! - [`telemetry`]: OpenTelemetry spans of deliveries and relay publishes (`[telemetry]`).
 //! - [`redact`]: the one redaction for URLs that may hold a password (broker and store).
+//! - [`logfmt`]: text logs with control characters escaped in every field.
 
 pub mod admin;
 pub mod alerts;
@@ -33,6 +34,7 @@ pub mod dlq;
 pub mod gateway;
 pub mod housekeeping;
 pub mod live;
+pub mod logfmt;
 pub mod metrics;
 pub mod pipeline;
 pub mod redact;

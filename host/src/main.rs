@@ -13,7 +13,10 @@ fn init_tracing(json: bool) {
     if json {
         builder.json().init();
     } else {
-        builder.init();
+        // Plugins and publishers put text in fields: escape it (see `logfmt`).
+        builder
+            .fmt_fields(carteiro::logfmt::escaped_fields())
+            .init();
     }
 }
 

@@ -20,14 +20,18 @@ pub struct Opened {
     pub seal: SealKey,
 }
 
-/// One try: connect, migrate, read (or create) the seal key.
-pub async fn open(config: &Config) -> Result<Opened, StoreError> {
+/// One try: connect, migrate, read (or create) the seal key; `seal_secret`: the key
+/// `[security]` gives instead of the store's.
+pub async fn open(config: &Config, seal_secret: Option<&[u8]>) -> Result<Opened, StoreError> {
     let options = StoreOptions {
         max_connections: config.store.max_connections,
         statement_timeout: config.store.statement_timeout,
     };
-    let store = Store::connect_with(&config.store.url, &options).await?;
+    let mut store = Store::connect_with(&config.store.url, &options).await?;
     store.migrate().await?;
+    if let Some(secret) = seal_secret {
+        store = store.with_header_seal_secret(secret.to_vec());
+    }
     let secrets = store.header_seal_secrets().await?;
     let seal = SealKey::with_retired(&secrets.current, &secrets.retired);
     Ok(Opened { store, seal })
@@ -69,13 +73,15 @@ pub async fn refresh_keyring(store: Store, seal: SealKey, stop: CancellationToke
 pub async fn open_waiting(
     config: &Config,
     shutdown: impl Future<Output = ()>,
-) -> Result<Option<Opened>, StoreError> {
+) -> anyhow::Result<Option<Opened>> {
+    // A bad [security] key is the config's fault: fail at once, never wait for it.
+    let seal_secret = crate::gateway::security_seal(config)?;
     tokio::pin!(shutdown);
     let mut backoff = JitteredBackoff::new(Duration::from_millis(250), Duration::from_secs(10));
     let mut tries = 0u32;
     loop {
         tries += 1;
-        match open(config).await {
+        match open(config, seal_secret.as_deref()).await {
             Ok(opened) => {
                 if tries > 1 {
                     tracing::info!(tries, "store takes writes: starting the routes");
@@ -90,7 +96,7 @@ pub async fn open_waiting(
                     () = &mut shutdown => return Ok(None),
                 }
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         }
     }
 }

@@ -3,7 +3,12 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lapin::{Connection, ConnectionProperties, uri::AMQPUri};
+use lapin::{
+    Connection, ConnectionProperties,
+    uri::{AMQPScheme, AMQPUri},
+};
+
+use super::tls::{self, BrokerTlsConfig, TlsFailure};
 
 pub use crate::redact::redact_url;
 use crate::redact::scrub;
@@ -19,6 +24,9 @@ pub struct ConnectOptions {
     pub connect_timeout: Duration,
     /// Shown as `connection_name` in RabbitMQ's management UI and `rabbitmqctl`.
     pub connection_name: String,
+    /// `[broker.tls]`: the CA, server name and client certificate of `amqps://` connections.
+    /// When set, a plain `amqp://` URL is refused rather than used in clear.
+    pub tls: Option<BrokerTlsConfig>,
 }
 
 impl Default for ConnectOptions {
@@ -27,6 +35,7 @@ impl Default for ConnectOptions {
             heartbeat: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             connection_name: "carteiro".to_owned(),
+            tls: None,
         }
     }
 }
@@ -62,6 +71,28 @@ pub enum BrokerError {
         /// lapin's reason, with the password scrubbed.
         reason: String,
     },
+    /// The TLS handshake failed: the broker's certificate is not signed by a trusted CA or
+    /// does not carry the expected name, the broker refused Carteiro's client certificate, or
+    /// the port does not speak TLS.
+    #[error(
+        "TLS handshake with the broker at {url} failed: {reason}; check [broker.tls] ca_file \
+         (the CA that signed the broker's certificate), server_name (a name the certificate \
+         carries) and that the URL's port is the broker's TLS listener"
+    )]
+    Tls {
+        /// The URL with its password replaced by `***`.
+        url: String,
+        /// rustls's reason.
+        reason: String,
+    },
+    /// `[broker.tls]` is set but the URL is plain `amqp://`: refused, never sent in clear.
+    #[error(
+        "refusing plain AMQP to {url}: [broker.tls] is set, so every broker URL must be amqps://"
+    )]
+    PlainRefused {
+        /// The URL with its password replaced by `***`.
+        url: String,
+    },
     /// Opening or configuring a channel failed on an established connection.
     #[error("broker channel error: {0}")]
     Channel(String),
@@ -93,10 +124,30 @@ pub async fn connect(url: &str, opts: &ConnectOptions) -> Result<Connection, Bro
     );
     let props =
         ConnectionProperties::default().with_connection_name(opts.connection_name.clone().into());
-    match tokio::time::timeout(opts.connect_timeout, Connection::connect_uri(uri, props)).await {
+    let scheme = uri.scheme.clone();
+    let connecting = async {
+        match (&opts.tls, scheme) {
+            (Some(tls), AMQPScheme::AMQPS) => tls::connect(uri, props, tls).await,
+            (Some(_), AMQPScheme::AMQP) => Err(TlsFailure::PlainRefused),
+            // lapin's own amqps:// path (system trust store): its handshake errors read the same.
+            (None, _) => Connection::connect_uri(uri, props).await.map_err(|e| {
+                if is_tls_error(&e) {
+                    TlsFailure::Handshake(e.to_string())
+                } else {
+                    TlsFailure::Other(e.to_string())
+                }
+            }),
+        }
+    };
+    match tokio::time::timeout(opts.connect_timeout, connecting).await {
         Ok(Ok(conn)) => Ok(conn),
-        Ok(Err(err)) => Err(BrokerError::Connect {
-            reason: scrub(&err.to_string(), url),
+        Ok(Err(TlsFailure::Handshake(reason))) => Err(BrokerError::Tls {
+            reason: scrub(&reason, url),
+            url: redacted,
+        }),
+        Ok(Err(TlsFailure::PlainRefused)) => Err(BrokerError::PlainRefused { url: redacted }),
+        Ok(Err(TlsFailure::Other(reason))) => Err(BrokerError::Connect {
+            reason: scrub(&reason, url),
             url: redacted,
         }),
         Err(_) => Err(BrokerError::ConnectTimeout {
@@ -104,6 +155,12 @@ pub async fn connect(url: &str, opts: &ConnectOptions) -> Result<Connection, Bro
             timeout: opts.connect_timeout,
         }),
     }
+}
+
+/// Whether lapin failed in the TLS handshake (rustls's error inside its I/O error).
+fn is_tls_error(e: &lapin::Error) -> bool {
+    matches!(e.kind(), lapin::ErrorKind::IOError(io)
+        if io.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()))
 }
 
 /// Where the next [`connect_any`] starts, so reconnects after a node loss do not all try
@@ -228,6 +285,19 @@ mod tests {
             .to_string();
         assert!(err.contains("all 2 nodes"), "{err}");
         assert!(!err.contains("s3cretpw"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn tls_settings_refuse_a_plain_url() {
+        let opts = ConnectOptions {
+            tls: Some(BrokerTlsConfig::default()),
+            ..Default::default()
+        };
+        let err = connect(&test_url(), &opts)
+            .await
+            .expect_err("plain refused");
+        assert!(matches!(err, BrokerError::PlainRefused { .. }), "{err}");
+        assert!(err.to_string().contains("must be amqps://"), "{err}");
     }
 
     #[tokio::test]

@@ -8,6 +8,7 @@
 //! - [`headers`]: AMQP field tables to text pairs and back.
 //! - [`outgoing`]: the one builder of what Carteiro publishes, and AMQP's limits on it.
 //! - [`seal`]: which `x-carteiro-*` headers to believe (HMAC-sealed copies only).
+//! - `tls`: [`BrokerTlsConfig`] (`[broker.tls]`) and the rustls connector built from it.
 
 mod backoff;
 mod connection;
@@ -17,7 +18,9 @@ mod publisher;
 pub mod seal;
 #[cfg(test)]
 pub(crate) mod testing;
+mod tls;
 
 pub use backoff::JitteredBackoff;
 pub use connection::{BrokerError, ConnectOptions, connect, connect_any, redact_url};
 pub use publisher::{ConfirmedPublisher, MAX_BATCH, Outgoing, PublishError, PublisherOptions};
+pub use tls::BrokerTlsConfig;

@@ -63,6 +63,9 @@ pub async fn check(path: &Path, no_environment: bool) -> anyhow::Result<i32> {
         ),
         _ => println!("cache    off: every start compiles every plugin"),
     }
+    for warning in config::unauthenticated_connections(&config) {
+        println!("warning  {warning}");
+    }
     if no_environment {
         println!("skipped  broker and store (--no-environment)");
         return Ok(0);
@@ -73,6 +76,12 @@ pub async fn check(path: &Path, no_environment: bool) -> anyhow::Result<i32> {
         "store    {} answers; migrations applied",
         store.redacted_url()
     );
+    let seal = match (&config.security.seal_key, &config.security.seal_key_file) {
+        (Some(_), _) => "[security] seal_key".to_owned(),
+        (None, Some(file)) => format!("[security] seal_key_file {}", file.display()),
+        (None, None) => "the store (carteiro_secrets)".to_owned(),
+    };
+    println!("seal     header-seal key from {seal}");
     let settings = broker_settings(&config, "carteiro check");
     // BrokerError already names the (redacted) URL; adding it again printed it twice.
     let conn = connect_any(&settings.urls, &settings.connect).await?;

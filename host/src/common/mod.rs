@@ -1,8 +1,10 @@
 //! Small pieces shared by the pipeline, the relay, the dead-letter tools and housekeeping,
 //! kept below all of them so none imports another for a utility: time, test-only fault
-//! injection, and Carteiro's own AMQP header names ([`headers`]).
+//! injection, Carteiro's own AMQP header names ([`headers`]), and PEM files for TLS
+//! ([`pem`]).
 
 pub mod headers;
+pub mod pem;
 
 /// Milliseconds since the Unix epoch (this process's clock).
 pub fn now_ms() -> i64 {

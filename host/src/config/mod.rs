@@ -1,11 +1,16 @@
 //! The operator's TOML: types, defaults and loading. Validation lives in `validate`,
-//! `${VAR}` interpolation in `env`, units in `units`.
+//! `${VAR}` interpolation in `env`, units in `units`, the TLS settings' checks in `tls`,
+//! `[security]` (the seal key's source) in `security`.
 
 mod env;
+mod security;
+mod tls;
 pub mod units;
 mod validate;
 
 pub use env::interpolate;
+pub use security::{SecurityConfig, loose_permissions};
+pub use tls::unauthenticated_connections;
 pub use validate::{ConfigError, KeySource, load, load_str};
 
 use serde::Deserialize;
@@ -37,6 +42,9 @@ pub struct Config {
     /// OpenTelemetry export of delivery and relay spans (off unless `otlp_endpoint` is set).
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// Where the header-seal key comes from (default: the store's `carteiro_secrets` table).
+    #[serde(default)]
+    pub security: SecurityConfig,
     /// Handler plugins by name.
     #[serde(default)]
     pub plugins: BTreeMap<String, PluginConfig>,
@@ -71,6 +79,10 @@ pub struct BrokerConfig {
     /// Longest wait between reconnection attempts (jittered exponential backoff).
     #[serde(default = "default_reconnect_max", with = "units::duration")]
     pub reconnect_max_backoff: Duration,
+    /// `[broker.tls]`: the CA to trust, the name to verify and an optional client certificate
+    /// for `amqps://` URLs (see docs/tls.md). When set, every URL must be `amqps://`.
+    #[serde(default)]
+    pub tls: Option<crate::broker::BrokerTlsConfig>,
 }
 
 impl BrokerConfig {

@@ -133,9 +133,13 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
         // The first node names the broker in logs and single-connection commands.
         config.broker.url = config.broker.urls[0].clone();
     }
+    super::tls::validate_broker(&mut config.broker, base_dir)
+        .map_err(|(key, m)| err(line_of_key(tls_line(&key)), &format!("broker.{key}"), m))?;
     config.store.url =
         interpolate(&config.store.url).map_err(|m| err(line_of_key("url"), "store.url", m))?;
     config.store.url = resolve_sqlite_path(&config.store.url, base_dir);
+    config.store.url = crate::store::check_tls_params(&config.store.url, base_dir)
+        .map_err(|m| err(line_of_key("url"), "store.url", m))?;
     if let Some(cache) = config.runtime.compile_cache.as_mut()
         && !cache.as_os_str().is_empty()
         && cache.is_relative()
@@ -167,6 +171,10 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
         .map_err(|(key, m)| err(line_of_key(key), &format!("telemetry.{key}"), m))?;
 
     validate_admin(&mut config.admin, &err, &line_of_key)?;
+    config
+        .security
+        .validate(base_dir)
+        .map_err(|(key, m)| err(line_of_key(key), &format!("security.{key}"), m))?;
 
     for (name, plugin) in &mut config.plugins {
         let key = format!("plugins.{name}");
@@ -361,6 +369,15 @@ fn validate_telemetry(t: &mut super::TelemetryConfig) -> Result<(), (&'static st
         ));
     }
     Ok(())
+}
+
+/// The line to point at for a `[broker]` TLS problem.
+fn tls_line(key: &str) -> &str {
+    match key.strip_prefix("tls.") {
+        Some(field) => field,
+        None if key == "tls" => "[broker.tls]",
+        None => key,
+    }
 }
 
 /// `sqlite://relative.db` is relative to the config file, like plugin paths.

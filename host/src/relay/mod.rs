@@ -71,6 +71,7 @@ impl Relay {
                 heartbeat: config.broker.heartbeat,
                 connect_timeout: config.broker.connect_timeout,
                 connection_name: "carteiro relay".into(),
+                tls: config.broker.tls.clone(),
             },
             publish_timeout: config.broker.publish_timeout,
             max_in_flight: config.relay.max_in_flight.max(1),

@@ -13,6 +13,7 @@
 //! - `reads`: [`BatchedReads`], the pipeline's inbox and kv point reads, batched.
 //! - `sql`: placeholder lists for statements built per batch.
 //! - `validate`: text checks shared by every write (no NUL bytes on either backend).
+//! - `tls`: the libpq-style `sslmode`/`sslrootcert`/`sslcert`/`sslkey` of a PostgreSQL URL.
 
 mod canaries;
 mod commit;
@@ -28,6 +29,7 @@ mod outbox;
 mod reads;
 mod secrets;
 mod sql;
+mod tls;
 mod validate;
 
 #[cfg(test)]
@@ -44,6 +46,7 @@ pub use kv::KvEntry;
 pub use outbox::{OUTBOX_NOTIFY_CHANNEL, OutboxRow, OutboxStatus};
 pub use reads::BatchedReads;
 pub use secrets::SealSecrets;
+pub use tls::check_tls_params;
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
@@ -102,6 +105,8 @@ pub struct Store {
     /// of sleeping in SQLite's busy handler (steps of up to 100 ms) while another connection
     /// of the same pool holds the write lock. Shared by clones.
     writer: Arc<Mutex<()>>,
+    /// `[security]`'s header-seal key; `None`: the key kept in `carteiro_secrets`.
+    seal_secret: Option<Arc<[u8]>>,
 }
 
 /// Rows deleted per transaction by retention purges.
@@ -188,6 +193,7 @@ impl Store {
             op_timeout: opts.statement_timeout + ACQUIRE_TIMEOUT,
             options: Arc::new(options),
             writer: Arc::new(Mutex::new(())),
+            seal_secret: None,
         })
     }
 
@@ -230,6 +236,13 @@ impl Store {
                 self.redacted, self.op_timeout
             ))),
         }
+    }
+
+    /// The same store, with a header-seal key from outside it (`[security]`): the
+    /// `carteiro_secrets` table is then neither read nor written for it.
+    pub fn with_header_seal_secret(mut self, secret: Vec<u8>) -> Self {
+        self.seal_secret = Some(secret.into());
+        self
     }
 
     /// The backend behind this store.
@@ -396,6 +409,26 @@ impl DerefMut for WriteTx {
 }
 
 fn unavailable(redacted: &str, e: sqlx::Error) -> StoreError {
+    // sqlx reports a refused TLS setup as `Tls`, and a failed handshake (an untrusted or
+    // misnamed certificate) as the I/O error wrapping rustls's.
+    let tls_failure = match &e {
+        sqlx::Error::Tls(why) => Some(why.to_string()),
+        sqlx::Error::Io(io)
+            if io
+                .get_ref()
+                .is_some_and(|inner| inner.is::<rustls::Error>()) =>
+        {
+            Some(io.to_string())
+        }
+        _ => None,
+    };
+    if let Some(why) = tls_failure {
+        return StoreError::Unavailable(format!(
+            "cannot connect to {redacted}: TLS with the database failed: {why}; check the URL's \
+             sslmode, sslrootcert (the CA that signed the server's certificate), the host name \
+             (verify-full checks it against the certificate) and sslcert/sslkey"
+        ));
+    }
     match StoreError::from(e) {
         StoreError::Unavailable(m) | StoreError::Database(m) => {
             StoreError::Unavailable(format!("cannot connect to {redacted}: {m}"))
@@ -416,12 +449,44 @@ fn prepare_sqlite_url(url: &str) -> Result<String, StoreError> {
             StoreError::Unavailable(format!("cannot create folder {}: {e}", dir.display()))
         })?;
     }
-    if query.split('&').any(|kv| kv.starts_with("mode=")) {
+    let mode = query.split('&').find_map(|kv| kv.strip_prefix("mode="));
+    if path != ":memory:" && mode.is_none_or(|m| m.contains('c')) {
+        create_private(std::path::Path::new(path))?;
+    }
+    if mode.is_some() {
         Ok(url.to_string())
     } else if query.is_empty() {
         Ok(format!("{url}?mode=rwc"))
     } else {
         Ok(format!("{url}&mode=rwc"))
+    }
+}
+
+/// Creates the SQLite file readable by its owner only (0600) when it does not exist yet:
+/// it holds the header-seal key and every message's effects. SQLite gives its `-wal` and
+/// `-shm` files the database file's mode. An existing file that others may read is kept as
+/// it is, with a warning.
+fn create_private(path: &std::path::Path) -> Result<(), StoreError> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            if let Some(mode) = crate::config::loose_permissions(path) {
+                tracing::warn!(
+                    path = %path.display(),
+                    mode = format!("{mode:o}"),
+                    "the SQLite store can be read by other users; it holds the header-seal key                      and every message's effects: chmod 600 it (and its -wal and -shm files)"
+                );
+            }
+            Ok(())
+        }
+        Err(e) => Err(StoreError::Unavailable(format!(
+            "cannot create the SQLite file {}: {e}",
+            path.display()
+        ))),
     }
 }
 

@@ -1,5 +1,6 @@
 //! Secrets shared by every gateway on one store: the keys that seal Carteiro's headers
-//! (`broker::seal`). Anyone who can read this table is trusted already.
+//! (`broker::seal`). Anyone who can read this table is trusted already. With `[security]
+//! seal_key` or `seal_key_file` the key comes from outside and the table is left alone.
 //!
 //! `header-seal` is the current key. A rotation moves it to `header-seal-retired:<expires
 //! ms>:<n>` (still verifying until then, so copies in flight keep their attempt count) and
@@ -43,8 +44,15 @@ impl Store {
         Ok(self.header_seal_secrets().await?.current)
     }
 
-    /// The current key (created on first use) and the retired keys not yet expired.
+    /// The current key (created on first use) and the retired keys not yet expired; or
+    /// the one given by [`Store::with_header_seal_secret`].
     pub async fn header_seal_secrets(&self) -> Result<SealSecrets, StoreError> {
+        if let Some(secret) = &self.seal_secret {
+            return Ok(SealSecrets {
+                current: secret.to_vec(),
+                retired: Vec::new(),
+            });
+        }
         let fresh = hex::encode(rand::random::<[u8; 32]>());
         let mut tx = self.begin_write().await?;
         sqlx::query(
@@ -88,6 +96,14 @@ impl Store {
     /// a fresh one seals from now on. Expired retired keys are deleted. Returns the new
     /// secrets.
     pub async fn header_seal_rotate(&self, accept_old_ms: i64) -> Result<SealSecrets, StoreError> {
+        if self.seal_secret.is_some() {
+            return Err(StoreError::Invalid(
+                "the header-seal key comes from [security] seal_key or seal_key_file: rotate it \
+                 there and restart the gateways (copies sealed with the old key still count \
+                 their attempts)"
+                    .to_owned(),
+            ));
+        }
         self.header_seal_secrets().await?;
         let now = now_ms();
         let mut tx = self.begin_write().await?;

@@ -1,0 +1,109 @@
+//! Text logs that a plugin or a publisher cannot forge: every field value (and the message)
+//! has its control characters escaped, so a plugin's log line, a dead-letter reason or a
+//! message id with a newline, a carriage return or a terminal escape stays on its own line
+//! and cannot paint a fake entry after it. JSON logs need nothing: JSON escapes them.
+//!
+//! One formatter for every field rather than a wrapper at each call site, so a field added
+//! later is covered too.
+
+use std::fmt::{self, Write};
+use tracing_subscriber::field::MakeExt;
+use tracing_subscriber::fmt::FormatFields;
+use tracing_subscriber::fmt::format::{Writer, debug_fn};
+
+/// The field formatter of text logs: `name=value` pairs separated by spaces, the message
+/// bare, every value escaped as [`escape_into`] does.
+pub fn escaped_fields() -> impl for<'w> FormatFields<'w> + Send + Sync + 'static {
+    debug_fn(|writer: &mut Writer<'_>, field, value| {
+        let text = format!("{value:?}");
+        if field.name() != "message" {
+            write!(writer, "{}=", field.name())?;
+        }
+        escape_into(writer, &text)
+    })
+    .delimited(" ")
+}
+
+/// Writes `text` with every control character (C0, DEL, C1: newlines, carriage returns,
+/// tabs, terminal escapes) and every bidirectional-override character written as an escape
+/// (`\n`, `\r`, `\t`, `\u{1b}`, ...). Printable text, including a backslash, is unchanged.
+pub fn escape_into(out: &mut impl Write, text: &str) -> fmt::Result {
+    for c in text.chars() {
+        match c {
+            '\n' => out.write_str("\\n")?,
+            '\r' => out.write_str("\\r")?,
+            '\t' => out.write_str("\\t")?,
+            c if c.is_control() || is_bidi_control(c) => write!(out, "\\u{{{:x}}}", c as u32)?,
+            c => out.write_char(c)?,
+        }
+    }
+    Ok(())
+}
+
+/// Characters that reorder how the text around them is shown (the "Trojan Source" ones).
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn escaped(text: &str) -> String {
+        let mut out = String::new();
+        escape_into(&mut out, text).expect("write to a String");
+        out
+    }
+
+    #[test]
+    fn control_characters_are_escaped_and_printable_text_kept() {
+        assert_eq!(escaped("a\nb\rc\td"), "a\\nb\\rc\\td");
+        assert_eq!(
+            escaped("\u{1b}[2J\u{7}\u{0}\u{7f}\u{85}"),
+            "\\u{1b}[2J\\u{7}\\u{0}\\u{7f}\\u{85}"
+        );
+        assert_eq!(escaped("x\u{202e}y\u{2066}"), "x\\u{202e}y\\u{2066}");
+        assert_eq!(
+            escaped("plain, ünïcode and a \\ backslash"),
+            "plain, ünïcode and a \\ backslash"
+        );
+    }
+
+    #[test]
+    fn a_forged_line_stays_inside_its_entry() {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buffer {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0
+                    .lock()
+                    .map_err(|_| std::io::Error::other("poisoned"))?
+                    .extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .fmt_fields(escaped_fields())
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let forged = "ok\n2099-01-01T00:00:00Z ERROR carteiro: forged";
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(plugin = "p", reason = %forged, "{forged}");
+        });
+        let text = String::from_utf8(buffer.0.lock().expect("lock").clone()).expect("utf-8");
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(
+            text.contains("ok\\n2099-01-01T00:00:00Z ERROR carteiro: forged"),
+            "{text}"
+        );
+        assert!(text.contains("reason=ok\\n2099"), "{text}");
+        assert!(text.contains("plugin=\"p\""), "{text}");
+    }
+}
