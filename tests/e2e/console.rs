@@ -4,12 +4,15 @@
 //!   escaped hostile text); a group replay whose counts change; a purge that asks for its
 //!   count; an unauthenticated state change refused (401).
 //! - `console_auth_rules`: who may do what (bearer, basic, cross-site, off loopback).
+//! - `console_purge_deletes_only_what_it_counted`: dead letters archived while a purge runs
+//!   are kept (the JSON purge too, which sends no `max_id`).
 //! - `console_replay_stops_and_resumes_once`: a rate-limited replay stopped half-way, then
 //!   started again, replays each message exactly once (JSON API).
 
 mod auth;
 mod browser;
 mod driver;
+mod purge_bound;
 mod resume;
 
 use crate::support::{Gateway, amqp_url, plugin, unique, wait_for};

@@ -46,8 +46,10 @@ pub async fn start_replay(
         .start_replay(ctx, resolved.title, resolved.back, resolved.filter, options))
 }
 
-/// Deletes what `target` selects (up to id `max_id`, when given) if `confirm` is how many
-/// that is; returns how many were deleted.
+/// Deletes what `target` selects up to id `max_id` if `confirm` is how many that is;
+/// returns how many were deleted. Without `max_id` (the JSON purge, a form that lost it),
+/// the highest matching id is fixed before counting: dead letters archived while the purge
+/// runs (it deletes in chunks, one transaction each) are never part of it.
 pub async fn do_purge(
     h: &GatewayHandle,
     target: &Target,
@@ -58,9 +60,16 @@ pub async fn do_purge(
         |e: crate::store::StoreError| (StatusCode::SERVICE_UNAVAILABLE, e.to_string());
     let resolved = target.resolve(&h.store).await?;
     let mut filter = resolved.filter;
-    if let Some(max) = max_id {
-        filter.before_id = Some(max.saturating_add(1));
-    }
+    let max = match max_id {
+        Some(max) => max,
+        None => h
+            .store
+            .dead_letters_max_id(&filter)
+            .await
+            .map_err(unavailable)?
+            .unwrap_or(0),
+    };
+    filter.before_id = Some(max.saturating_add(1));
     let count = h
         .store
         .dead_letters_count(&filter)

@@ -206,12 +206,15 @@ pub async fn replay(State(s): State<AdminState>, body: axum::body::Bytes) -> Res
 }
 
 /// `POST /api/dlq/purge` body: the target, and `confirm`: how many dead letters it holds
-/// (as the caller last saw it); a different count refuses the purge (409).
+/// (as the caller last saw it); a different count refuses the purge (409). `max_id`: only
+/// dead letters up to this id (default: the highest matching id when the count is taken).
 #[derive(Debug, Deserialize)]
 pub struct PurgeRequest {
     #[serde(flatten)]
     target: Target,
     confirm: i64,
+    #[serde(default)]
+    max_id: Option<i64>,
 }
 
 pub async fn purge(State(s): State<AdminState>, body: axum::body::Bytes) -> Response {
@@ -219,7 +222,9 @@ pub async fn purge(State(s): State<AdminState>, body: axum::body::Bytes) -> Resp
         Ok(r) => r,
         Err(e) => return refused((StatusCode::BAD_REQUEST, format!("bad request body: {e}"))),
     };
-    match super::actions::do_purge(&s.handle, &request.target, None, request.confirm).await {
+    match super::actions::do_purge(&s.handle, &request.target, request.max_id, request.confirm)
+        .await
+    {
         Ok(purged) => Json(serde_json::json!({ "purged": purged })).into_response(),
         Err(e) => refused(e),
     }
