@@ -4,6 +4,8 @@
 //!   escaped hostile text); a group replay whose counts change; a purge that asks for its
 //!   count; an unauthenticated state change refused (401).
 //! - `console_auth_rules`: who may do what (bearer, basic, cross-site, off loopback).
+//! - `console_rates_and_running_jobs_are_bounded`: replay rates outside 0.01–10,000/s are
+//!   refused (400), a fifth running replay too (429).
 //! - `console_purge_deletes_only_what_it_counted`: dead letters archived while a purge runs
 //!   are kept (the JSON purge too, which sends no `max_id`).
 //! - `console_replay_stops_and_resumes_once`: a rate-limited replay stopped half-way, then
@@ -12,6 +14,7 @@
 mod auth;
 mod browser;
 mod driver;
+mod limits;
 mod purge_bound;
 mod resume;
 

@@ -15,7 +15,7 @@ use axum::response::Response;
 use maud::html;
 use std::sync::Arc;
 
-type Refusal = (StatusCode, String);
+pub use super::jobs::Refusal;
 
 /// Starts a replay job on `target`.
 pub async fn start_replay(
@@ -42,22 +42,25 @@ pub async fn start_replay(
         publish_timeout: config.broker.publish_timeout,
         metrics: s.handle.metrics.clone(),
     };
-    Ok(s.jobs
-        .start_replay(ctx, resolved.title, resolved.back, resolved.filter, options))
+    s.jobs
+        .start_replay(ctx, resolved.title, resolved.back, resolved.filter, options)
 }
 
 /// Deletes what `target` selects up to id `max_id` if `confirm` is how many that is;
 /// returns how many were deleted. Without `max_id` (the JSON purge, a form that lost it),
 /// the highest matching id is fixed before counting: dead letters archived while the purge
-/// runs (it deletes in chunks, one transaction each) are never part of it.
+/// runs (it deletes in chunks, one transaction each) are never part of it. At most
+/// [`super::jobs::MAX_RUNNING_PURGES`] run at once (else 429).
 pub async fn do_purge(
     h: &GatewayHandle,
+    jobs: &super::jobs::Jobs,
     target: &Target,
     max_id: Option<i64>,
     confirm: i64,
 ) -> Result<u64, Refusal> {
     let unavailable =
         |e: crate::store::StoreError| (StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+    let _slot = jobs.purge_slot()?;
     let resolved = target.resolve(&h.store).await?;
     let mut filter = resolved.filter;
     let max = match max_id {
@@ -116,14 +119,14 @@ pub async fn start_shadow(
             format!("no plugin file at {}", wasm.display()),
         ));
     }
-    Ok(s.jobs.start_shadow(
+    s.jobs.start_shadow(
         config,
         s.handle.store.clone(),
         resolved.title,
         resolved.back,
         wasm,
         resolved.filter,
-    ))
+    )
 }
 
 fn target_of(f: &Fields) -> Target {
@@ -248,7 +251,7 @@ pub async fn purge(State(s): State<AdminState>, body: String) -> Response {
         Ok(r) => r.back,
         Err(e) => return refused(h, e),
     };
-    match do_purge(h, &target, max_id, confirm).await {
+    match do_purge(h, &s.jobs, &target, max_id, confirm).await {
         Ok(purged) => page(
             "Purged",
             &banners(h),

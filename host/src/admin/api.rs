@@ -191,8 +191,8 @@ pub async fn replay(State(s): State<AdminState>, body: axum::body::Bytes) -> Res
         Ok(r) => r,
         Err(e) => return refused((StatusCode::BAD_REQUEST, format!("bad request body: {e}"))),
     };
-    if request.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
-        return refused((StatusCode::BAD_REQUEST, "rate must be above zero".into()));
+    if let Some(Err(why)) = request.rate.map(crate::dlq::run::check_rate) {
+        return refused((StatusCode::BAD_REQUEST, why));
     }
     let options = ReplayOptions {
         include_replayed: request.include_replayed,
@@ -222,8 +222,14 @@ pub async fn purge(State(s): State<AdminState>, body: axum::body::Bytes) -> Resp
         Ok(r) => r,
         Err(e) => return refused((StatusCode::BAD_REQUEST, format!("bad request body: {e}"))),
     };
-    match super::actions::do_purge(&s.handle, &request.target, request.max_id, request.confirm)
-        .await
+    match super::actions::do_purge(
+        &s.handle,
+        &s.jobs,
+        &request.target,
+        request.max_id,
+        request.confirm,
+    )
+    .await
     {
         Ok(purged) => Json(serde_json::json!({ "purged": purged })).into_response(),
         Err(e) => refused(e),

@@ -317,7 +317,16 @@ async fn shadow_report(
             print_verdicts(v);
         }
     };
-    let summary = shadow::run(config, store, wasm, filter, options, &mut print).await?;
+    let summary = shadow::run(
+        config,
+        &crate::gateway::new_runtime(config)?,
+        store,
+        wasm,
+        filter,
+        options,
+        &mut print,
+    )
+    .await?;
     if json {
         println!("{}", shadow::summary_json(&summary));
     } else {
@@ -378,11 +387,19 @@ async fn replay_acked_by(
         include_replayed: options.include_replayed,
         limit: None,
     };
-    let summary = shadow::run(config, store, wasm, filter, &shadow_options, &mut |v| {
-        if v.now == Now::Ack {
-            acked.push(v.id);
-        }
-    })
+    let summary = shadow::run(
+        config,
+        &crate::gateway::new_runtime(config)?,
+        store,
+        wasm,
+        filter,
+        &shadow_options,
+        &mut |v| {
+            if v.now == Now::Ack {
+                acked.push(v.id);
+            }
+        },
+    )
     .await?;
     println!("shadow: {}", summary.line());
     if let Some(limit) = options.limit {

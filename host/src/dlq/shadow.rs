@@ -143,17 +143,18 @@ pub fn message_of(d: &DeadLetter) -> anyhow::Result<Message> {
     })
 }
 
-/// Runs the dead letters `filter` selects through the component at `wasm`; `each` sees
-/// every result as it comes. Nothing is committed or published.
+/// Runs the dead letters `filter` selects through the component at `wasm`, compiled on
+/// `runtime` (the gateway shares one between its shadow jobs: an engine reserves a lot of
+/// address space); `each` sees every result as it comes. Nothing is committed or published.
 pub async fn run(
     config: &Config,
+    runtime: &Arc<crate::runtime::Runtime>,
     store: &Store,
     wasm: &Path,
     filter: &DeadLetterFilter,
     options: &ShadowOptions,
     each: &mut dyn FnMut(&Verdicts),
 ) -> anyhow::Result<Summary> {
-    let runtime = crate::gateway::new_runtime(config)?;
     let bytes =
         std::fs::read(wasm).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", wasm.display()))?;
     let mut summary = Summary {
@@ -181,7 +182,7 @@ pub async fn run(
                 break 'pages;
             }
             cursor = Some(d.id);
-            let verdicts = shadow_one(config, &runtime, wasm, &mut versions, &kv, &d).await?;
+            let verdicts = shadow_one(config, runtime, wasm, &mut versions, &kv, &d).await?;
             summary.total += 1;
             match verdicts.now {
                 Now::Ack => summary.now_ack += 1,
