@@ -8,6 +8,8 @@
 //!   refused (400), a fifth running replay too (429).
 //! - `console_purge_deletes_only_what_it_counted`: dead letters archived while a purge runs
 //!   are kept (the JSON purge too, which sends no `max_id`).
+//! - `console_reload_applies_rotated_credentials`: a reload rotates `[admin]` credentials
+//!   (the old ones refused); a rotated broker password refuses the reload, naming the key.
 //! - `console_replay_stops_and_resumes_once`: a rate-limited replay stopped half-way, then
 //!   started again, replays each message exactly once (JSON API).
 
@@ -16,6 +18,7 @@ mod browser;
 mod driver;
 mod limits;
 mod purge_bound;
+mod reload_creds;
 mod resume;
 
 use crate::support::{Gateway, amqp_url, plugin, unique, wait_for};
@@ -30,17 +33,33 @@ pub const TOKEN: &str = "console-test-token";
 /// A gateway whose route `queue` runs the `counter` plugin (acks everything, counts runs in
 /// kv), with the admin server on `port` (`listen` given) and both kinds of credentials.
 pub async fn gateway(queue: &str, listen: &str, credentials: bool) -> Gateway {
+    let auth = if credentials {
+        credentials_toml(TOKEN, PASSWORD)
+    } else {
+        String::new()
+    };
+    gateway_with(queue, listen, &auth).await
+}
+
+/// `token` and `basic` lines of `[admin]`.
+pub fn credentials_toml(token: &str, password: &str) -> String {
+    format!("token = \"{token}\"\nbasic = {{ user = \"{USER}\", password = \"{password}\" }}\n")
+}
+
+/// [`gateway`] with `admin` as the rest of its `[admin]` table.
+pub async fn gateway_with(queue: &str, listen: &str, admin: &str) -> Gateway {
+    let toml = config_toml(queue, listen, admin).await;
+    gateway_on(queue, listen, &toml).await
+}
+
+/// The config [`gateway_with`] runs (its exchanges declared), to change and reload.
+pub async fn config_toml(queue: &str, listen: &str, auth: &str) -> String {
     let exchange = unique("in");
     let events = unique("events");
     let client = crate::support::Client::connect().await;
     client.sink(&exchange).await;
     client.sink(&events).await;
-    let auth = if credentials {
-        format!("token = \"{TOKEN}\"\nbasic = {{ user = \"{USER}\", password = \"{PASSWORD}\" }}\n")
-    } else {
-        String::new()
-    };
-    let toml = format!(
+    format!(
         r##"
 version = 1
 [broker]
@@ -66,9 +85,16 @@ routing_key = "#"
 "##,
         amqp = amqp_url(),
         path = plugin("counter").display(),
-    );
-    let gw = Gateway::start(&toml).await;
-    client.wait_for_consumer(queue).await;
+    )
+}
+
+/// Starts `toml` (from [`config_toml`]) and waits for its consumer and admin server.
+pub async fn gateway_on(queue: &str, listen: &str, toml: &str) -> Gateway {
+    let gw = Gateway::start(toml).await;
+    crate::support::Client::connect()
+        .await
+        .wait_for_consumer(queue)
+        .await;
     if let Some((_, port)) = listen.rsplit_once(':') {
         let port: u16 = port.parse().expect("a port");
         wait_for("the admin server to listen", WAIT, || async {

@@ -9,8 +9,11 @@
 //!   also come from the console's own origin (`Sec-Fetch-Site`, else `Origin` against
 //!   `Host`): a page on another site cannot make an operator's browser replay or purge.
 //! - Secrets are compared in constant time (SHA-256 of both sides, then `subtle`).
+//! - Credentials are read from the running config on every request, so a reload that
+//!   rotates the token or the password applies at once (the old ones stop working).
 
 use crate::config::AdminConfig;
+use crate::live::LiveHandle;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
@@ -37,6 +40,33 @@ pub enum Caller {
     Basic,
     /// No credentials, or wrong ones.
     Unknown,
+}
+
+/// Where the guard reads the credentials: the running config, the start-up one until the
+/// gateway has started.
+pub struct Credentials {
+    startup: AdminConfig,
+    live: LiveHandle,
+}
+
+impl Credentials {
+    pub fn new(startup: &AdminConfig, live: LiveHandle) -> Self {
+        Self {
+            startup: startup.clone(),
+            live,
+        }
+    }
+
+    /// The rules now. `listen` is always the start-up one (only a restart moves it).
+    fn current(&self) -> Auth {
+        match self.live.config() {
+            Some(config) => Auth::new(&AdminConfig {
+                listen: self.startup.listen.clone(),
+                ..config.admin.clone()
+            }),
+            None => Auth::new(&self.startup),
+        }
+    }
 }
 
 impl Auth {
@@ -130,7 +160,12 @@ pub fn same_origin(headers: &HeaderMap) -> bool {
 }
 
 /// The middleware: lets a request through or refuses it (401, or 403 when cross-site).
-pub async fn guard(State(auth): State<Arc<Auth>>, request: Request, next: Next) -> Response {
+pub async fn guard(
+    State(credentials): State<Arc<Credentials>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let auth = credentials.current();
     let changes_state = !matches!(*request.method(), Method::GET | Method::HEAD);
     let path = request.uri().path();
     let probe = path == "/healthz" || path == "/readyz";

@@ -61,7 +61,7 @@ pub fn router(handle: GatewayHandle, admin: &AdminConfig) -> (Router, AdminState
         jobs: Arc::default(),
         probe: Arc::default(),
     };
-    let auth = Arc::new(auth::Auth::new(admin));
+    let credentials = Arc::new(auth::Credentials::new(admin, state.handle.live.clone()));
     let app = Router::new()
         // Console pages.
         .route("/", get(pages::routes))
@@ -98,7 +98,10 @@ pub fn router(handle: GatewayHandle, admin: &AdminConfig) -> (Router, AdminState
         .route("/api/jobs/{id}", get(api::job))
         .route("/api/jobs/{id}/stop", post(api::stop))
         .with_state(state.clone())
-        .layer(axum::middleware::from_fn_with_state(auth, auth::guard));
+        .layer(axum::middleware::from_fn_with_state(
+            credentials,
+            auth::guard,
+        ));
     (app, state)
 }
 
