@@ -4,6 +4,8 @@
 //!   escaped hostile text); a group replay whose counts change; a purge that asks for its
 //!   count; an unauthenticated state change refused (401).
 //! - `console_auth_rules`: who may do what (bearer, basic, cross-site, off loopback).
+//! - `console_refuses_foreign_hosts`: a request naming another host (DNS rebinding) is
+//!   refused whatever its credentials; `allowed_hosts` and `require_auth = "all"`.
 //! - `console_rates_and_running_jobs_are_bounded`: replay rates outside 0.01–10,000/s are
 //!   refused (400), a fifth running replay too (429).
 //! - `console_purge_deletes_only_what_it_counted`: dead letters archived while a purge runs
@@ -16,6 +18,7 @@
 mod auth;
 mod browser;
 mod driver;
+mod hosts;
 mod limits;
 mod purge_bound;
 mod reload_creds;
@@ -163,6 +166,7 @@ pub fn loopback() -> (u16, String) {
 }
 
 /// One HTTP/1.1 request with `headers` and `body`; returns the status, the head and the body.
+/// `Host` is `127.0.0.1:PORT` unless `headers` has one.
 pub async fn http(
     port: u16,
     method: &str,
@@ -173,7 +177,11 @@ pub async fn http(
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let request = async {
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n");
+        // `Host: 127.0.0.1:PORT` unless the caller gives one (a rebinding page's name).
+        let mut head = format!("{method} {path} HTTP/1.1\r\n");
+        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+            head.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
+        }
         for (k, v) in headers {
             head.push_str(&format!("{k}: {v}\r\n"));
         }

@@ -1,10 +1,13 @@
 //! Who may do what on the admin server (`[admin] token` and/or `basic`).
 //!
+//! - First the `Host` header (`origin`): a name this server does not answer to is refused
+//!   before anything else.
 //! - A state change (any method but GET and HEAD: console actions, the JSON actions,
 //!   `POST /admin/reload`, `POST /admin/canary/...`) always needs credentials: a bearer
 //!   token or basic auth. With none configured, state changes are refused.
-//! - Off loopback, every page needs them too, except `/healthz` and `/readyz` (probes).
-//!   `/login` always needs them: it makes a browser ask once, then it sends them along.
+//! - Off loopback, or with `[admin] require_auth = "all"`, every page needs them too, except
+//!   `/healthz` and `/readyz` (probes). `/login` always needs them: it makes a browser ask
+//!   once, then it sends them along.
 //! - A state change authenticated by basic auth (what a browser resends on its own) must
 //!   also come from the console's own origin (`Sec-Fetch-Site`, else `Origin` against
 //!   `Host`): a page on another site cannot make an operator's browser replay or purge.
@@ -12,7 +15,7 @@
 //! - Credentials are read from the running config on every request, so a reload that
 //!   rotates the token or the password applies at once (the old ones stop working).
 
-use crate::config::AdminConfig;
+use crate::config::{AdminConfig, RequireAuth};
 use crate::live::LiveHandle;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
@@ -27,19 +30,11 @@ use subtle::ConstantTimeEq;
 pub struct Auth {
     token: Option<String>,
     basic: Option<(String, String)>,
-    /// Every page needs credentials (the server listens off loopback).
+    /// Every page needs credentials (the server listens off loopback, or
+    /// `require_auth = "all"`).
     pages_need_auth: bool,
-}
-
-/// What a request's `Authorization` header proved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Caller {
-    /// A valid bearer token.
-    Bearer,
-    /// Valid basic-auth credentials.
-    Basic,
-    /// No credentials, or wrong ones.
-    Unknown,
+    /// `[admin] allowed_hosts`.
+    allowed_hosts: Vec<String>,
 }
 
 /// Where the guard reads the credentials: the running config, the start-up one until the
@@ -69,6 +64,17 @@ impl Credentials {
     }
 }
 
+/// What a request's `Authorization` header proved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// A valid bearer token.
+    Bearer,
+    /// Valid basic-auth credentials.
+    Basic,
+    /// No credentials, or wrong ones.
+    Unknown,
+}
+
 impl Auth {
     /// From `[admin]` (already validated and interpolated).
     pub fn new(admin: &AdminConfig) -> Self {
@@ -78,7 +84,9 @@ impl Auth {
                 .basic
                 .as_ref()
                 .map(|b| (b.user.clone(), b.password.0.clone())),
-            pages_need_auth: !admin.listen.is_empty() && !admin.is_loopback(),
+            pages_need_auth: (!admin.listen.is_empty() && !admin.is_loopback())
+                || admin.require_auth == RequireAuth::All,
+            allowed_hosts: admin.allowed_hosts.clone(),
         }
     }
 
@@ -159,18 +167,28 @@ pub fn same_origin(headers: &HeaderMap) -> bool {
     }
 }
 
-/// The middleware: lets a request through or refuses it (401, or 403 when cross-site).
+/// The middleware: checks `Host`, then lets a request through or refuses it (401, or 403
+/// when cross-site).
 pub async fn guard(
     State(credentials): State<Arc<Credentials>>,
     request: Request,
     next: Next,
 ) -> Response {
-    let auth = credentials.current();
+    decide(&credentials.current(), request, next).await
+}
+
+async fn decide(auth: &Auth, request: Request, next: Next) -> Response {
+    if let Some(refused) =
+        super::origin::check_host(request.headers(), request.uri(), &auth.allowed_hosts)
+    {
+        return refused;
+    }
     let changes_state = !matches!(*request.method(), Method::GET | Method::HEAD);
     let path = request.uri().path();
     let probe = path == "/healthz" || path == "/readyz";
     // `/login` always asks, so a browser learns the credentials before its first action.
     let login = path == "/login";
+    let caller = auth.caller(request.headers());
     if !changes_state && !login && (probe || !auth.pages_need_auth) {
         return next.run(request).await;
     }
@@ -181,7 +199,7 @@ pub async fn guard(
             false,
         );
     }
-    match auth.caller(request.headers()) {
+    match caller {
         Caller::Bearer => next.run(request).await,
         Caller::Basic if changes_state && !same_origin(request.headers()) => (
             StatusCode::FORBIDDEN,
@@ -198,8 +216,8 @@ pub async fn guard(
         ),
         Caller::Unknown => auth.refuse(
             "401 Unauthorized: this page needs credentials (Authorization: Bearer <[admin] \
-             token>, or basic auth from [admin] basic); the admin server listens off loopback \
-             or this is /login\n",
+             token>, or basic auth from [admin] basic); the admin server listens off loopback, \
+             [admin] require_auth is \"all\", or this is /login\n",
             true,
         ),
     }
@@ -241,6 +259,7 @@ mod tests {
                 user: "ops".into(),
                 password: Secret("pa:ss".into()),
             }),
+            ..AdminConfig::default()
         })
     }
 
@@ -291,6 +310,7 @@ mod tests {
                     user: "ops".into(),
                     password: Secret("pa:ss".into()),
                 }),
+                ..AdminConfig::default()
             }),
             Some(basic("ops:pa:ss"))
         );

@@ -2,7 +2,8 @@
 //!
 //! # Layout
 //! - this file: the router, the shared state, and [`banners`] (shown on every page).
-//! - `auth`: credentials (`[admin] token`, `basic`), who may do what, CSRF.
+//! - `auth`: credentials (`[admin] token`, `basic`, `require_auth`), who may do what, CSRF.
+//! - `origin`: the `Host` allow-list.
 //! - `api`: JSON — `/healthz`, `/readyz`, `/metrics`, `POST /admin/reload`, `/shadow`,
 //!   `POST /admin/canary/{plugin}/promote|abort`, `/dlq`, `/dlq/{id}`, `/dlq/stats`, and the
 //!   console's actions as JSON under `/api/...`.
@@ -17,6 +18,7 @@ mod api;
 pub mod auth;
 pub mod groups;
 mod jobs;
+mod origin;
 mod overview;
 mod page;
 mod pages;

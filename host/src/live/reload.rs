@@ -12,8 +12,9 @@
 //!    (no new deliveries; in-flight ones finish and ack), and start added and changed ones.
 //!
 //! Sections only a restart applies (`[broker]`, `[store]`, `[runtime]`, `[relay]`,
-//! `[telemetry]`, `[admin] listen`) are reported, not applied. `[admin]` credentials are
-//! applied (the admin server reads them from the running config). A changed broker or store URL that carries a password refuses the
+//! `[telemetry]`, `[admin] listen`) are reported, not applied. `[admin]` credentials,
+//! `require_auth` and `allowed_hosts` are applied (the admin server reads them from the
+//! running config). A changed broker or store URL that carries a password refuses the
 //! reload, naming the key: only a restart can connect with it.
 
 use super::{LiveHandle, ReloadReport, Request, RunningPlugin};
@@ -145,7 +146,7 @@ fn restart_only_changes(running: &Config, new: &Config) -> Vec<String> {
     out
 }
 
-/// `[admin]` keys a reload applies (the credentials), one line each; never
+/// `[admin]` keys a reload applies (credentials and who needs them), one line each; never
 /// the secrets themselves. (`Secret`'s `Debug` hides them, so compare the values.)
 fn admin_changes(running: &AdminConfig, new: &AdminConfig) -> Vec<String> {
     let mut out = Vec::new();
@@ -160,6 +161,15 @@ fn admin_changes(running: &AdminConfig, new: &AdminConfig) -> Vec<String> {
     };
     if basic(running) != basic(new) {
         out.push("[admin] basic: changed; the previous credentials are no longer accepted".into());
+    }
+    if running.require_auth != new.require_auth {
+        out.push(format!("[admin] require_auth: now {:?}", new.require_auth));
+    }
+    if running.allowed_hosts != new.allowed_hosts {
+        out.push(format!(
+            "[admin] allowed_hosts: now {:?}",
+            new.allowed_hosts
+        ));
     }
     out
 }
