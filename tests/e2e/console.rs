@@ -4,6 +4,9 @@
 //!   escaped hostile text); a group replay whose counts change; a purge that asks for its
 //!   count; an unauthenticated state change refused (401).
 //! - `console_auth_rules`: who may do what (bearer, basic, cross-site, off loopback).
+//! - `console_refuses_to_render_in_a_frame`: framed in Chromium, the console does not
+//!   render; a rebinding name gets the Host refusal; security headers on every response;
+//!   `/readyz` off loopback shows only its status line to strangers.
 //! - `console_refuses_foreign_hosts`: a request naming another host (DNS rebinding) is
 //!   refused whatever its credentials; `allowed_hosts` and `require_auth = "all"`.
 //! - `console_rates_and_running_jobs_are_bounded`: replay rates outside 0.01–10,000/s are
@@ -18,6 +21,7 @@
 mod auth;
 mod browser;
 mod driver;
+mod framing;
 mod hosts;
 mod limits;
 mod purge_bound;

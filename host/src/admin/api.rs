@@ -8,18 +8,26 @@ use super::target::Target;
 use crate::dlq::run::ReplayOptions;
 use crate::gateway::GatewayHandle;
 use crate::store::DeadLetterFilter;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
 use serde::Deserialize;
 
 /// First line `ready` or why not; then the detail: plugin versions, routes, last reload. A
 /// refused reload does not make the gateway unready: it still serves on the previous one.
-pub async fn ready(State(h): State<GatewayHandle>) -> Response {
-    let mut detail = h.live.readiness_detail();
-    // Alerts are notes: a route with many dead letters still serves.
-    for alert in h.alerts.active() {
-        detail.push_str(&format!("dead-letter alert: {}\n", alert.describe()));
+/// Where reads need credentials (off loopback, `require_auth = "all"`), an unauthenticated
+/// probe gets the first line only: the detail names files, versions and reload errors.
+pub async fn ready(
+    State(h): State<GatewayHandle>,
+    Extension(who): Extension<super::auth::Authenticated>,
+) -> Response {
+    let mut detail = String::new();
+    if who.may_read() {
+        detail = h.live.readiness_detail();
+        // Alerts are notes: a route with many dead letters still serves.
+        for alert in h.alerts.active() {
+            detail.push_str(&format!("dead-letter alert: {}\n", alert.describe()));
+        }
     }
     if h.gate.is_healthy() {
         (StatusCode::OK, format!("ready\n{detail}")).into_response()

@@ -6,8 +6,9 @@
 //!   `POST /admin/reload`, `POST /admin/canary/...`) always needs credentials: a bearer
 //!   token or basic auth. With none configured, state changes are refused.
 //! - Off loopback, or with `[admin] require_auth = "all"`, every page needs them too, except
-//!   `/healthz` and `/readyz` (probes). `/login` always needs them: it makes a browser ask
-//!   once, then it sends them along.
+//!   `/healthz` and `/readyz` (probes; `/readyz` then shows only its status line unless the
+//!   caller is authenticated). `/login` always needs them: it makes a browser ask once, then
+//!   it sends them along.
 //! - A state change authenticated by basic auth (what a browser resends on its own) must
 //!   also come from the console's own origin (`Sec-Fetch-Site`, else `Origin` against
 //!   `Host`): a page on another site cannot make an operator's browser replay or purge.
@@ -35,6 +36,23 @@ pub struct Auth {
     pages_need_auth: bool,
     /// `[admin] allowed_hosts`.
     allowed_hosts: Vec<String>,
+}
+
+/// Whether the request's caller proved credentials (`/readyz` shows its detail only then,
+/// where pages need credentials).
+#[derive(Debug, Clone, Copy)]
+pub struct Authenticated {
+    /// Credentials were checked and are good.
+    pub caller_known: bool,
+    /// Reads need credentials on this server.
+    pub pages_need_auth: bool,
+}
+
+impl Authenticated {
+    /// Whether the caller may see what a read shows.
+    pub fn may_read(&self) -> bool {
+        self.caller_known || !self.pages_need_auth
+    }
 }
 
 /// Where the guard reads the credentials: the running config, the start-up one until the
@@ -168,16 +186,18 @@ pub fn same_origin(headers: &HeaderMap) -> bool {
 }
 
 /// The middleware: checks `Host`, then lets a request through or refuses it (401, or 403
-/// when cross-site).
+/// when cross-site); every response gets the framing and security headers.
 pub async fn guard(
     State(credentials): State<Arc<Credentials>>,
     request: Request,
     next: Next,
 ) -> Response {
-    decide(&credentials.current(), request, next).await
+    let mut response = decide(&credentials.current(), request, next).await;
+    super::origin::secure(&mut response);
+    response
 }
 
-async fn decide(auth: &Auth, request: Request, next: Next) -> Response {
+async fn decide(auth: &Auth, mut request: Request, next: Next) -> Response {
     if let Some(refused) =
         super::origin::check_host(request.headers(), request.uri(), &auth.allowed_hosts)
     {
@@ -189,6 +209,10 @@ async fn decide(auth: &Auth, request: Request, next: Next) -> Response {
     // `/login` always asks, so a browser learns the credentials before its first action.
     let login = path == "/login";
     let caller = auth.caller(request.headers());
+    request.extensions_mut().insert(Authenticated {
+        caller_known: caller != Caller::Unknown,
+        pages_need_auth: auth.pages_need_auth,
+    });
     if !changes_state && !login && (probe || !auth.pages_need_auth) {
         return next.run(request).await;
     }

@@ -3,7 +3,7 @@
 //! # Layout
 //! - this file: the router, the shared state, and [`banners`] (shown on every page).
 //! - `auth`: credentials (`[admin] token`, `basic`, `require_auth`), who may do what, CSRF.
-//! - `origin`: the `Host` allow-list.
+//! - `origin`: the `Host` allow-list and the framing and security headers of every response.
 //! - `api`: JSON — `/healthz`, `/readyz`, `/metrics`, `POST /admin/reload`, `/shadow`,
 //!   `POST /admin/canary/{plugin}/promote|abort`, `/dlq`, `/dlq/{id}`, `/dlq/stats`, and the
 //!   console's actions as JSON under `/api/...`.
@@ -68,6 +68,7 @@ pub fn router(handle: GatewayHandle, admin: &AdminConfig) -> (Router, AdminState
         // Console pages.
         .route("/", get(pages::routes))
         .route("/console.js", get(pages::script))
+        .route("/console.css", get(pages::stylesheet))
         .route("/login", get(|| async { page::see_other("/") }))
         .route("/dead-letters", get(pages::groups))
         .route("/dead-letters/group", get(pages::group))

@@ -1,10 +1,29 @@
-//! What every admin request goes through before any credentials: the `Host` header must
-//! name this server: a loopback name (`localhost`), an IP address, or one of
-//! `[admin] allowed_hosts`. A DNS-rebinding page (a name of the attacker's that resolves to
-//! 127.0.0.1) sends its own name and is refused, whatever the credentials.
+//! What every admin response and request goes through before any credentials:
+//! - the `Host` header must name this server: a loopback name (`localhost`), an IP address,
+//!   or one of `[admin] allowed_hosts`. A DNS-rebinding page (a name of the attacker's that
+//!   resolves to 127.0.0.1) sends its own name and is refused, whatever the credentials;
+//! - every response carries headers that keep a browser from framing the console, sniffing
+//!   types, or telling other sites which console page a link was followed from.
 
-use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+
+/// The console's own resources only, never in a frame.
+pub const CSP: &str = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; \
+                       form-action 'self'; object-src 'none'";
+
+/// Adds the framing and security headers to `response`.
+pub fn secure(response: &mut Response) {
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_SECURITY_POLICY, CSP),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "no-referrer"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+}
 
 /// The host a request was sent to (`Host`, else the URI's authority), without the port;
 /// IPv6 literals keep their brackets off.

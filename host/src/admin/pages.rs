@@ -14,6 +14,15 @@ use maud::{Markup, html};
 /// Messages listed per group page.
 const PAGE: i64 = 100;
 
+/// `GET /console.css`: a file of its own, so the CSP needs no inline styles.
+pub async fn stylesheet() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        super::page::CSS,
+    )
+        .into_response()
+}
+
 pub async fn script() -> Response {
     (
         [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
