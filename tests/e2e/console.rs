@@ -15,6 +15,8 @@
 //!   are kept (the JSON purge too, which sends no `max_id`).
 //! - `console_reload_applies_rotated_credentials`: a reload rotates `[admin]` credentials
 //!   (the old ones refused); a rotated broker password refuses the reload, naming the key.
+//! - `console_shadow_runs_only_plugin_folder_files`: a shadow run of `/etc/passwd`, a
+//!   `../` path, a symlink out or a non-wasm file is refused without quoting it; a sha256 pin.
 //! - `console_replay_stops_and_resumes_once`: a rate-limited replay stopped half-way, then
 //!   started again, replays each message exactly once (JSON API).
 
@@ -27,6 +29,7 @@ mod limits;
 mod purge_bound;
 mod reload_creds;
 mod resume;
+mod shadow_files;
 
 use crate::support::{Gateway, amqp_url, plugin, unique, wait_for};
 use carteiro::store::{DeadLetterFilter, NewDeadLetter, Store};
@@ -98,6 +101,12 @@ routing_key = "#"
 /// Starts `toml` (from [`config_toml`]) and waits for its consumer and admin server.
 pub async fn gateway_on(queue: &str, listen: &str, toml: &str) -> Gateway {
     let gw = Gateway::start(toml).await;
+    wait_ready(queue, listen).await;
+    gw
+}
+
+/// Waits for the route's consumer and the admin server of a gateway just started.
+pub async fn wait_ready(queue: &str, listen: &str) {
     crate::support::Client::connect()
         .await
         .wait_for_consumer(queue)
@@ -112,7 +121,6 @@ pub async fn gateway_on(queue: &str, listen: &str, toml: &str) -> Gateway {
         })
         .await;
     }
-    gw
 }
 
 /// Archives a dead letter on `route` with `reason` and `body`, message id `id`.

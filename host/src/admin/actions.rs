@@ -96,11 +96,13 @@ pub async fn do_purge(
     Ok(purged)
 }
 
-/// Starts a shadow run of the plugin file `path` on `target`.
+/// Starts a shadow run of the plugin file `path` (under a plugin folder of the config,
+/// optionally pinned by `sha256`: see `shadow_file`) on `target`.
 pub async fn start_shadow(
     s: &AdminState,
     target: &Target,
     path: &str,
+    sha256: Option<&str>,
 ) -> Result<Arc<Job>, Refusal> {
     let resolved = target.resolve(&s.handle.store).await?;
     let config = s.handle.live.status().config.ok_or_else(|| {
@@ -109,22 +111,13 @@ pub async fn start_shadow(
             "the gateway is still starting".to_owned(),
         )
     })?;
-    let mut wasm = std::path::PathBuf::from(path.trim());
-    if wasm.is_relative() {
-        wasm = config.base_dir.join(wasm);
-    }
-    if path.trim().is_empty() || !wasm.is_file() {
-        return Err((
-            StatusCode::BAD_REQUEST,
-            format!("no plugin file at {}", wasm.display()),
-        ));
-    }
+    let file = super::shadow_file::check(&config, path, sha256)?;
     s.jobs.start_shadow(
         config,
         s.handle.store.clone(),
         resolved.title,
         resolved.back,
-        wasm,
+        file,
         resolved.filter,
     )
 }
@@ -265,11 +258,19 @@ pub async fn purge(State(s): State<AdminState>, body: String) -> Response {
     }
 }
 
-/// `POST /dead-letters/shadow`: `route`, `reason`, `path` (the new plugin file).
+/// `POST /dead-letters/shadow`: `route`, `reason`, `path` (the new plugin file), `sha256`
+/// (optional pin).
 pub async fn shadow(State(s): State<AdminState>, body: String) -> Response {
     let f = Fields::parse(&body);
     let target = target_of(&f);
-    match start_shadow(&s, &target, f.get("path").unwrap_or_default()).await {
+    match start_shadow(
+        &s,
+        &target,
+        f.get("path").unwrap_or_default(),
+        f.get("sha256"),
+    )
+    .await
+    {
         Ok(job) => see_other(&format!("/jobs/{}", job.id)),
         Err(e) => refused(&s.handle, e),
     }

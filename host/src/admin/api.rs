@@ -244,12 +244,15 @@ pub async fn purge(State(s): State<AdminState>, body: axum::body::Bytes) -> Resp
     }
 }
 
-/// `POST /api/dlq/shadow` body: the target and the new plugin file.
+/// `POST /api/dlq/shadow` body: the target, the new plugin file (under a plugin folder of
+/// the config) and optionally its SHA-256.
 #[derive(Debug, Deserialize)]
 pub struct ShadowRequest {
     #[serde(flatten)]
     target: Target,
     path: String,
+    #[serde(default)]
+    sha256: Option<String>,
 }
 
 pub async fn shadow_run(State(s): State<AdminState>, body: axum::body::Bytes) -> Response {
@@ -257,7 +260,14 @@ pub async fn shadow_run(State(s): State<AdminState>, body: axum::body::Bytes) ->
         Ok(r) => r,
         Err(e) => return refused((StatusCode::BAD_REQUEST, format!("bad request body: {e}"))),
     };
-    match super::actions::start_shadow(&s, &request.target, &request.path).await {
+    match super::actions::start_shadow(
+        &s,
+        &request.target,
+        &request.path,
+        request.sha256.as_deref(),
+    )
+    .await
+    {
         Ok(job) => accepted(&job),
         Err(e) => refused(e),
     }

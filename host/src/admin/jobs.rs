@@ -11,7 +11,6 @@ use crate::runtime::Runtime;
 use crate::store::{DeadLetterFilter, Store};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio_util::sync::CancellationToken;
@@ -294,7 +293,7 @@ impl Jobs {
         Ok(job)
     }
 
-    /// Starts a shadow run of `wasm` on what `filter` selects (nothing committed or
+    /// Starts a shadow run of `file` on what `filter` selects (nothing committed or
     /// published), unless [`MAX_RUNNING_SHADOWS`] run.
     pub fn start_shadow(
         &self,
@@ -302,7 +301,7 @@ impl Jobs {
         store: Store,
         title: String,
         back: String,
-        wasm: PathBuf,
+        file: super::shadow_file::ShadowFile,
         filter: DeadLetterFilter,
     ) -> Result<Arc<Job>, Refusal> {
         let runtime = self.shadow_runtime(&config).map_err(|e| {
@@ -322,6 +321,7 @@ impl Jobs {
                 let options = ShadowOptions {
                     include_replayed: true,
                     limit: None,
+                    sha256: Some(file.sha256.clone()),
                 };
                 let mut each = |v: &Verdicts| {
                     running.update(|s| {
@@ -332,7 +332,7 @@ impl Jobs {
                     });
                 };
                 let outcome = shadow::run(
-                    &config, &runtime, &store, &wasm, &filter, &options, &mut each,
+                    &config, &runtime, &store, &file.path, &filter, &options, &mut each,
                 )
                 .await;
                 running.update(|s| {

@@ -10,7 +10,8 @@
 //! - `overview`: what the routes page shows (depths, in flight, outcomes, tiers, outbox).
 //! - `groups`: dead letters grouped by route and normalised reason.
 //! - `target`: what an action applies to (a group, a selection, a route) as a store filter.
-//! - `jobs`: background replays and shadow runs, with progress.
+//! - `jobs`: background replays and shadow runs, with progress, capped per kind.
+//! - `shadow_file`: which plugin file a shadow run may load.
 //! - `page`, `pages`, `actions`: the console's HTML (maud), read-only pages, and forms.
 
 mod actions;
@@ -22,6 +23,7 @@ mod origin;
 mod overview;
 mod page;
 mod pages;
+mod shadow_file;
 mod target;
 
 use crate::config::AdminConfig;

@@ -220,6 +220,8 @@ fn group_actions(route: &str, reason: &str) -> Markup {
                 input type="hidden" name="reason" value=(reason);
                 label { "Shadow run against " input #shadow-path type="text" name="path" size="40" placeholder="plugins/new.wasm"; }
                 " "
+                label { "sha256 " input #shadow-sha256 type="text" name="sha256" size="20" placeholder="optional pin"; }
+                " "
                 button #shadow-submit type="submit" { "Shadow run" }
             }
             p.muted { "A replay takes the group's dead letters not replayed yet, oldest first, and marks each after its confirm: running it again continues where a stopped run ended." }

@@ -179,6 +179,7 @@ pub async fn run(config_path: &Path, command: DlqCommand) -> anyhow::Result<i32>
             let shadow_options = ShadowOptions {
                 include_replayed,
                 limit,
+                sha256: None,
             };
             if let Some(wasm) = shadow {
                 return shadow_report(
@@ -386,6 +387,7 @@ async fn replay_acked_by(
     let shadow_options = ShadowOptions {
         include_replayed: options.include_replayed,
         limit: None,
+        sha256: None,
     };
     let summary = shadow::run(
         config,
