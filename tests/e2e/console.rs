@@ -13,6 +13,8 @@
 //!   refused (400), a fifth running replay too (429).
 //! - `console_purge_deletes_only_what_it_counted`: dead letters archived while a purge runs
 //!   are kept (the JSON purge too, which sends no `max_id`).
+//! - `console_read_flood_does_not_starve_the_pipeline`: 30 clients reading the groups of a
+//!   million dead letters on a two-connection pool; messages still flow, no store outage.
 //! - `console_reload_applies_rotated_credentials`: a reload rotates `[admin]` credentials
 //!   (the old ones refused); a rotated broker password refuses the reload, naming the key.
 //! - `console_shadow_runs_only_plugin_folder_files`: a shadow run of `/etc/passwd`, a
@@ -27,6 +29,7 @@ mod framing;
 mod hosts;
 mod limits;
 mod purge_bound;
+mod read_flood;
 mod reload_creds;
 mod resume;
 mod shadow_files;

@@ -1,5 +1,7 @@
 //! The schema, embedded at compile time (no `macros` feature, no files at run time).
 //! Both folders hold the same logical schema; add a migration to both, with the same number.
+//! (0005, the covering index of the dead-letter groups, is SQLite's alone: a PostgreSQL
+//! B-tree refuses entries over about 2.7 kB, and a reason may be far longer.)
 
 use std::borrow::Cow;
 
@@ -28,6 +30,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         4,
         "dead letter originals",
         include_str!("../../migrations/sqlite/0004_dead_letter_originals.sql"),
+    ),
+    (
+        5,
+        "dead letter groups index",
+        include_str!("../../migrations/sqlite/0005_dead_letter_groups_index.sql"),
     ),
 ];
 
