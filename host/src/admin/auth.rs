@@ -104,7 +104,12 @@ impl Auth {
                 .map(|b| (b.user.clone(), b.password.0.clone())),
             pages_need_auth: (!admin.listen.is_empty() && !admin.is_loopback())
                 || admin.require_auth == RequireAuth::All,
-            allowed_hosts: admin.allowed_hosts.clone(),
+            allowed_hosts: admin
+                .allowed_hosts
+                .iter()
+                .cloned()
+                .chain(listen_name(&admin.listen))
+                .collect(),
         }
     }
 
@@ -155,6 +160,15 @@ impl Auth {
         }
         response
     }
+}
+
+/// The host name of a `listen` address given by name (`carteiro.internal:9090`): the admin
+/// server answers to it too (the CLI sends it as `Host`).
+fn listen_name(listen: &str) -> Option<String> {
+    let (host, _) = listen.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    (!host.is_empty() && host.parse::<std::net::IpAddr>().is_err())
+        .then(|| host.to_ascii_lowercase())
 }
 
 /// Constant-time equality of two secrets (of any lengths).
@@ -355,6 +369,17 @@ mod tests {
         ])));
         assert!(!same_origin(&headers(&[("origin", "null"), ("host", "h")])));
         assert!(same_origin(&headers(&[("host", "h")])), "not a browser");
+    }
+
+    #[test]
+    fn a_listen_name_is_an_allowed_host() {
+        assert_eq!(
+            listen_name("Carteiro.Internal:9090").as_deref(),
+            Some("carteiro.internal")
+        );
+        assert_eq!(listen_name("127.0.0.1:9090"), None);
+        assert_eq!(listen_name("[::1]:9090"), None);
+        assert_eq!(listen_name(""), None);
     }
 
     #[test]
