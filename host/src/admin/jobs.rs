@@ -436,6 +436,24 @@ mod tests {
     }
 
     #[test]
+    fn shadow_runs_share_one_runtime() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = crate::config::load_str(
+            "version = 1\n[broker]\nurl = \"amqp://127.0.0.1\"\n[runtime]\ncompile_cache = \"\"\n",
+            &dir.path().join("carteiro.toml"),
+            dir.path(),
+        )
+        .expect("config");
+        let jobs = Jobs::default();
+        let first = jobs.shadow_runtime(&config).expect("runtime");
+        let second = jobs.shadow_runtime(&config).expect("runtime");
+        assert!(
+            Arc::ptr_eq(&first, &second),
+            "one engine for every shadow run"
+        );
+    }
+
+    #[test]
     fn one_purge_at_a_time() {
         let jobs = Jobs::default();
         let first = jobs.purge_slot().expect("first purge");
