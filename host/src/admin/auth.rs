@@ -233,7 +233,8 @@ async fn decide(auth: &Auth, mut request: Request, next: Next) -> Response {
     if !auth.configured() {
         return auth.refuse(
             "401 Unauthorized: this gateway has no admin credentials, so nothing may change \
-             state through the admin server. Set `token` or `basic` in [admin] and restart.\n",
+             state through the admin server. Set `token` or `basic` in [admin], then reload \
+             (SIGHUP) or restart.\n",
             false,
         );
     }
