@@ -4,13 +4,35 @@
 //!   escaped hostile text); a group replay whose counts change; a purge that asks for its
 //!   count; an unauthenticated state change refused (401).
 //! - `console_auth_rules`: who may do what (bearer, basic, cross-site, off loopback).
+//! - `console_refuses_to_render_in_a_frame`: framed in Chromium, the console does not
+//!   render; a rebinding name gets the Host refusal; security headers on every response;
+//!   `/readyz` off loopback shows only its status line to strangers.
+//! - `console_refuses_foreign_hosts`: a request naming another host (DNS rebinding) is
+//!   refused whatever its credentials; `allowed_hosts` and `require_auth = "all"`.
+//! - `console_rates_and_running_jobs_are_bounded`: replay rates outside 0.01–10,000/s are
+//!   refused (400), a fifth running replay too (429).
+//! - `console_purge_deletes_only_what_it_counted`: dead letters archived while a purge runs
+//!   are kept (the JSON purge too, which sends no `max_id`).
+//! - `console_read_flood_does_not_starve_the_pipeline`: 30 clients reading the groups of a
+//!   million dead letters on a two-connection pool; messages still flow, no store outage.
+//! - `console_reload_applies_rotated_credentials`: a reload rotates `[admin]` credentials
+//!   (the old ones refused); a rotated broker password refuses the reload, naming the key.
+//! - `console_shadow_runs_only_plugin_folder_files`: a shadow run of `/etc/passwd`, a
+//!   `../` path, a symlink out or a non-wasm file is refused without quoting it; a sha256 pin.
 //! - `console_replay_stops_and_resumes_once`: a rate-limited replay stopped half-way, then
 //!   started again, replays each message exactly once (JSON API).
 
 mod auth;
 mod browser;
 mod driver;
+mod framing;
+mod hosts;
+mod limits;
+mod purge_bound;
+mod read_flood;
+mod reload_creds;
 mod resume;
+mod shadow_files;
 
 use crate::support::{Gateway, amqp_url, plugin, unique, wait_for};
 use carteiro::store::{DeadLetterFilter, NewDeadLetter, Store};
@@ -24,17 +46,33 @@ pub const TOKEN: &str = "console-test-token";
 /// A gateway whose route `queue` runs the `counter` plugin (acks everything, counts runs in
 /// kv), with the admin server on `port` (`listen` given) and both kinds of credentials.
 pub async fn gateway(queue: &str, listen: &str, credentials: bool) -> Gateway {
+    let auth = if credentials {
+        credentials_toml(TOKEN, PASSWORD)
+    } else {
+        String::new()
+    };
+    gateway_with(queue, listen, &auth).await
+}
+
+/// `token` and `basic` lines of `[admin]`.
+pub fn credentials_toml(token: &str, password: &str) -> String {
+    format!("token = \"{token}\"\nbasic = {{ user = \"{USER}\", password = \"{password}\" }}\n")
+}
+
+/// [`gateway`] with `admin` as the rest of its `[admin]` table.
+pub async fn gateway_with(queue: &str, listen: &str, admin: &str) -> Gateway {
+    let toml = config_toml(queue, listen, admin).await;
+    gateway_on(queue, listen, &toml).await
+}
+
+/// The config [`gateway_with`] runs (its exchanges declared), to change and reload.
+pub async fn config_toml(queue: &str, listen: &str, auth: &str) -> String {
     let exchange = unique("in");
     let events = unique("events");
     let client = crate::support::Client::connect().await;
     client.sink(&exchange).await;
     client.sink(&events).await;
-    let auth = if credentials {
-        format!("token = \"{TOKEN}\"\nbasic = {{ user = \"{USER}\", password = \"{PASSWORD}\" }}\n")
-    } else {
-        String::new()
-    };
-    let toml = format!(
+    format!(
         r##"
 version = 1
 [broker]
@@ -60,9 +98,22 @@ routing_key = "#"
 "##,
         amqp = amqp_url(),
         path = plugin("counter").display(),
-    );
-    let gw = Gateway::start(&toml).await;
-    client.wait_for_consumer(queue).await;
+    )
+}
+
+/// Starts `toml` (from [`config_toml`]) and waits for its consumer and admin server.
+pub async fn gateway_on(queue: &str, listen: &str, toml: &str) -> Gateway {
+    let gw = Gateway::start(toml).await;
+    wait_ready(queue, listen).await;
+    gw
+}
+
+/// Waits for the route's consumer and the admin server of a gateway just started.
+pub async fn wait_ready(queue: &str, listen: &str) {
+    crate::support::Client::connect()
+        .await
+        .wait_for_consumer(queue)
+        .await;
     if let Some((_, port)) = listen.rsplit_once(':') {
         let port: u16 = port.parse().expect("a port");
         wait_for("the admin server to listen", WAIT, || async {
@@ -73,7 +124,6 @@ routing_key = "#"
         })
         .await;
     }
-    gw
 }
 
 /// Archives a dead letter on `route` with `reason` and `body`, message id `id`.
@@ -131,6 +181,7 @@ pub fn loopback() -> (u16, String) {
 }
 
 /// One HTTP/1.1 request with `headers` and `body`; returns the status, the head and the body.
+/// `Host` is `127.0.0.1:PORT` unless `headers` has one.
 pub async fn http(
     port: u16,
     method: &str,
@@ -141,7 +192,11 @@ pub async fn http(
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let request = async {
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n");
+        // `Host: 127.0.0.1:PORT` unless the caller gives one (a rebinding page's name).
+        let mut head = format!("{method} {path} HTTP/1.1\r\n");
+        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+            head.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
+        }
         for (k, v) in headers {
             head.push_str(&format!("{k}: {v}\r\n"));
         }

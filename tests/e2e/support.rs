@@ -86,9 +86,14 @@ impl Gateway {
         let shutdown = async move {
             let _ = stopped.await;
         };
-        let task = tokio::spawn(carteiro::gateway::run_with_metrics(
-            config, metrics, shutdown,
-        ));
+        // With its config file, so `POST /admin/reload` re-reads it as `carteiro run -c` would.
+        let options = carteiro::gateway::LiveOptions {
+            metrics,
+            config_path: Some(dir.path().join("carteiro.toml")),
+            signals: None,
+            native_handlers: Default::default(),
+        };
+        let task = tokio::spawn(carteiro::gateway::run_live(config, options, shutdown));
         Self {
             stop: Some(stop),
             task,

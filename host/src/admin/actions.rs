@@ -15,7 +15,7 @@ use axum::response::Response;
 use maud::html;
 use std::sync::Arc;
 
-type Refusal = (StatusCode, String);
+pub use super::jobs::Refusal;
 
 /// Starts a replay job on `target`.
 pub async fn start_replay(
@@ -42,25 +42,37 @@ pub async fn start_replay(
         publish_timeout: config.broker.publish_timeout,
         metrics: s.handle.metrics.clone(),
     };
-    Ok(s.jobs
-        .start_replay(ctx, resolved.title, resolved.back, resolved.filter, options))
+    s.jobs
+        .start_replay(ctx, resolved.title, resolved.back, resolved.filter, options)
 }
 
-/// Deletes what `target` selects (up to id `max_id`, when given) if `confirm` is how many
-/// that is; returns how many were deleted.
+/// Deletes what `target` selects up to id `max_id` if `confirm` is how many that is;
+/// returns how many were deleted. Without `max_id` (the JSON purge, a form that lost it),
+/// the highest matching id is fixed before counting: dead letters archived while the purge
+/// runs (it deletes in chunks, one transaction each) are never part of it. At most
+/// [`super::jobs::MAX_RUNNING_PURGES`] run at once (else 429).
 pub async fn do_purge(
     h: &GatewayHandle,
+    jobs: &super::jobs::Jobs,
     target: &Target,
     max_id: Option<i64>,
     confirm: i64,
 ) -> Result<u64, Refusal> {
     let unavailable =
         |e: crate::store::StoreError| (StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+    let _slot = jobs.purge_slot()?;
     let resolved = target.resolve(&h.store).await?;
     let mut filter = resolved.filter;
-    if let Some(max) = max_id {
-        filter.before_id = Some(max.saturating_add(1));
-    }
+    let max = match max_id {
+        Some(max) => max,
+        None => h
+            .store
+            .dead_letters_max_id(&filter)
+            .await
+            .map_err(unavailable)?
+            .unwrap_or(0),
+    };
+    filter.before_id = Some(max.saturating_add(1));
     let count = h
         .store
         .dead_letters_count(&filter)
@@ -84,11 +96,13 @@ pub async fn do_purge(
     Ok(purged)
 }
 
-/// Starts a shadow run of the plugin file `path` on `target`.
+/// Starts a shadow run of the plugin file `path` (under a plugin folder of the config,
+/// optionally pinned by `sha256`: see `shadow_file`) on `target`.
 pub async fn start_shadow(
     s: &AdminState,
     target: &Target,
     path: &str,
+    sha256: Option<&str>,
 ) -> Result<Arc<Job>, Refusal> {
     let resolved = target.resolve(&s.handle.store).await?;
     let config = s.handle.live.status().config.ok_or_else(|| {
@@ -97,24 +111,15 @@ pub async fn start_shadow(
             "the gateway is still starting".to_owned(),
         )
     })?;
-    let mut wasm = std::path::PathBuf::from(path.trim());
-    if wasm.is_relative() {
-        wasm = config.base_dir.join(wasm);
-    }
-    if path.trim().is_empty() || !wasm.is_file() {
-        return Err((
-            StatusCode::BAD_REQUEST,
-            format!("no plugin file at {}", wasm.display()),
-        ));
-    }
-    Ok(s.jobs.start_shadow(
+    let file = super::shadow_file::check(&config, path, sha256)?;
+    s.jobs.start_shadow(
         config,
         s.handle.store.clone(),
         resolved.title,
         resolved.back,
-        wasm,
+        file,
         resolved.filter,
-    ))
+    )
 }
 
 fn target_of(f: &Fields) -> Target {
@@ -239,7 +244,7 @@ pub async fn purge(State(s): State<AdminState>, body: String) -> Response {
         Ok(r) => r.back,
         Err(e) => return refused(h, e),
     };
-    match do_purge(h, &target, max_id, confirm).await {
+    match do_purge(h, &s.jobs, &target, max_id, confirm).await {
         Ok(purged) => page(
             "Purged",
             &banners(h),
@@ -253,11 +258,19 @@ pub async fn purge(State(s): State<AdminState>, body: String) -> Response {
     }
 }
 
-/// `POST /dead-letters/shadow`: `route`, `reason`, `path` (the new plugin file).
+/// `POST /dead-letters/shadow`: `route`, `reason`, `path` (the new plugin file), `sha256`
+/// (optional pin).
 pub async fn shadow(State(s): State<AdminState>, body: String) -> Response {
     let f = Fields::parse(&body);
     let target = target_of(&f);
-    match start_shadow(&s, &target, f.get("path").unwrap_or_default()).await {
+    match start_shadow(
+        &s,
+        &target,
+        f.get("path").unwrap_or_default(),
+        f.get("sha256"),
+    )
+    .await
+    {
         Ok(job) => see_other(&format!("/jobs/{}", job.id)),
         Err(e) => refused(&s.handle, e),
     }

@@ -8,18 +8,26 @@ use super::target::Target;
 use crate::dlq::run::ReplayOptions;
 use crate::gateway::GatewayHandle;
 use crate::store::DeadLetterFilter;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
 use serde::Deserialize;
 
 /// First line `ready` or why not; then the detail: plugin versions, routes, last reload. A
 /// refused reload does not make the gateway unready: it still serves on the previous one.
-pub async fn ready(State(h): State<GatewayHandle>) -> Response {
-    let mut detail = h.live.readiness_detail();
-    // Alerts are notes: a route with many dead letters still serves.
-    for alert in h.alerts.active() {
-        detail.push_str(&format!("dead-letter alert: {}\n", alert.describe()));
+/// Where reads need credentials (off loopback, `require_auth = "all"`), an unauthenticated
+/// probe gets the first line only: the detail names files, versions and reload errors.
+pub async fn ready(
+    State(h): State<GatewayHandle>,
+    Extension(who): Extension<super::auth::Authenticated>,
+) -> Response {
+    let mut detail = String::new();
+    if who.may_read() {
+        detail = h.live.readiness_detail();
+        // Alerts are notes: a route with many dead letters still serves.
+        for alert in h.alerts.active() {
+            detail.push_str(&format!("dead-letter alert: {}\n", alert.describe()));
+        }
     }
     if h.gate.is_healthy() {
         (StatusCode::OK, format!("ready\n{detail}")).into_response()
@@ -191,8 +199,8 @@ pub async fn replay(State(s): State<AdminState>, body: axum::body::Bytes) -> Res
         Ok(r) => r,
         Err(e) => return refused((StatusCode::BAD_REQUEST, format!("bad request body: {e}"))),
     };
-    if request.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
-        return refused((StatusCode::BAD_REQUEST, "rate must be above zero".into()));
+    if let Some(Err(why)) = request.rate.map(crate::dlq::run::check_rate) {
+        return refused((StatusCode::BAD_REQUEST, why));
     }
     let options = ReplayOptions {
         include_replayed: request.include_replayed,
@@ -206,12 +214,15 @@ pub async fn replay(State(s): State<AdminState>, body: axum::body::Bytes) -> Res
 }
 
 /// `POST /api/dlq/purge` body: the target, and `confirm`: how many dead letters it holds
-/// (as the caller last saw it); a different count refuses the purge (409).
+/// (as the caller last saw it); a different count refuses the purge (409). `max_id`: only
+/// dead letters up to this id (default: the highest matching id when the count is taken).
 #[derive(Debug, Deserialize)]
 pub struct PurgeRequest {
     #[serde(flatten)]
     target: Target,
     confirm: i64,
+    #[serde(default)]
+    max_id: Option<i64>,
 }
 
 pub async fn purge(State(s): State<AdminState>, body: axum::body::Bytes) -> Response {
@@ -219,18 +230,29 @@ pub async fn purge(State(s): State<AdminState>, body: axum::body::Bytes) -> Resp
         Ok(r) => r,
         Err(e) => return refused((StatusCode::BAD_REQUEST, format!("bad request body: {e}"))),
     };
-    match super::actions::do_purge(&s.handle, &request.target, None, request.confirm).await {
+    match super::actions::do_purge(
+        &s.handle,
+        &s.jobs,
+        &request.target,
+        request.max_id,
+        request.confirm,
+    )
+    .await
+    {
         Ok(purged) => Json(serde_json::json!({ "purged": purged })).into_response(),
         Err(e) => refused(e),
     }
 }
 
-/// `POST /api/dlq/shadow` body: the target and the new plugin file.
+/// `POST /api/dlq/shadow` body: the target, the new plugin file (under a plugin folder of
+/// the config) and optionally its SHA-256.
 #[derive(Debug, Deserialize)]
 pub struct ShadowRequest {
     #[serde(flatten)]
     target: Target,
     path: String,
+    #[serde(default)]
+    sha256: Option<String>,
 }
 
 pub async fn shadow_run(State(s): State<AdminState>, body: axum::body::Bytes) -> Response {
@@ -238,7 +260,14 @@ pub async fn shadow_run(State(s): State<AdminState>, body: axum::body::Bytes) ->
         Ok(r) => r,
         Err(e) => return refused((StatusCode::BAD_REQUEST, format!("bad request body: {e}"))),
     };
-    match super::actions::start_shadow(&s, &request.target, &request.path).await {
+    match super::actions::start_shadow(
+        &s,
+        &request.target,
+        &request.path,
+        request.sha256.as_deref(),
+    )
+    .await
+    {
         Ok(job) => accepted(&job),
         Err(e) => refused(e),
     }

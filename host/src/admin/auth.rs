@@ -1,16 +1,23 @@
 //! Who may do what on the admin server (`[admin] token` and/or `basic`).
 //!
+//! - First the `Host` header (`origin`): a name this server does not answer to is refused
+//!   before anything else.
 //! - A state change (any method but GET and HEAD: console actions, the JSON actions,
 //!   `POST /admin/reload`, `POST /admin/canary/...`) always needs credentials: a bearer
 //!   token or basic auth. With none configured, state changes are refused.
-//! - Off loopback, every page needs them too, except `/healthz` and `/readyz` (probes).
-//!   `/login` always needs them: it makes a browser ask once, then it sends them along.
+//! - Off loopback, or with `[admin] require_auth = "all"`, every page needs them too, except
+//!   `/healthz` and `/readyz` (probes; `/readyz` then shows only its status line unless the
+//!   caller is authenticated). `/login` always needs them: it makes a browser ask once, then
+//!   it sends them along.
 //! - A state change authenticated by basic auth (what a browser resends on its own) must
 //!   also come from the console's own origin (`Sec-Fetch-Site`, else `Origin` against
 //!   `Host`): a page on another site cannot make an operator's browser replay or purge.
 //! - Secrets are compared in constant time (SHA-256 of both sides, then `subtle`).
+//! - Credentials are read from the running config on every request, so a reload that
+//!   rotates the token or the password applies at once (the old ones stop working).
 
-use crate::config::AdminConfig;
+use crate::config::{AdminConfig, RequireAuth};
+use crate::live::LiveHandle;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
@@ -24,8 +31,55 @@ use subtle::ConstantTimeEq;
 pub struct Auth {
     token: Option<String>,
     basic: Option<(String, String)>,
-    /// Every page needs credentials (the server listens off loopback).
+    /// Every page needs credentials (the server listens off loopback, or
+    /// `require_auth = "all"`).
     pages_need_auth: bool,
+    /// `[admin] allowed_hosts`.
+    allowed_hosts: Vec<String>,
+}
+
+/// Whether the request's caller proved credentials (`/readyz` shows its detail only then,
+/// where pages need credentials).
+#[derive(Debug, Clone, Copy)]
+pub struct Authenticated {
+    /// Credentials were checked and are good.
+    pub caller_known: bool,
+    /// Reads need credentials on this server.
+    pub pages_need_auth: bool,
+}
+
+impl Authenticated {
+    /// Whether the caller may see what a read shows.
+    pub fn may_read(&self) -> bool {
+        self.caller_known || !self.pages_need_auth
+    }
+}
+
+/// Where the guard reads the credentials: the running config, the start-up one until the
+/// gateway has started.
+pub struct Credentials {
+    startup: AdminConfig,
+    live: LiveHandle,
+}
+
+impl Credentials {
+    pub fn new(startup: &AdminConfig, live: LiveHandle) -> Self {
+        Self {
+            startup: startup.clone(),
+            live,
+        }
+    }
+
+    /// The rules now. `listen` is always the start-up one (only a restart moves it).
+    fn current(&self) -> Auth {
+        match self.live.config() {
+            Some(config) => Auth::new(&AdminConfig {
+                listen: self.startup.listen.clone(),
+                ..config.admin.clone()
+            }),
+            None => Auth::new(&self.startup),
+        }
+    }
 }
 
 /// What a request's `Authorization` header proved.
@@ -48,7 +102,14 @@ impl Auth {
                 .basic
                 .as_ref()
                 .map(|b| (b.user.clone(), b.password.0.clone())),
-            pages_need_auth: !admin.listen.is_empty() && !admin.is_loopback(),
+            pages_need_auth: (!admin.listen.is_empty() && !admin.is_loopback())
+                || admin.require_auth == RequireAuth::All,
+            allowed_hosts: admin
+                .allowed_hosts
+                .iter()
+                .cloned()
+                .chain(listen_name(&admin.listen))
+                .collect(),
         }
     }
 
@@ -101,6 +162,15 @@ impl Auth {
     }
 }
 
+/// The host name of a `listen` address given by name (`carteiro.internal:9090`): the admin
+/// server answers to it too (the CLI sends it as `Host`).
+fn listen_name(listen: &str) -> Option<String> {
+    let (host, _) = listen.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    (!host.is_empty() && host.parse::<std::net::IpAddr>().is_err())
+        .then(|| host.to_ascii_lowercase())
+}
+
 /// Constant-time equality of two secrets (of any lengths).
 pub fn secret_eq(given: &str, expected: &str) -> bool {
     let a = Sha256::digest(given.as_bytes());
@@ -129,24 +199,46 @@ pub fn same_origin(headers: &HeaderMap) -> bool {
     }
 }
 
-/// The middleware: lets a request through or refuses it (401, or 403 when cross-site).
-pub async fn guard(State(auth): State<Arc<Auth>>, request: Request, next: Next) -> Response {
+/// The middleware: checks `Host`, then lets a request through or refuses it (401, or 403
+/// when cross-site); every response gets the framing and security headers.
+pub async fn guard(
+    State(credentials): State<Arc<Credentials>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let mut response = decide(&credentials.current(), request, next).await;
+    super::origin::secure(&mut response);
+    response
+}
+
+async fn decide(auth: &Auth, mut request: Request, next: Next) -> Response {
+    if let Some(refused) =
+        super::origin::check_host(request.headers(), request.uri(), &auth.allowed_hosts)
+    {
+        return refused;
+    }
     let changes_state = !matches!(*request.method(), Method::GET | Method::HEAD);
     let path = request.uri().path();
     let probe = path == "/healthz" || path == "/readyz";
     // `/login` always asks, so a browser learns the credentials before its first action.
     let login = path == "/login";
+    let caller = auth.caller(request.headers());
+    request.extensions_mut().insert(Authenticated {
+        caller_known: caller != Caller::Unknown,
+        pages_need_auth: auth.pages_need_auth,
+    });
     if !changes_state && !login && (probe || !auth.pages_need_auth) {
         return next.run(request).await;
     }
     if !auth.configured() {
         return auth.refuse(
             "401 Unauthorized: this gateway has no admin credentials, so nothing may change \
-             state through the admin server. Set `token` or `basic` in [admin] and restart.\n",
+             state through the admin server. Set `token` or `basic` in [admin], then reload \
+             (SIGHUP) or restart.\n",
             false,
         );
     }
-    match auth.caller(request.headers()) {
+    match caller {
         Caller::Bearer => next.run(request).await,
         Caller::Basic if changes_state && !same_origin(request.headers()) => (
             StatusCode::FORBIDDEN,
@@ -163,8 +255,8 @@ pub async fn guard(State(auth): State<Arc<Auth>>, request: Request, next: Next) 
         ),
         Caller::Unknown => auth.refuse(
             "401 Unauthorized: this page needs credentials (Authorization: Bearer <[admin] \
-             token>, or basic auth from [admin] basic); the admin server listens off loopback \
-             or this is /login\n",
+             token>, or basic auth from [admin] basic); the admin server listens off loopback, \
+             [admin] require_auth is \"all\", or this is /login\n",
             true,
         ),
     }
@@ -206,6 +298,7 @@ mod tests {
                 user: "ops".into(),
                 password: Secret("pa:ss".into()),
             }),
+            ..AdminConfig::default()
         })
     }
 
@@ -256,6 +349,7 @@ mod tests {
                     user: "ops".into(),
                     password: Secret("pa:ss".into()),
                 }),
+                ..AdminConfig::default()
             }),
             Some(basic("ops:pa:ss"))
         );
@@ -276,6 +370,17 @@ mod tests {
         ])));
         assert!(!same_origin(&headers(&[("origin", "null"), ("host", "h")])));
         assert!(same_origin(&headers(&[("host", "h")])), "not a browser");
+    }
+
+    #[test]
+    fn a_listen_name_is_an_allowed_host() {
+        assert_eq!(
+            listen_name("Carteiro.Internal:9090").as_deref(),
+            Some("carteiro.internal")
+        );
+        assert_eq!(listen_name("127.0.0.1:9090"), None);
+        assert_eq!(listen_name("[::1]:9090"), None);
+        assert_eq!(listen_name(""), None);
     }
 
     #[test]

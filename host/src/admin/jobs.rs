@@ -7,16 +7,22 @@
 use crate::config::Config;
 use crate::dlq::run::{Progress, ReplayOptions, ReplayReport};
 use crate::dlq::shadow::{self, Now, ShadowOptions, Verdicts};
+use crate::runtime::Runtime;
 use crate::store::{DeadLetterFilter, Store};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio_util::sync::CancellationToken;
 
 /// Jobs kept for their pages; older finished ones are dropped.
 const KEPT: usize = 50;
+/// Jobs of one kind that may run at once; past it a start is refused with 429. A replay
+/// holds a broker channel and a store cursor, a shadow run a plugin's memory, a purge
+/// the store's write lock in turns: a few at once is plenty for people.
+pub const MAX_RUNNING_REPLAYS: usize = 4;
+pub const MAX_RUNNING_SHADOWS: usize = 2;
+pub const MAX_RUNNING_PURGES: usize = 1;
 /// Per-message lines a shadow job keeps for its report.
 const SHADOW_LINES: usize = 500;
 
@@ -26,6 +32,35 @@ const SHADOW_LINES: usize = 500;
 pub enum Kind {
     Replay,
     Shadow,
+}
+
+impl Kind {
+    fn cap(self) -> usize {
+        match self {
+            Kind::Replay => MAX_RUNNING_REPLAYS,
+            Kind::Shadow => MAX_RUNNING_SHADOWS,
+        }
+    }
+
+    fn words(self) -> &'static str {
+        match self {
+            Kind::Replay => "replays",
+            Kind::Shadow => "shadow runs",
+        }
+    }
+}
+
+/// A refusal: status and why.
+pub type Refusal = (axum::http::StatusCode, String);
+
+fn too_many(running: usize, what: &str) -> Refusal {
+    (
+        axum::http::StatusCode::TOO_MANY_REQUESTS,
+        format!(
+            "429 Too Many Requests: {running} {what} are running already, the most this gateway \
+             runs at once; wait for one to finish (or stop one on /jobs), then start again"
+        ),
+    )
 }
 
 /// Where a job is, as `/api/jobs/{id}` shows it.
@@ -108,6 +143,34 @@ impl Job {
 pub struct Jobs {
     next: AtomicU64,
     jobs: Mutex<BTreeMap<u64, Arc<Job>>>,
+    /// Purges running now (they run inside their request, not as jobs).
+    purges: Arc<AtomicU64>,
+    /// The wasm runtime every shadow run compiles on, made by the first one.
+    shadow_runtime: Mutex<Option<Arc<Runtime>>>,
+}
+
+/// A running purge; dropping it frees its place.
+pub struct PurgeSlot(Arc<AtomicU64>);
+
+impl Drop for PurgeSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Marks its job finished (with an error) if the job's thread ends without doing so: a
+/// panic must not leave a job "running" forever, holding its place under the cap.
+struct FinishOnDrop(Arc<Job>);
+
+impl Drop for FinishOnDrop {
+    fn drop(&mut self) {
+        self.0.update(|s| {
+            if !s.finished {
+                s.finished = true;
+                s.error = Some("the job ended unexpectedly (see the gateway's log)".into());
+            }
+        });
+    }
 }
 
 /// What a replay job needs from the gateway.
@@ -135,7 +198,39 @@ impl Jobs {
         jobs.values().rev().cloned().collect()
     }
 
-    fn add(&self, kind: Kind, title: String, back: String) -> Arc<Job> {
+    /// A place for one more purge, or 429.
+    pub fn purge_slot(&self) -> Result<PurgeSlot, Refusal> {
+        let running = self.purges.fetch_add(1, Ordering::SeqCst);
+        let slot = PurgeSlot(self.purges.clone());
+        if running >= MAX_RUNNING_PURGES as u64 {
+            return Err(too_many(usize::try_from(running).unwrap_or(0), "purges"));
+        }
+        Ok(slot)
+    }
+
+    /// The runtime shadow runs share (one engine for all of them, made on first use).
+    pub fn shadow_runtime(&self, config: &Config) -> anyhow::Result<Arc<Runtime>> {
+        let mut shared = self
+            .shadow_runtime
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(runtime) = shared.as_ref() {
+            return Ok(runtime.clone());
+        }
+        let runtime = crate::gateway::new_runtime(config)?;
+        *shared = Some(runtime.clone());
+        Ok(runtime)
+    }
+
+    fn add(&self, kind: Kind, title: String, back: String) -> Result<Arc<Job>, Refusal> {
+        let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+        let running = jobs
+            .values()
+            .filter(|j| j.kind == kind && !j.state().finished)
+            .count();
+        if running >= kind.cap() {
+            return Err(too_many(running, kind.words()));
+        }
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         let job = Arc::new(Job {
             id,
@@ -146,7 +241,6 @@ impl Jobs {
             state: Mutex::default(),
             stop: CancellationToken::new(),
         });
-        let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
         jobs.insert(id, job.clone());
         while jobs.len() > KEPT {
             let oldest_finished = jobs
@@ -158,10 +252,10 @@ impl Jobs {
                 None => break,
             };
         }
-        job
+        Ok(job)
     }
 
-    /// Starts a replay of what `filter` selects.
+    /// Starts a replay of what `filter` selects, unless [`MAX_RUNNING_REPLAYS`] run.
     pub fn start_replay(
         &self,
         ctx: ReplayContext,
@@ -169,13 +263,14 @@ impl Jobs {
         back: String,
         filter: DeadLetterFilter,
         options: ReplayOptions,
-    ) -> Arc<Job> {
-        let job = self.add(Kind::Replay, title, back);
+    ) -> Result<Arc<Job>, Refusal> {
+        let job = self.add(Kind::Replay, title, back)?;
         let running = job.clone();
         tracing::info!(job = job.id, title = %job.title, rate = ?options.rate_per_sec, "console replay started");
         // The engine's progress callback is not `Send`: the run gets a thread of its own.
         let handle = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
+            let _finish = FinishOnDrop(running.clone());
             handle.block_on(async move {
                 let outcome = replay(&ctx, &running, &filter, &options).await;
                 running.update(|s| {
@@ -195,30 +290,38 @@ impl Jobs {
                 tracing::info!(job = running.id, replayed = s.done, stopped = s.stopped, error = ?s.error, "console replay over");
             });
         });
-        job
+        Ok(job)
     }
 
-    /// Starts a shadow run of `wasm` on what `filter` selects (nothing committed or
-    /// published).
+    /// Starts a shadow run of `file` on what `filter` selects (nothing committed or
+    /// published), unless [`MAX_RUNNING_SHADOWS`] run.
     pub fn start_shadow(
         &self,
         config: Arc<Config>,
         store: Store,
         title: String,
         back: String,
-        wasm: PathBuf,
+        file: super::shadow_file::ShadowFile,
         filter: DeadLetterFilter,
-    ) -> Arc<Job> {
-        let job = self.add(Kind::Shadow, title, back);
+    ) -> Result<Arc<Job>, Refusal> {
+        let runtime = self.shadow_runtime(&config).map_err(|e| {
+            (
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                format!("{e:#}"),
+            )
+        })?;
+        let job = self.add(Kind::Shadow, title, back)?;
         let running = job.clone();
         let handle = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
+            let _finish = FinishOnDrop(running.clone());
             handle.block_on(async move {
                 let planned = store.dead_letters_count(&filter).await.unwrap_or(0);
                 running.update(|s| s.planned = u64::try_from(planned).unwrap_or(0));
                 let options = ShadowOptions {
                     include_replayed: true,
                     limit: None,
+                    sha256: Some(file.sha256.clone()),
                 };
                 let mut each = |v: &Verdicts| {
                     running.update(|s| {
@@ -228,8 +331,10 @@ impl Jobs {
                         }
                     });
                 };
-                let outcome =
-                    shadow::run(&config, &store, &wasm, &filter, &options, &mut each).await;
+                let outcome = shadow::run(
+                    &config, &runtime, &store, &file.path, &filter, &options, &mut each,
+                )
+                .await;
                 running.update(|s| {
                     match outcome {
                         Ok(summary) => s.summary = Some(shadow::summary_json(&summary)),
@@ -239,7 +344,7 @@ impl Jobs {
                 });
             });
         });
-        job
+        Ok(job)
     }
 }
 
@@ -298,4 +403,63 @@ fn verdict_line(v: &Verdicts) -> String {
         v.kv_writes.len(),
         v.events.len()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_jobs_are_capped_per_kind() {
+        let jobs = Jobs::default();
+        let shadows: Vec<_> = (0..MAX_RUNNING_SHADOWS)
+            .map(|_| {
+                jobs.add(Kind::Shadow, "s".into(), "/".into())
+                    .expect("room")
+            })
+            .collect();
+        let (status, why) = jobs
+            .add(Kind::Shadow, "s".into(), "/".into())
+            .err()
+            .expect("over the cap");
+        assert_eq!(status, axum::http::StatusCode::TOO_MANY_REQUESTS);
+        assert!(why.contains("shadow runs are running already"), "{why}");
+        // Another kind has its own cap.
+        jobs.add(Kind::Replay, "r".into(), "/".into())
+            .expect("a replay still starts");
+        // A job that ends (even by a panic of its thread) frees its place.
+        drop(FinishOnDrop(shadows[0].clone()));
+        assert!(shadows[0].state().finished);
+        assert!(shadows[0].state().error.is_some());
+        jobs.add(Kind::Shadow, "s".into(), "/".into())
+            .expect("room again");
+    }
+
+    #[test]
+    fn shadow_runs_share_one_runtime() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = crate::config::load_str(
+            "version = 1\n[broker]\nurl = \"amqp://127.0.0.1\"\n[runtime]\ncompile_cache = \"\"\n",
+            &dir.path().join("carteiro.toml"),
+            dir.path(),
+        )
+        .expect("config");
+        let jobs = Jobs::default();
+        let first = jobs.shadow_runtime(&config).expect("runtime");
+        let second = jobs.shadow_runtime(&config).expect("runtime");
+        assert!(
+            Arc::ptr_eq(&first, &second),
+            "one engine for every shadow run"
+        );
+    }
+
+    #[test]
+    fn one_purge_at_a_time() {
+        let jobs = Jobs::default();
+        let first = jobs.purge_slot().expect("first purge");
+        let (status, _) = jobs.purge_slot().err().expect("second refused");
+        assert_eq!(status, axum::http::StatusCode::TOO_MANY_REQUESTS);
+        drop(first);
+        jobs.purge_slot().expect("free again");
+    }
 }

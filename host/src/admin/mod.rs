@@ -2,14 +2,17 @@
 //!
 //! # Layout
 //! - this file: the router, the shared state, and [`banners`] (shown on every page).
-//! - `auth`: credentials (`[admin] token`, `basic`), who may do what, CSRF.
+//! - `auth`: credentials (`[admin] token`, `basic`, `require_auth`), who may do what, CSRF.
+//! - `origin`: the `Host` allow-list and the framing and security headers of every response.
 //! - `api`: JSON — `/healthz`, `/readyz`, `/metrics`, `POST /admin/reload`, `/shadow`,
 //!   `POST /admin/canary/{plugin}/promote|abort`, `/dlq`, `/dlq/{id}`, `/dlq/stats`, and the
 //!   console's actions as JSON under `/api/...`.
 //! - `overview`: what the routes page shows (depths, in flight, outcomes, tiers, outbox).
 //! - `groups`: dead letters grouped by route and normalised reason.
 //! - `target`: what an action applies to (a group, a selection, a route) as a store filter.
-//! - `jobs`: background replays and shadow runs, with progress.
+//! - `jobs`: background replays and shadow runs, with progress, capped per kind.
+//! - `shadow_file`: which plugin file a shadow run may load.
+//! - `reads`: how many admin requests may use the store at once.
 //! - `page`, `pages`, `actions`: the console's HTML (maud), read-only pages, and forms.
 
 mod actions;
@@ -17,9 +20,12 @@ mod api;
 pub mod auth;
 pub mod groups;
 mod jobs;
+mod origin;
 mod overview;
 mod page;
 mod pages;
+mod reads;
+mod shadow_file;
 mod target;
 
 use crate::config::AdminConfig;
@@ -61,11 +67,15 @@ pub fn router(handle: GatewayHandle, admin: &AdminConfig) -> (Router, AdminState
         jobs: Arc::default(),
         probe: Arc::default(),
     };
-    let auth = Arc::new(auth::Auth::new(admin));
+    let credentials = Arc::new(auth::Credentials::new(admin, state.handle.live.clone()));
+    let reads = Arc::new(reads::ReadLimit::for_pool(
+        state.handle.live.config().map(|c| c.store.max_connections),
+    ));
     let app = Router::new()
         // Console pages.
         .route("/", get(pages::routes))
         .route("/console.js", get(pages::script))
+        .route("/console.css", get(pages::stylesheet))
         .route("/login", get(|| async { page::see_other("/") }))
         .route("/dead-letters", get(pages::groups))
         .route("/dead-letters/group", get(pages::group))
@@ -98,7 +108,12 @@ pub fn router(handle: GatewayHandle, admin: &AdminConfig) -> (Router, AdminState
         .route("/api/jobs/{id}", get(api::job))
         .route("/api/jobs/{id}/stop", post(api::stop))
         .with_state(state.clone())
-        .layer(axum::middleware::from_fn_with_state(auth, auth::guard));
+        // Inside the guard: a refused request never waits for, nor takes, a turn.
+        .layer(axum::middleware::from_fn_with_state(reads, reads::limit))
+        .layer(axum::middleware::from_fn_with_state(
+            credentials,
+            auth::guard,
+        ));
     (app, state)
 }
 

@@ -1,9 +1,10 @@
 //! The console's page shell (header, banners, main) and small formatting helpers. Every
-//! value is escaped by maud; `PreEscaped` is used only for the console's own CSS.
+//! value is escaped by maud. The stylesheet and script are files of their own
+//! (`/console.css`, `/console.js`): the CSP (`origin::CSP`) allows nothing inline.
 
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use maud::{DOCTYPE, Markup, PreEscaped, html};
+use maud::{DOCTYPE, Markup, html};
 
 /// The console's stylesheet and script (ours, constant).
 pub const CSS: &str = include_str!("assets/console.css");
@@ -18,7 +19,7 @@ pub fn page(title: &str, banners: &[String], body: Markup) -> Response {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · Carteiro" }
-                style { (PreEscaped(CSS)) }
+                link rel="stylesheet" href="/console.css";
             }
             body {
                 header {
@@ -48,7 +49,7 @@ pub fn error_page(status: StatusCode, banners: &[String], message: &str) -> Resp
     let mut response = page(
         status.canonical_reason().unwrap_or("Error"),
         banners,
-        html! { div.error { (message) } p { a href="javascript:history.back()" { "Back" } } },
+        html! { div.error { (message) } p { a href="/" data-back { "Back" } } },
     );
     *response.status_mut() = status;
     response

@@ -14,6 +14,15 @@ use maud::{Markup, html};
 /// Messages listed per group page.
 const PAGE: i64 = 100;
 
+/// `GET /console.css`: a file of its own, so the CSP needs no inline styles.
+pub async fn stylesheet() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        super::page::CSS,
+    )
+        .into_response()
+}
+
 pub async fn script() -> Response {
     (
         [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
@@ -210,6 +219,8 @@ fn group_actions(route: &str, reason: &str) -> Markup {
                 input type="hidden" name="route" value=(route);
                 input type="hidden" name="reason" value=(reason);
                 label { "Shadow run against " input #shadow-path type="text" name="path" size="40" placeholder="plugins/new.wasm"; }
+                " "
+                label { "sha256 " input #shadow-sha256 type="text" name="sha256" size="20" placeholder="optional pin"; }
                 " "
                 button #shadow-submit type="submit" { "Shadow run" }
             }

@@ -194,6 +194,7 @@ pub async fn run(config_path: &Path, command: DlqCommand) -> anyhow::Result<i32>
             let shadow_options = ShadowOptions {
                 include_replayed,
                 limit,
+                sha256: None,
             };
             if let Some(wasm) = shadow {
                 return shadow_report(
@@ -352,7 +353,16 @@ async fn shadow_report(
             print_verdicts(v);
         }
     };
-    let summary = shadow::run(config, store, wasm, filter, options, &mut print).await?;
+    let summary = shadow::run(
+        config,
+        &crate::gateway::new_runtime(config)?,
+        store,
+        wasm,
+        filter,
+        options,
+        &mut print,
+    )
+    .await?;
     if json {
         println!("{}", shadow::summary_json(&summary));
     } else {
@@ -412,12 +422,21 @@ async fn replay_acked_by(
     let shadow_options = ShadowOptions {
         include_replayed: options.include_replayed,
         limit: None,
+        sha256: None,
     };
-    let summary = shadow::run(config, store, wasm, filter, &shadow_options, &mut |v| {
-        if v.now == Now::Ack {
-            acked.push(v.id);
-        }
-    })
+    let summary = shadow::run(
+        config,
+        &crate::gateway::new_runtime(config)?,
+        store,
+        wasm,
+        filter,
+        &shadow_options,
+        &mut |v| {
+            if v.now == Now::Ack {
+                acked.push(v.id);
+            }
+        },
+    )
     .await?;
     println!("shadow: {}", summary.line());
     if let Some(limit) = options.limit {

@@ -266,6 +266,27 @@ pub struct AdminConfig {
     /// Basic auth for the console in a browser; `${VAR}` is replaced in the password.
     #[serde(default)]
     pub basic: Option<BasicAuth>,
+    /// What needs credentials: `"writes"` (state changes; every page too off loopback) or
+    /// `"all"` (every page and JSON read as well, on loopback too; `/healthz` and the
+    /// status line of `/readyz` stay open for probes).
+    #[serde(default)]
+    pub require_auth: RequireAuth,
+    /// Host names (`Host` header, without the port) the admin server answers to besides
+    /// loopback names and IP addresses, e.g. `["carteiro.internal"]`. Any other name is
+    /// refused (403): a DNS-rebinding page cannot reach the console.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+}
+
+/// `[admin] require_auth`
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RequireAuth {
+    /// Credentials for state changes; reads are open on a loopback `listen`.
+    #[default]
+    Writes,
+    /// Credentials for everything but `/healthz` and `/readyz`'s status line.
+    All,
 }
 
 /// `[admin] basic = { user = "...", password = "..." }`
@@ -318,6 +339,8 @@ impl Default for AdminConfig {
             listen: default_admin_listen(),
             token: None,
             basic: None,
+            require_auth: RequireAuth::default(),
+            allowed_hosts: Vec::new(),
         }
     }
 }

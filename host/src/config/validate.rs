@@ -453,6 +453,32 @@ fn validate_admin(
             ));
         }
     }
+    for host in &admin.allowed_hosts {
+        let bad = host.is_empty()
+            || host.contains(':')
+            || !host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-');
+        if bad {
+            return Err(err(
+                line_of_key("allowed_hosts"),
+                "admin.allowed_hosts",
+                format!(
+                    "`{host}` is not a host name: give names like `carteiro.internal`, \
+                     without a scheme or port"
+                ),
+            ));
+        }
+    }
+    if admin.require_auth == super::RequireAuth::All && !admin.has_credentials() {
+        return Err(err(
+            line_of_key("require_auth"),
+            "admin.require_auth",
+            "is \"all\" but [admin] has no `token` or `basic`: nothing could be read; set \
+             credentials or use \"writes\""
+                .into(),
+        ));
+    }
     if !admin.listen.is_empty() && !admin.is_loopback() && !admin.has_credentials() {
         return Err(err(
             line_of_key("listen"),
@@ -591,6 +617,24 @@ plugin = "p"
             assert!(err.to_string().contains(says), "{bad}: {err}");
             assert!(err.key.starts_with("telemetry"), "{bad}: {}", err.key);
         }
+    }
+
+    #[test]
+    fn admin_require_auth_and_allowed_hosts() {
+        let all = format!("{GOOD}\n[admin]\nrequire_auth = \"all\"\n");
+        let err = parse(&all).unwrap_err();
+        assert_eq!(err.key, "admin.require_auth");
+        let config = parse(&format!("{all}token = \"t\"\n")).expect("valid with a token");
+        assert_eq!(config.admin.require_auth, crate::config::RequireAuth::All);
+        let err = parse(&format!("{GOOD}\n[admin]\nrequire_auth = \"some\"\n")).unwrap_err();
+        assert!(err.to_string().contains("require_auth"), "{err}");
+        for bad in ["http://x", "x:9090", "", "a b"] {
+            let text = format!("{GOOD}\n[admin]\nallowed_hosts = [\"{bad}\"]\n");
+            let err = parse(&text).unwrap_err();
+            assert_eq!(err.key, "admin.allowed_hosts", "{bad}");
+        }
+        let text = format!("{GOOD}\n[admin]\nallowed_hosts = [\"carteiro.internal\"]\n");
+        parse(&text).expect("a host name");
     }
 
     #[test]

@@ -321,12 +321,14 @@ struct Pace {
 }
 
 impl Pace {
+    /// `rate_per_sec` is clamped into [`RATES`] (callers refuse rates outside it first).
     fn new(rate_per_sec: f64) -> Self {
-        let gap = if rate_per_sec.is_finite() && rate_per_sec > 0.0 {
-            Duration::from_secs_f64(1.0 / rate_per_sec)
+        let rate = if rate_per_sec.is_nan() {
+            *RATES.end()
         } else {
-            Duration::ZERO
+            rate_per_sec.clamp(*RATES.start(), *RATES.end())
         };
+        let gap = Duration::from_secs_f64(1.0 / rate);
         Self {
             started: None,
             gap,
@@ -341,13 +343,32 @@ impl Pace {
     }
 }
 
-/// `50/s`, `50`, `0.5/s`: replays per second.
+/// The replay rates accepted, per second: from one every 100 s to 10,000 a second (a
+/// rate outside would sleep for ages between rows, or not be a limit at all).
+pub const RATES: std::ops::RangeInclusive<f64> = 0.01..=10_000.0;
+
+/// Checks a rate (replays per second) against [`RATES`].
+pub fn check_rate(rate: f64) -> Result<f64, String> {
+    if RATES.contains(&rate) {
+        Ok(rate)
+    } else {
+        Err(format!(
+            "rate {rate} is out of range: replays per second must be between {} and {}",
+            RATES.start(),
+            RATES.end()
+        ))
+    }
+}
+
+/// `50/s`, `50`, `0.5/s`: replays per second, within [`RATES`].
 pub fn parse_rate(text: &str) -> Result<f64, String> {
     let number = text.trim().strip_suffix("/s").unwrap_or(text.trim());
     match number.trim().parse::<f64>() {
-        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
-        _ => Err(format!(
-            "expected a rate like `50/s` (replays per second, above zero), got `{text}`"
+        Ok(r) => check_rate(r).map_err(|why| format!("{why}; got `{text}`")),
+        Err(_) => Err(format!(
+            "expected a rate like `50/s` (replays per second, between {} and {}), got `{text}`",
+            RATES.start(),
+            RATES.end()
         )),
     }
 }
@@ -398,6 +419,28 @@ mod tests {
         assert!(parse_rate("0/s").is_err());
         assert!(parse_rate("-1/s").is_err());
         assert!(parse_rate("fast").is_err());
+        for edge in ["1e-300", "1e300", "inf", "NaN", "0.001", "10001"] {
+            assert!(parse_rate(edge).is_err(), "{edge}");
+        }
+        assert_eq!(parse_rate("0.01/s"), Ok(0.01));
+        assert_eq!(parse_rate("10000/s"), Ok(10_000.0));
+    }
+
+    #[test]
+    fn pace_never_panics_at_the_edges() {
+        for rate in [1e-300, 1e300, f64::NAN, f64::INFINITY, 0.0, -1.0] {
+            let pace = Pace::new(rate);
+            assert!(
+                pace.gap <= Duration::from_secs(100),
+                "{rate}: {:?}",
+                pace.gap
+            );
+            assert!(
+                pace.gap >= Duration::from_micros(100),
+                "{rate}: {:?}",
+                pace.gap
+            );
+        }
     }
 
     #[tokio::test]

@@ -97,6 +97,8 @@ impl Summary {
 pub struct ShadowOptions {
     pub include_replayed: bool,
     pub limit: Option<u64>,
+    /// Load the new file only if its SHA-256 is this (hex).
+    pub sha256: Option<String>,
 }
 
 /// Reads the real kv; never writes (the [`KvSource`] trait has no write).
@@ -143,17 +145,18 @@ pub fn message_of(d: &DeadLetter) -> anyhow::Result<Message> {
     })
 }
 
-/// Runs the dead letters `filter` selects through the component at `wasm`; `each` sees
-/// every result as it comes. Nothing is committed or published.
+/// Runs the dead letters `filter` selects through the component at `wasm`, compiled on
+/// `runtime` (the gateway shares one between its shadow jobs: an engine reserves a lot of
+/// address space); `each` sees every result as it comes. Nothing is committed or published.
 pub async fn run(
     config: &Config,
+    runtime: &Arc<crate::runtime::Runtime>,
     store: &Store,
     wasm: &Path,
     filter: &DeadLetterFilter,
     options: &ShadowOptions,
     each: &mut dyn FnMut(&Verdicts),
 ) -> anyhow::Result<Summary> {
-    let runtime = crate::gateway::new_runtime(config)?;
     let bytes =
         std::fs::read(wasm).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", wasm.display()))?;
     let mut summary = Summary {
@@ -181,7 +184,8 @@ pub async fn run(
                 break 'pages;
             }
             cursor = Some(d.id);
-            let verdicts = shadow_one(config, &runtime, wasm, &mut versions, &kv, &d).await?;
+            let verdicts =
+                shadow_one(config, runtime, wasm, options, &mut versions, &kv, &d).await?;
             summary.total += 1;
             match verdicts.now {
                 Now::Ack => summary.now_ack += 1,
@@ -199,6 +203,7 @@ async fn shadow_one(
     config: &Config,
     runtime: &Arc<crate::runtime::Runtime>,
     wasm: &Path,
+    options: &ShadowOptions,
     versions: &mut BTreeMap<String, Arc<Plugin>>,
     kv: &Arc<MemoryKv>,
     d: &DeadLetter,
@@ -239,7 +244,7 @@ async fn shadow_one(
             // The route's plugin settings, on the new file; its pin is for the old one.
             let mut settings = settings.clone();
             settings.path = wasm.to_owned();
-            settings.sha256 = None;
+            settings.sha256 = options.sha256.clone();
             let (runtime, name2) = (runtime.clone(), name.clone());
             let plugin = tokio::task::spawn_blocking(move || {
                 crate::gateway::load_plugin(&runtime, &name2, &settings)

@@ -137,6 +137,15 @@ impl LiveHandle {
             .clone()
     }
 
+    /// The config that runs, if the gateway has started (cheaper than [`Self::status`]).
+    pub fn config(&self) -> Option<Arc<crate::config::Config>> {
+        self.status
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .config
+            .clone()
+    }
+
     fn set_canaries(&self, canaries: BTreeMap<String, Arc<Canary>>) {
         *self.canaries.lock().unwrap_or_else(PoisonError::into_inner) = canaries;
     }

@@ -11,13 +11,16 @@
 //!    version it started with — see `RouteContext::plugin`), stop removed and changed routes
 //!    (no new deliveries; in-flight ones finish and ack), and start added and changed ones.
 //!
-//! Sections only a restart applies (`[broker]`, `[store]`, `[runtime]`, `[relay]`, `[admin]`)
-//! are reported, not applied.
+//! Sections only a restart applies (`[broker]`, `[store]`, `[runtime]`, `[relay]`,
+//! `[telemetry]`, `[admin] listen`) are reported, not applied. `[admin]` credentials,
+//! `require_auth` and `allowed_hosts` are applied (the admin server reads them from the
+//! running config). A changed broker or store URL that carries a password refuses the
+//! reload, naming the key: only a restart can connect with it.
 
 use super::{LiveHandle, ReloadReport, Request, RunningPlugin};
 use crate::broker::connect_any;
 use crate::broker::seal::SealKey;
-use crate::config::{self, Config, PluginConfig, RouteConfig};
+use crate::config::{self, AdminConfig, Config, PluginConfig, RouteConfig};
 use crate::gateway::{Plugins, broker_settings, load_canary, load_plugin, load_shadow};
 use crate::metrics::Metrics;
 use crate::pipeline::canary::Canary;
@@ -139,12 +142,67 @@ fn restart_only_changes(running: &Config, new: &Config) -> Vec<String> {
         format!("{:?}", running.telemetry),
         format!("{:?}", new.telemetry),
     );
-    differs(
-        "admin",
-        format!("{:?}", running.admin),
-        format!("{:?}", new.admin),
-    );
+    if running.admin.listen != new.admin.listen {
+        out.push("[admin] listen".to_owned());
+    }
     out
+}
+
+/// `[admin]` keys a reload applies (credentials and who needs them), one line each; never
+/// the secrets themselves. (`Secret`'s `Debug` hides them, so compare the values.)
+fn admin_changes(running: &AdminConfig, new: &AdminConfig) -> Vec<String> {
+    let mut out = Vec::new();
+    let token = |a: &AdminConfig| a.token.as_ref().map(|t| t.0.clone());
+    if token(running) != token(new) {
+        out.push("[admin] token: changed; the previous one is no longer accepted".to_owned());
+    }
+    let basic = |a: &AdminConfig| {
+        a.basic
+            .as_ref()
+            .map(|b| (b.user.clone(), b.password.0.clone()))
+    };
+    if basic(running) != basic(new) {
+        out.push("[admin] basic: changed; the previous credentials are no longer accepted".into());
+    }
+    if running.require_auth != new.require_auth {
+        out.push(format!("[admin] require_auth: now {:?}", new.require_auth));
+    }
+    if running.allowed_hosts != new.allowed_hosts {
+        out.push(format!(
+            "[admin] allowed_hosts: now {:?}",
+            new.allowed_hosts
+        ));
+    }
+    out
+}
+
+/// A reload cannot apply new broker or store credentials (the connections are made with the
+/// old ones): a changed URL that carries a password refuses the reload, naming the key, so
+/// nobody believes a rotated password is in use when it is not.
+fn credentials_needing_restart(running: &Config, new: &Config) -> Result<(), String> {
+    let carries_secret = |url: &str| crate::redact::redact_url(url) != url;
+    let check = |key: &str, a: &[String], b: &[String]| {
+        if a != b && a.iter().chain(b).any(|u| carries_secret(u)) {
+            Err(format!(
+                "{key} changed and carries credentials, which only a restart applies (the \
+                 running connections use the old ones); restart the gateway to apply it, or \
+                 put the old value back to reload the rest"
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    check(
+        "[broker] url",
+        std::slice::from_ref(&running.broker.url),
+        std::slice::from_ref(&new.broker.url),
+    )?;
+    check("[broker] urls", &running.broker.urls, &new.broker.urls)?;
+    check(
+        "[store] url",
+        std::slice::from_ref(&running.store.url),
+        std::slice::from_ref(&new.store.url),
+    )
 }
 
 fn shadow_of(shared: &Shared, live: &LiveHandle, plugin: Plugin, p: &PluginConfig) -> Arc<Shadow> {
@@ -387,12 +445,15 @@ impl Supervisor {
         })?;
         // 1. The config, validated as at start-up.
         let mut new = config::load(&path).map_err(|e| format!("invalid config: {e}"))?;
+        credentials_needing_restart(&self.config, &new)?;
         report.needs_restart = restart_only_changes(&self.config, &new);
+        let admin_changes = admin_changes(&self.config.admin, &new.admin);
         new.broker = self.config.broker.clone();
         new.store = self.config.store.clone();
         new.runtime = self.config.runtime.clone();
         new.relay = self.config.relay.clone();
-        new.admin = self.config.admin.clone();
+        // The admin server reads its credentials from the running config: they apply now.
+        new.admin.listen = self.config.admin.listen.clone();
 
         // 2. Plugins: unchanged ones kept, new and changed ones compiled now.
         let mut plugins = BTreeMap::new();
@@ -549,6 +610,7 @@ impl Supervisor {
         self.plugins = plugins;
         self.shared.alerts.set_rules(&new.routes);
         self.config = new;
+        report.changes.extend(admin_changes);
         for (route, ctx) in to_start {
             let restarted = to_stop.contains(&route.queue);
             tracing::info!(queue = %route.queue, restarted, "route started by reload");

@@ -244,12 +244,7 @@ impl Store {
         filter: &DeadLetterFilter,
     ) -> Result<Vec<DeadLetterStat>, StoreError> {
         self.bounded("dead letter groups", async {
-            let (mut sql, args) = self.filter_sql(
-                filter,
-                "SELECT route, reason, COUNT(*), COUNT(*) - COUNT(replayed_at), \
-                 MIN(dead_lettered_at), MAX(dead_lettered_at)",
-            );
-            sql.push_str(" GROUP BY route, reason ORDER BY 3 DESC, route, reason");
+            let (sql, args) = self.groups_sql(filter);
             let rows: Vec<(String, String, i64, i64, i64, i64)> =
                 bind_all_as(sqlx::query_as(AssertSqlSafe(sql)), args)
                     .fetch_all(self.pool())
@@ -269,6 +264,32 @@ impl Store {
                 .collect())
         })
         .await
+    }
+
+    /// The groups query: on SQLite it reads the `dead_letters_groups` covering index alone
+    /// (migration 0008).
+    fn groups_sql(&self, filter: &DeadLetterFilter) -> (String, Vec<Arg>) {
+        let (mut sql, args) = self.filter_sql(
+            filter,
+            "SELECT route, reason, COUNT(*), COUNT(*) - COUNT(replayed_at), \
+             MIN(dead_lettered_at), MAX(dead_lettered_at)",
+        );
+        sql.push_str(" GROUP BY route, reason ORDER BY 3 DESC, route, reason");
+        (sql, args)
+    }
+
+    /// SQLite's plan of the groups query (`EXPLAIN QUERY PLAN`), for tests.
+    #[cfg(test)]
+    pub(crate) async fn groups_plan(&self, filter: &DeadLetterFilter) -> Vec<String> {
+        let (sql, args) = self.groups_sql(filter);
+        let rows: Vec<(i64, i64, i64, String)> = bind_all_as(
+            sqlx::query_as(AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}"))),
+            args,
+        )
+        .fetch_all(self.pool())
+        .await
+        .expect("plan");
+        rows.into_iter().map(|r| r.3).collect()
     }
 
     /// Records a replay of `id` (after the copy was republished and confirmed).

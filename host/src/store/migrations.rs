@@ -1,5 +1,7 @@
 //! The schema, embedded at compile time (no `macros` feature, no files at run time).
 //! Both folders hold the same logical schema; add a migration to both, with the same number.
+//! (0008, the covering index of the dead-letter groups, is SQLite's alone: a PostgreSQL
+//! B-tree refuses entries over about 2.7 kB, and a reason may be far longer.)
 
 use std::borrow::Cow;
 
@@ -43,6 +45,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         7,
         "canary decisions",
         include_str!("../../migrations/sqlite/0007_canary_decisions.sql"),
+    ),
+    (
+        8,
+        "dead letter groups index",
+        include_str!("../../migrations/sqlite/0008_dead_letter_groups_index.sql"),
     ),
 ];
 

@@ -133,8 +133,11 @@ async fn new_session(port: u16, chromium: &Path) -> fantoccini::Client {
         "goog:chromeOptions".into(),
         serde_json::json!({
             "binary": chromium.display().to_string(),
+            // `*.evil.example` resolves to loopback: a DNS-rebinding page, for the Host
+            // allow-list's browser test.
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-                     "--disable-dev-shm-usage", "--window-size=1400,1000"],
+                     "--disable-dev-shm-usage", "--window-size=1400,1000",
+                     "--host-resolver-rules=MAP *.evil.example 127.0.0.1"],
         }),
     );
     let connector = hyper_util::client::legacy::connect::HttpConnector::new();

@@ -1,3 +1,9 @@
+// Carteiro console. "Back" links on error pages go back in history (the CSP allows no
+// inline `javascript:` links).
+document.addEventListener("click", function (e) {
+  var back = e.target.closest && e.target.closest("[data-back]");
+  if (back && window.history.length > 1) { e.preventDefault(); window.history.back(); }
+});
 // Carteiro console: live progress of a job page (polls /api/jobs/ID until the job is over).
 (function () {
   var box = document.querySelector("[data-job]");

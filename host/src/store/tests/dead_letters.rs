@@ -346,3 +346,42 @@ async fn reason_and_id_lists_select_exactly(db: &TestDb) {
     let other = groups.iter().find(|g| g.reason == "other").unwrap();
     assert_eq!((other.first_at, other.last_at), (1_030, 1_031));
 }
+
+/// The console's groups at a million dead letters: SQLite reads one covering index (no
+/// table, no temporary sort), so the page stays fast and holds its connection briefly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_read_a_covering_index_at_a_million() {
+    let db = TestDb::sqlite().await;
+    let insert = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000) \
+         INSERT INTO dead_letters (route, queue, reason, plugin, attempts, headers, body, \
+         dead_lettered_at, replay_count) \
+         SELECT 'r' || (i % 5), 'q', 'failure kind ' || (i % 50), 'p', 1, '[]', x'7b7d', i, 0 FROM n";
+    sqlx::query(insert).execute(db.store.pool()).await.unwrap();
+    for route in [None, Some("r3".to_owned())] {
+        let filter = DeadLetterFilter {
+            route: route.clone(),
+            ..Default::default()
+        };
+        let plan = db.store.groups_plan(&filter).await.join("; ");
+        assert!(
+            plan.contains("USING COVERING INDEX dead_letters_groups"),
+            "{route:?}: {plan}"
+        );
+        assert!(
+            !plan.contains("USE TEMP B-TREE FOR GROUP BY"),
+            "{route:?}: {plan}"
+        );
+        let started = std::time::Instant::now();
+        let groups = db.store.dead_letter_groups(&filter).await.unwrap();
+        eprintln!(
+            "groups of {route:?} at 1M dead letters: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(groups.len(), if route.is_some() { 10 } else { 50 });
+        assert_eq!(
+            groups.iter().map(|g| g.count).sum::<i64>(),
+            if route.is_some() { 200_000 } else { 1_000_000 }
+        );
+    }
+    db.finish().await;
+}
