@@ -1,188 +1,22 @@
 //! `carteiro run`: load everything, start every route, the relay and the admin server, and
 //! stop cleanly when `shutdown` resolves (mini-redis style `run(config, shutdown)`).
 
-use crate::broker::seal::SealKey;
-use crate::broker::{ConnectOptions, redact_url};
-use crate::config::{Config, PluginConfig};
-use crate::live::{LiveHandle, Shared, Supervisor};
+use crate::admin::GatewayHandle;
+use crate::broker::redact_url;
+use crate::config::Config;
+use crate::live::{Shared, Supervisor};
 use crate::metrics::Metrics;
-use crate::pipeline::{BrokerSettings, StoreGate};
+use crate::pipeline::StoreGate;
+use crate::runtime::Plugin;
 use crate::runtime::native::NativeHandler;
-use crate::runtime::{LoadError, Plugin, PluginLimits, Runtime};
-use crate::store::{BatchedReads, GroupCommitter, Store, StoreOptions};
+use crate::services::load_plugins;
+use crate::store::{BatchedReads, GroupCommitter};
 use anyhow::Context;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-/// Plugins by config name.
-pub type Plugins = BTreeMap<String, Arc<Plugin>>;
-
-/// The wasm runtime the config's `[runtime]` section asks for.
-pub fn new_runtime(config: &Config) -> anyhow::Result<Arc<Runtime>> {
-    let cache = config
-        .runtime
-        .compile_cache
-        .as_deref()
-        .filter(|p| !p.as_os_str().is_empty());
-    Runtime::with_compile_cache(config.runtime.max_instances, cache)
-        .map_err(|e| anyhow::anyhow!("cannot start the wasm runtime: {e:#}"))
-}
-
-/// Reads, checks (digest pin), compiles and pre-links plugin `name` of the config.
-pub fn load_plugin(
-    runtime: &Arc<Runtime>,
-    name: &str,
-    p: &PluginConfig,
-) -> Result<Plugin, LoadError> {
-    let limits = PluginLimits {
-        timeout: p.timeout,
-        memory_bytes: p.memory,
-        max_host_calls: p.max_host_calls,
-        max_events: p.max_events,
-        totals: crate::runtime::DeliveryTotals {
-            kv_bytes: p.max_kv_bytes,
-            event_bytes: p.max_event_bytes,
-            log_bytes: p.max_log_bytes,
-        },
-        max_concurrency: p.max_concurrency,
-    };
-    let plugin = Plugin::load(
-        runtime,
-        name,
-        &p.path,
-        p.sha256.as_deref(),
-        limits,
-        p.variables.clone(),
-    )?;
-    tracing::info!(plugin = %name, version = plugin.version(), sha256 = plugin.digest(), "plugin loaded");
-    Ok(plugin)
-}
-
-/// Loads the live shadow of plugin `name`, if the config gives it one (`shadow`, pinned by
-/// `shadow_sha256`), with the plugin's own settings and name (so it reads the same kv).
-pub fn load_shadow(
-    runtime: &Arc<Runtime>,
-    name: &str,
-    p: &PluginConfig,
-) -> Result<Option<Plugin>, LoadError> {
-    let Some(path) = &p.shadow else {
-        return Ok(None);
-    };
-    let mut settings = p.clone();
-    settings.path = path.clone();
-    settings.sha256 = p.shadow_sha256.clone();
-    let shadow = load_plugin(runtime, name, &settings)?;
-    tracing::info!(plugin = %name, shadow = shadow.version(), sample = p.shadow_sample, "live shadow loaded: compared, never committed or published");
-    Ok(Some(shadow))
-}
-
-/// Loads the canary of plugin `name`, if the config gives it one, with the plugin's own
-/// settings and name (so it reads and writes the same kv).
-pub fn load_canary(
-    runtime: &Arc<Runtime>,
-    name: &str,
-    p: &PluginConfig,
-) -> Result<Option<Plugin>, LoadError> {
-    let Some(canary) = &p.canary else {
-        return Ok(None);
-    };
-    let mut settings = p.clone();
-    settings.path = canary.path.clone();
-    settings.sha256 = canary.sha256.clone();
-    let plugin = load_plugin(runtime, name, &settings)?;
-    tracing::info!(plugin = %name, canary = plugin.version(), percent = canary.percent, "canary loaded");
-    Ok(Some(plugin))
-}
-
-/// Loads every plugin of the config (digests checked) into one runtime.
-pub fn load_plugins(config: &Config) -> anyhow::Result<(Arc<Runtime>, Plugins)> {
-    let runtime = new_runtime(config)?;
-    let mut plugins = BTreeMap::new();
-    for (name, p) in &config.plugins {
-        let plugin = load_plugin(&runtime, name, p)?;
-        plugins.insert(name.clone(), Arc::new(plugin));
-    }
-    Ok((runtime, plugins))
-}
-
-/// Connects the store, applies migrations, and takes the header-seal key from
-/// `[security]` when it is set there.
-pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
-    let options = StoreOptions {
-        max_connections: config.store.max_connections,
-        statement_timeout: config.store.statement_timeout,
-    };
-    let store = Store::connect_with(&config.store.url, &options)
-        .await
-        .with_context(|| format!("cannot open the store at {}", redact_url(&config.store.url)))?;
-    store
-        .migrate()
-        .await
-        .context("cannot apply database migrations")?;
-    Ok(match security_seal(config)? {
-        Some(secret) => store.with_header_seal_secret(secret),
-        None => store,
-    })
-}
-
-/// The header-seal key `[security]` gives (`seal_key` or `seal_key_file`), if it does.
-pub fn security_seal(config: &Config) -> anyhow::Result<Option<Vec<u8>>> {
-    let seal = config
-        .security
-        .seal_secret()
-        .map_err(|(key, m)| anyhow::anyhow!("[security] {key}: {m}"))?;
-    if let Some(path) = &config.security.seal_key_file
-        && let Some(mode) = crate::config::loose_permissions(path)
-    {
-        tracing::warn!(
-            path = %path.display(),
-            mode = format!("{mode:o}"),
-            "the seal key file can be read by other users: chmod 600 it"
-        );
-    }
-    Ok(seal)
-}
-
-/// The key that seals Carteiro's headers: `[security]`'s (through [`open_store`]), else the
-/// one shared through the store by every gateway on it.
-pub async fn seal_key(store: &Store) -> anyhow::Result<SealKey> {
-    let secrets = store
-        .header_seal_secrets()
-        .await
-        .context("cannot read the header-seal key from the store")?;
-    Ok(SealKey::with_retired(&secrets.current, &secrets.retired))
-}
-
-/// Broker settings from the config.
-pub fn broker_settings(config: &Config, name: &str) -> BrokerSettings {
-    BrokerSettings {
-        urls: config.broker.addresses(),
-        connect: ConnectOptions {
-            heartbeat: config.broker.heartbeat,
-            connect_timeout: config.broker.connect_timeout,
-            connection_name: name.to_owned(),
-            tls: config.broker.tls.clone(),
-        },
-        reconnect_max_backoff: config.broker.reconnect_max_backoff,
-        shutdown_grace: Duration::from_secs(30),
-    }
-}
-
-/// What a running gateway exposes to tests and the admin server.
-#[derive(Clone)]
-pub struct GatewayHandle {
-    pub metrics: Arc<Metrics>,
-    pub store: Store,
-    pub gate: StoreGate,
-    /// Dead-letter alerts of the routes that have one.
-    pub alerts: Arc<crate::alerts::DeadLetterAlerts>,
-    /// Reloads and what runs now (plugin versions, the last reload's outcome).
-    pub live: LiveHandle,
-}
 
 /// How [`run_live`] is started.
 pub struct LiveOptions {

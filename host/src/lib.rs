@@ -15,10 +15,14 @@
 //! - [`store`]: sqlx on SQLite or PostgreSQL — inbox, kv, outbox, dead letters, group commit.
 //! - [`relay`]: the outbox publisher.
 //! - [`dlq`]: dead letters for people (JSON views, replay, shadow replay of a new version).
-//! - [`gateway`]: `carteiro run` — everything wired together.
+//! - [`gateway`]: `carteiro run` — everything wired together (on top: nothing imports it
+//!   but `cli`).
+//! - [`services`]: what the gateway wires, below it: plugin loading, the runtime factory, the
+//!   store and its seal key, broker settings.
 //! - [`startup`]: opening the store at start-up, waiting while it refuses writes.
 //! - [`live`]: changing handlers while running — reload (SIGHUP, `POST /admin/reload`).
-//! - [`admin`]: health, readiness, metrics and DLQ over HTTP.
+//! - [`admin`]: health, readiness, metrics, the console and DLQ over HTTP; `GatewayHandle`,
+//!   what a running gateway exposes to it.
 //! - [`metrics`], [`housekeeping`]: Prometheus metrics, retention cleanup.
 //! - [`telemetry`]: OpenTelemetry spans of deliveries and relay publishes (`[telemetry]`).
 //! - [`redact`]: the one redaction for URLs that may hold a password (broker and store).
@@ -36,10 +40,13 @@ pub mod housekeeping;
 pub mod live;
 pub mod logfmt;
 pub mod metrics;
+#[cfg(test)]
+mod module_graph;
 pub mod pipeline;
 pub mod redact;
 pub mod relay;
 pub mod runtime;
+pub mod services;
 pub mod startup;
 pub mod store;
 pub mod telemetry;

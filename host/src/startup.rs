@@ -75,7 +75,7 @@ pub async fn open_waiting(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<Option<Opened>> {
     // A bad [security] key is the config's fault: fail at once, never wait for it.
-    let seal_secret = crate::gateway::security_seal(config)?;
+    let seal_secret = crate::services::security_seal(config)?;
     tokio::pin!(shutdown);
     let mut backoff = JitteredBackoff::new(Duration::from_millis(250), Duration::from_secs(10));
     let mut tries = 0u32;

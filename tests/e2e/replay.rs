@@ -501,7 +501,9 @@ async fn two_replays_at_once_split_the_rows_and_publish_each_once() {
     let toml = route_config(&queue, "counter", &unique("in"), "", "")
         .replace("{dir}", &dir.path().display().to_string());
     let config = crate::support::load_config(dir.path(), &toml);
-    let store = carteiro::gateway::open_store(&config).await.expect("store");
+    let store = carteiro::services::open_store(&config)
+        .await
+        .expect("store");
     for i in 0..ROWS {
         let record = NewDeadLetter {
             route: queue.clone(),

@@ -81,7 +81,9 @@ impl Gateway {
     pub async fn start_in(dir: tempfile::TempDir, toml: &str, metrics: Arc<Metrics>) -> Self {
         let toml = toml.replace("{dir}", &dir.path().display().to_string());
         let config = load_config(dir.path(), &toml);
-        let store = carteiro::gateway::open_store(&config).await.expect("store");
+        let store = carteiro::services::open_store(&config)
+            .await
+            .expect("store");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let shutdown = async move {
             let _ = stopped.await;

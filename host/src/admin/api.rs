@@ -5,8 +5,8 @@
 
 use super::AdminState;
 use super::target::Target;
+use crate::admin::GatewayHandle;
 use crate::dlq::run::ReplayOptions;
-use crate::gateway::GatewayHandle;
 use crate::store::DeadLetterFilter;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{StatusCode, header};

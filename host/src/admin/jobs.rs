@@ -217,7 +217,7 @@ impl Jobs {
         if let Some(runtime) = shared.as_ref() {
             return Ok(runtime.clone());
         }
-        let runtime = crate::gateway::new_runtime(config)?;
+        let runtime = crate::services::new_runtime(config)?;
         *shared = Some(runtime.clone());
         Ok(runtime)
     }
@@ -356,7 +356,7 @@ async fn replay(
     options: &ReplayOptions,
 ) -> anyhow::Result<Option<ReplayReport>> {
     let publisher = crate::dlq::replay_publisher(ctx.connection.clone()).await?;
-    let seal = crate::gateway::seal_key(&ctx.store).await?;
+    let seal = crate::services::seal_key(&ctx.store).await?;
     let mut job_progress = JobProgress(job.clone());
     let mut progress = crate::dlq::run::Metered::new(&ctx.metrics, &mut job_progress);
     let run = crate::dlq::run::replay_matching(

@@ -29,12 +29,27 @@ mod shadow_file;
 mod target;
 
 use crate::config::AdminConfig;
-use crate::gateway::GatewayHandle;
+use crate::live::LiveHandle;
+use crate::metrics::Metrics;
+use crate::pipeline::StoreGate;
+use crate::store::Store;
 use axum::Router;
 use axum::extract::FromRef;
 use axum::routing::{get, post};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
+
+/// What a running gateway exposes to the admin server (and to tests): built by `gateway`.
+#[derive(Clone)]
+pub struct GatewayHandle {
+    pub metrics: Arc<Metrics>,
+    pub store: Store,
+    pub gate: StoreGate,
+    /// Dead-letter alerts of the routes that have one.
+    pub alerts: Arc<crate::alerts::DeadLetterAlerts>,
+    /// Reloads and what runs now (plugin versions, the last reload's outcome).
+    pub live: LiveHandle,
+}
 
 /// What every handler can reach.
 #[derive(Clone)]

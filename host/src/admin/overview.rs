@@ -3,9 +3,10 @@
 //! (from the gateway's metrics, sampled every few seconds), plugin version, retry tiers;
 //! and the outbox backlog.
 
+use crate::admin::GatewayHandle;
 use crate::broker::connect_any;
 use crate::config::Config;
-use crate::gateway::{GatewayHandle, broker_settings};
+use crate::services::broker_settings;
 use crate::topology::{dlq_name, retry_queue_name};
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};

@@ -4,7 +4,7 @@
 use super::page::{Fields, age, error_page, page, query, time};
 use super::target::group_url;
 use super::{AdminState, banners, groups};
-use crate::gateway::GatewayHandle;
+use crate::admin::GatewayHandle;
 use crate::store::{DeadLetter, DeadLetterFilter};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};

@@ -4,7 +4,8 @@ use super::ops::load_config;
 use crate::broker::connect_any;
 use crate::dlq::run::{Progress, ReplayOptions};
 use crate::dlq::shadow::{self, Now, ShadowOptions, Verdicts};
-use crate::gateway::{self, broker_settings};
+use crate::services;
+use crate::services::broker_settings;
 use crate::store::DeadLetterFilter;
 use std::io::IsTerminal;
 use std::path::Path;
@@ -135,7 +136,7 @@ pub async fn run(config_path: &Path, command: DlqCommand) -> anyhow::Result<i32>
         println!("{moved} parked dead letters moved back to {route}.dlq");
         return Ok(0);
     }
-    let store = gateway::open_store(&config).await?;
+    let store = services::open_store(&config).await?;
     match command {
         DlqCommand::List {
             filter,
@@ -268,7 +269,7 @@ async fn replay(
     let settings = broker_settings(config, "carteiro dlq replay");
     let conn = std::sync::Arc::new(connect_any(&settings.urls, &settings.connect).await?);
     let publisher = crate::dlq::replay_publisher(conn).await?;
-    let seal = gateway::seal_key(store).await?;
+    let seal = services::seal_key(store).await?;
     let timeout = config.broker.publish_timeout;
     if let Some(id) = id {
         let Some(d) = store.dead_letter_get(id).await? else {
@@ -355,7 +356,7 @@ async fn shadow_report(
     };
     let summary = shadow::run(
         config,
-        &crate::gateway::new_runtime(config)?,
+        &crate::services::new_runtime(config)?,
         store,
         wasm,
         filter,
@@ -426,7 +427,7 @@ async fn replay_acked_by(
     };
     let summary = shadow::run(
         config,
-        &crate::gateway::new_runtime(config)?,
+        &crate::services::new_runtime(config)?,
         store,
         wasm,
         filter,
@@ -445,7 +446,7 @@ async fn replay_acked_by(
     let settings = broker_settings(config, "carteiro dlq replay");
     let conn = std::sync::Arc::new(connect_any(&settings.urls, &settings.connect).await?);
     let publisher = crate::dlq::replay_publisher(conn).await?;
-    let seal = gateway::seal_key(store).await?;
+    let seal = services::seal_key(store).await?;
     let (mut replayed, mut failed) = (0u64, 0u64);
     for id in acked {
         let Some(d) = store.dead_letter_get(id).await? else {

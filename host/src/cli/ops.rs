@@ -2,9 +2,11 @@
 
 use crate::broker::connect_any;
 use crate::config::{self, Config};
-use crate::gateway::{self, broker_settings};
+use crate::gateway;
 use crate::metrics::Metrics;
 use crate::relay::Relay;
+use crate::services;
+use crate::services::broker_settings;
 use crate::telemetry::Telemetry;
 use crate::topology::{RouteTopology, declare_route};
 use anyhow::Context;
@@ -44,15 +46,15 @@ pub async fn check(path: &Path, no_environment: bool) -> anyhow::Result<i32> {
         config.plugins.len(),
         config.routes.len()
     );
-    let (runtime, plugins) = gateway::load_plugins(&config)?;
+    let (runtime, plugins) = services::load_plugins(&config)?;
     for (name, plugin) in &plugins {
         println!("plugin   {name}: loads, sha256 {}", plugin.digest());
     }
     for (name, p) in &config.plugins {
-        if let Some(shadow) = gateway::load_shadow(&runtime, name, p)? {
+        if let Some(shadow) = services::load_shadow(&runtime, name, p)? {
             println!("shadow   {name}: loads, sha256 {}", shadow.digest());
         }
-        if let Some(canary) = gateway::load_canary(&runtime, name, p)? {
+        if let Some(canary) = services::load_canary(&runtime, name, p)? {
             println!("canary   {name}: loads, sha256 {}", canary.digest());
         }
     }
@@ -70,7 +72,7 @@ pub async fn check(path: &Path, no_environment: bool) -> anyhow::Result<i32> {
         println!("skipped  broker and store (--no-environment)");
         return Ok(0);
     }
-    let store = gateway::open_store(&config).await?;
+    let store = services::open_store(&config).await?;
     store.ping().await?;
     println!(
         "store    {} answers; migrations applied",
@@ -99,7 +101,7 @@ pub async fn check(path: &Path, no_environment: bool) -> anyhow::Result<i32> {
 /// `carteiro migrate`.
 pub async fn migrate(path: &Path) -> anyhow::Result<i32> {
     let config = load_config(path)?;
-    let store = gateway::open_store(&config).await?;
+    let store = services::open_store(&config).await?;
     println!("migrations applied to {}", store.redacted_url());
     Ok(0)
 }
@@ -130,7 +132,7 @@ pub async fn relay(path: &Path, shutdown: impl Future<Output = ()>) -> anyhow::R
 /// `carteiro outbox status`.
 pub async fn outbox_status(path: &Path) -> anyhow::Result<i32> {
     let config = load_config(path)?;
-    let store = gateway::open_store(&config).await?;
+    let store = services::open_store(&config).await?;
     let status = store.outbox_status().await?;
     println!("pending            {}", status.pending);
     match status.oldest_pending_age_ms {

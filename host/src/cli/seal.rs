@@ -2,7 +2,7 @@
 
 use super::ops::load_config;
 use crate::broker::seal::SealKey;
-use crate::gateway;
+use crate::services;
 use std::path::Path;
 use std::time::Duration;
 
@@ -25,7 +25,7 @@ pub enum SealCommand {
 /// Runs a `seal` subcommand against the config's store.
 pub async fn run(config_path: &Path, command: SealCommand) -> anyhow::Result<i32> {
     let config = load_config(config_path)?;
-    let store = gateway::open_store(&config).await?;
+    let store = services::open_store(&config).await?;
     let secrets = match command {
         SealCommand::Rotate { accept_old_for } => {
             let ms = i64::try_from(accept_old_for.as_millis()).unwrap_or(i64::MAX);

@@ -1,7 +1,7 @@
 //! Small pieces shared by the pipeline, the relay, the dead-letter tools and housekeeping,
 //! kept below all of them so none imports another for a utility: time, test-only fault
-//! injection, Carteiro's own AMQP header names ([`headers`]), and PEM files for TLS
-//! ([`pem`]).
+//! injection, Carteiro's own AMQP header names ([`headers`]), PEM files for TLS ([`pem`]),
+//! and file permissions of secrets.
 
 pub mod headers;
 pub mod pem;
@@ -12,6 +12,23 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
+}
+
+use std::path::Path;
+
+/// The permission bits of `path` when its group or others may read or write it (Unix).
+pub fn loose_permissions(path: &Path) -> Option<u32> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+        (mode & 0o077 != 0).then_some(mode)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
 }
 
 /// Test-only fault points (`CARTEIRO_FAULT`), used by the crash tests: the process stops

@@ -9,7 +9,7 @@ pub mod units;
 mod validate;
 
 pub use env::interpolate;
-pub use security::{SecurityConfig, loose_permissions};
+pub use security::SecurityConfig;
 pub use tls::unauthenticated_connections;
 pub use validate::{ConfigError, KeySource, load, load_str};
 

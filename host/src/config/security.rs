@@ -79,21 +79,6 @@ impl SecurityConfig {
     }
 }
 
-/// The permission bits of `path` when its group or others may read or write it (Unix).
-pub fn loose_permissions(path: &Path) -> Option<u32> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
-        (mode & 0o077 != 0).then_some(mode)
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = path;
-        None
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::load_str;

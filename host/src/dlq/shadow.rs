@@ -247,7 +247,7 @@ async fn shadow_one(
             settings.sha256 = options.sha256.clone();
             let (runtime, name2) = (runtime.clone(), name.clone());
             let plugin = tokio::task::spawn_blocking(move || {
-                crate::gateway::load_plugin(&runtime, &name2, &settings)
+                crate::services::load_plugin(&runtime, &name2, &settings)
             })
             .await??;
             let plugin = Arc::new(plugin);

@@ -474,7 +474,7 @@ fn create_private(path: &std::path::Path) -> Result<(), StoreError> {
     match options.open(path) {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            if let Some(mode) = crate::config::loose_permissions(path) {
+            if let Some(mode) = crate::common::loose_permissions(path) {
                 tracing::warn!(
                     path = %path.display(),
                     mode = format!("{mode:o}"),

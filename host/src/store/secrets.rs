@@ -5,7 +5,7 @@
 //! `header-seal` is the current key. A rotation moves it to `header-seal-retired:<expires
 //! ms>:<n>` (still verifying until then, so copies in flight keep their attempt count) and
 //! makes a fresh current key; gateways read the keyring again every
-//! [`KEYRING_REFRESH`](crate::startup::KEYRING_REFRESH).
+//! `startup::KEYRING_REFRESH`.
 
 use super::{Store, StoreError, now_ms};
 

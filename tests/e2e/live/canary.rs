@@ -104,7 +104,9 @@ async fn a_canary_failing_a_fifth_of_its_deliveries_is_rolled_back_within_its_wi
     );
 
     // From now on every delivery runs on the stable version: `boom` acks again.
-    let store = carteiro::gateway::open_store(&config).await.expect("store");
+    let store = carteiro::services::open_store(&config)
+        .await
+        .expect("store");
     for i in 0..40 {
         client
             .publish(&exchange, "k", json_props(&format!("after-{i}")), b"boom")

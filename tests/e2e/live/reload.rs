@@ -83,7 +83,9 @@ async fn sighup_under_load_swaps_the_plugin_with_nothing_lost_or_run_twice() {
 
     let mut gateway = spawn_gateway(&path);
     gateway.wait_stderr("consumer started", WAIT).await;
-    let store = carteiro::gateway::open_store(&config).await.expect("store");
+    let store = carteiro::services::open_store(&config)
+        .await
+        .expect("store");
     wait_for("the first commits on v1", WAIT, || async {
         (counter_value(&store, "runs").await >= 100).then_some(())
     })
@@ -210,7 +212,9 @@ async fn a_broken_config_or_a_mismatched_digest_keeps_serving_on_the_old_version
     client.sink(&events).await;
     let mut gateway = spawn_gateway(&path);
     client.wait_for_consumer(&queue).await;
-    let store = carteiro::gateway::open_store(&config).await.expect("store");
+    let store = carteiro::services::open_store(&config)
+        .await
+        .expect("store");
     publish_and_check(&client, &exchange, &store, &gateway, "start", &d1).await;
 
     // 1. A config with an unknown key, by POST /admin/reload: refused, with the key named.
@@ -299,7 +303,9 @@ async fn a_reload_starts_an_added_route_and_stops_a_removed_one() {
     client.sink(&events).await;
     let mut gateway = spawn_gateway(&path);
     client.wait_for_consumer(&qa).await;
-    let store = carteiro::gateway::open_store(&config).await.expect("store");
+    let store = carteiro::services::open_store(&config)
+        .await
+        .expect("store");
     let committed = |id: &'static str| {
         let store = store.clone();
         async move {

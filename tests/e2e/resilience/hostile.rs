@@ -60,7 +60,9 @@ async fn start(plugin: &str, extra: &str, fault: Option<&str>) -> Child {
     let mut gateway = Running::spawn(cmd);
     gateway.wait_stderr("consumer started", WAIT).await;
     let config = load_config(dir.path(), &std::fs::read_to_string(&path).expect("read"));
-    let store = carteiro::gateway::open_store(&config).await.expect("store");
+    let store = carteiro::services::open_store(&config)
+        .await
+        .expect("store");
     Child {
         gateway,
         store,

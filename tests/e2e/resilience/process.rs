@@ -47,7 +47,9 @@ async fn sigterm_finishes_in_flight_deliveries_and_loses_nothing() {
     gateway
         .wait_stderr("consumer started", Duration::from_secs(60))
         .await;
-    let store = carteiro::gateway::open_store(&config).await.expect("store");
+    let store = carteiro::services::open_store(&config)
+        .await
+        .expect("store");
     wait_for("the first commits", Duration::from_secs(30), || async {
         (counter_value(&store, "runs").await >= 20).then_some(())
     })
