@@ -52,7 +52,7 @@ pub async fn refresh_keyring(store: Store, seal: SealKey, stop: CancellationToke
             _ = tick.tick() => {}
             () = stop.cancelled() => return,
         }
-        match store.header_seal_secrets().await {
+        match store.header_seal_keyring().await {
             Ok(secrets) => {
                 let before = seal.current_id();
                 seal.update(&secrets.current, &secrets.retired);

@@ -63,12 +63,28 @@ impl Store {
         .bind(fresh)
         .execute(&mut *tx)
         .await?;
-        let rows: Vec<(String, String)> = sqlx::query_as(
-            "SELECT name, value FROM carteiro_secrets WHERE name LIKE 'header-seal%'",
-        )
-        .fetch_all(&mut *tx)
-        .await?;
         tx.commit().await?;
+        self.header_seal_keyring().await
+    }
+
+    /// The keys as stored, read only (a running gateway's refresh): the current key exists
+    /// already, made at start-up by [`Self::header_seal_secrets`].
+    pub async fn header_seal_keyring(&self) -> Result<SealSecrets, StoreError> {
+        if let Some(secret) = &self.seal_secret {
+            return Ok(SealSecrets {
+                current: secret.to_vec(),
+                retired: Vec::new(),
+            });
+        }
+        let rows: Vec<(String, String)> = self
+            .bounded("header-seal keys", async {
+                Ok(sqlx::query_as(
+                    "SELECT name, value FROM carteiro_secrets WHERE name LIKE 'header-seal%'",
+                )
+                .fetch_all(&self.pool)
+                .await?)
+            })
+            .await?;
         let now = now_ms();
         let mut current = None;
         let mut retired = Vec::new();
