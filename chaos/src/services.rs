@@ -121,7 +121,16 @@ impl Broker {
     }
 
     fn script(&self, args: &[&str]) -> anyhow::Result<()> {
-        run(&self.repo.join("scripts/rabbitmq.sh"), args)
+        // Every (re)start writes the node's rabbitmq.conf with these lines.
+        let extra = format!(
+            "consumer_timeout = {}",
+            crate::faults::CONSUMER_TIMEOUT.as_millis()
+        );
+        run_with(
+            &self.repo.join("scripts/rabbitmq.sh"),
+            args,
+            &[("CARTEIRO_RABBITMQ_CONF_EXTRA", extra.as_str())],
+        )
     }
 }
 
@@ -139,18 +148,42 @@ impl Postgres {
         tokio::task::block_in_place(|| pg.start())?;
         // A run that died mid-flip must not leave the server read-only.
         tokio::task::block_in_place(|| pg.read_only(false))?;
-        let mut admin = pg.admin().await?;
-        sqlx::raw_sql("DROP DATABASE IF EXISTS chaos WITH (FORCE)")
-            .execute(&mut admin)
-            .await?;
-        sqlx::raw_sql("CREATE DATABASE chaos")
-            .execute(&mut admin)
-            .await?;
+        let mut admin = pg.admin("postgres").await?;
+        // The gateways connect as a role that owns its database but is no superuser, so
+        // that revoking its grants (a fault) binds: superusers bypass grants.
+        for sql in [
+            "DROP DATABASE IF EXISTS chaos WITH (FORCE)",
+            "DROP ROLE IF EXISTS chaos",
+            "CREATE ROLE chaos LOGIN NOSUPERUSER",
+            "CREATE DATABASE chaos OWNER chaos",
+        ] {
+            sqlx::raw_sql(sql)
+                .execute(&mut admin)
+                .await
+                .with_context(|| format!("PostgreSQL set-up: {sql}"))?;
+        }
         Ok(pg)
     }
 
     pub fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/chaos", POSTGRES.1)
+        format!("postgres://chaos@127.0.0.1:{}/chaos", POSTGRES.1)
+    }
+
+    /// Revokes (`false`) or grants back (`true`) the gateways' INSERT, UPDATE and DELETE on
+    /// every table: each write then fails with SQLSTATE 42501, reads still work.
+    pub async fn grants(&self, on: bool) -> anyhow::Result<()> {
+        let sql = if on {
+            "GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO chaos"
+        } else {
+            "REVOKE INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public FROM chaos"
+        };
+        let mut admin = self.admin("chaos").await?;
+        sqlx::raw_sql(sql)
+            .execute(&mut admin)
+            .await
+            .with_context(|| format!("PostgreSQL: {sql}"))?;
+        let _ = admin.close().await;
+        Ok(())
     }
 
     pub fn start(&self) -> anyhow::Result<()> {
@@ -188,8 +221,9 @@ impl Postgres {
         )
     }
 
-    async fn admin(&self) -> anyhow::Result<sqlx::PgConnection> {
-        let url = format!("postgres://postgres@127.0.0.1:{}/postgres", POSTGRES.1);
+    /// A superuser session on `database`.
+    async fn admin(&self, database: &str) -> anyhow::Result<sqlx::PgConnection> {
+        let url = format!("postgres://postgres@127.0.0.1:{}/{database}", POSTGRES.1);
         let mut conn =
             tokio::time::timeout(Duration::from_secs(10), sqlx::PgConnection::connect(&url))
                 .await
@@ -218,8 +252,13 @@ pub fn signal(signal: &str, pid: &str) -> anyhow::Result<()> {
 }
 
 fn run(script: &Path, args: &[&str]) -> anyhow::Result<()> {
+    run_with(script, args, &[])
+}
+
+fn run_with(script: &Path, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<()> {
     let out = Command::new(script)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(std::process::Stdio::null())
         .output()
         .with_context(|| format!("run {}", script.display()))?;
