@@ -242,6 +242,9 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
         }
         tokio::time::sleep(gap).await;
         restart_exited(&mut world, &mut unexpected_exits, ms())?;
+        if Instant::now() >= deadline {
+            break;
+        }
         let fault = match scheduled.last() {
             Some(&(nth, fault)) if records.len() >= nth => {
                 scheduled.pop();
