@@ -15,7 +15,7 @@ use serde::Serialize;
 use tokio::sync::Mutex;
 
 use crate::checker::{self, FaultSpan, Findings, State};
-use crate::config::{self, DOWN_EXCHANGE, DOWN_QUEUE, EVENTS_EXCHANGE, Setup};
+use crate::config::{self, DOWN_EXCHANGE, DOWN_QUEUE, EVENT_KEYS, EVENTS_EXCHANGE, Setup};
 use crate::faults::{self, Fault, World};
 use crate::procs::Proc;
 use crate::services::{Broker, Postgres};
@@ -418,14 +418,18 @@ async fn declare_sinks(urls: &[String], quorum: bool) -> anyhow::Result<()> {
     let conn = broker::connect(urls).await?;
     let ch = conn.create_channel().await?;
     broker::declare_queue(&ch, SINK_QUEUE, quorum).await?;
-    ch.queue_bind(
-        SINK_QUEUE.into(),
-        EVENTS_EXCHANGE.into(),
-        "#".into(),
-        QueueBindOptions::default(),
-        FieldTable::default(),
-    )
-    .await?;
+    // Each event type on its own, so that the unroutable fault can unbind one of them.
+    for key in EVENT_KEYS {
+        ch.queue_bind(
+            SINK_QUEUE.into(),
+            EVENTS_EXCHANGE.into(),
+            key.into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    }
+    faults::bind_unroutable_key(&ch, true).await?;
     let durable = ExchangeDeclareOptions {
         durable: true,
         ..ExchangeDeclareOptions::default()

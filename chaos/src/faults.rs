@@ -46,6 +46,9 @@ pub enum Fault {
     PgRevoke,
     /// `carteiro seal rotate`: new copies sealed with a new key, the old one still verifies.
     SealRotate,
+    /// One event type unbound everywhere for a while (its rows are returned unroutable),
+    /// then bound again.
+    Unroutable,
 }
 
 impl Fault {
@@ -63,6 +66,7 @@ impl Fault {
             Fault::SqliteLockLong => "SQLite write lock, long",
             Fault::PgRevoke => "PostgreSQL grants revoked",
             Fault::SealRotate => "seal-key rotation",
+            Fault::Unroutable => "unroutable event type",
         }
     }
 }
@@ -88,14 +92,17 @@ pub fn scheduled(postgres: bool, full: bool) -> Vec<(usize, Fault)> {
     if full {
         vec![
             (25, Fault::SealRotate),
+            (30, Fault::Unroutable),
             (40, long),
             (75, Fault::SealRotate),
+            (80, Fault::Unroutable),
             (90, long),
             (125, Fault::SealRotate),
+            (130, Fault::Unroutable),
             (140, long),
         ]
     } else {
-        vec![(2, Fault::SealRotate), (5, long)]
+        vec![(1, Fault::SealRotate), (3, Fault::Unroutable), (5, long)]
     }
 }
 
@@ -261,6 +268,26 @@ pub async fn inject(world: &mut World, fault: Fault, rng: &mut StdRng) -> anyhow
             pg.grants(true).await?;
             Ok(format!("for {:.1} s", hold.as_secs_f64()))
         }
+        Fault::Unroutable => {
+            let hold = if world.full {
+                secs(rng, 30.0, 90.0)
+            } else {
+                secs(rng, 8.0, 15.0)
+            };
+            let conn = crate::broker::connect(&world.broker.urls()).await?;
+            bind_unroutable_key(&conn.create_channel().await?, false).await?;
+            tokio::time::sleep(hold).await;
+            // A fresh connection: the broker may have closed the first one meanwhile.
+            let _ = conn.close(200, "unbound".into()).await;
+            let conn = crate::broker::connect(&world.broker.urls()).await?;
+            bind_unroutable_key(&conn.create_channel().await?, true).await?;
+            let _ = conn.close(200, "bound".into()).await;
+            Ok(format!(
+                "{} for {:.1} s",
+                crate::config::UNROUTABLE_KEY,
+                hold.as_secs_f64()
+            ))
+        }
         Fault::SealRotate => {
             let (binary, config) = (world.binary.clone(), world.config.clone());
             let out = tokio::time::timeout(
@@ -286,6 +313,35 @@ pub async fn inject(world: &mut World, fault: Fault, rng: &mut StdRng) -> anyhow
                 .to_owned())
         }
     }
+}
+
+/// Binds (or unbinds) [`crate::config::UNROUTABLE_KEY`] on the events exchange to the sink
+/// and to the downstream route's queue: unbound, nothing takes that event type.
+pub async fn bind_unroutable_key(ch: &lapin::Channel, bind: bool) -> anyhow::Result<()> {
+    use crate::config::{EVENTS_EXCHANGE, UNROUTABLE_KEY};
+    use lapin::options::QueueBindOptions;
+    use lapin::types::FieldTable;
+    for queue in [crate::sink::SINK_QUEUE, crate::checker::ROUTE_DOWNSTREAM] {
+        if bind {
+            ch.queue_bind(
+                queue.into(),
+                EVENTS_EXCHANGE.into(),
+                UNROUTABLE_KEY.into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        } else {
+            ch.queue_unbind(
+                queue.into(),
+                EVENTS_EXCHANGE.into(),
+                UNROUTABLE_KEY.into(),
+                FieldTable::default(),
+            )
+            .await?;
+        }
+    }
+    Ok(())
 }
 
 /// `BEGIN IMMEDIATE` on the gateways' SQLite file, held for `hold`, then rolled back.
@@ -344,6 +400,7 @@ mod tests {
                 let s = scheduled(postgres, full);
                 let kinds: Vec<Fault> = s.iter().map(|(_, f)| *f).collect();
                 assert!(kinds.contains(&Fault::SealRotate) && kinds.contains(&long));
+                assert!(kinds.contains(&Fault::Unroutable));
                 assert!(!kinds.contains(&other));
                 assert!(s.windows(2).all(|w| w[0].0 < w[1].0), "{s:?} out of order");
             }
