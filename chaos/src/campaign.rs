@@ -15,7 +15,10 @@ use serde::Serialize;
 use tokio::sync::Mutex;
 
 use crate::checker::{self, FaultSpan, Findings, State};
-use crate::config::{self, DOWN_EXCHANGE, DOWN_QUEUE, EVENT_KEYS, EVENTS_EXCHANGE, Setup};
+use crate::config::{
+    self, DOWN_EXCHANGE, DOWN_QUEUE, EVENT_KEYS, EVENTS_EXCHANGE, Setup, UNROUTABLE_EXCHANGE,
+    UNROUTABLE_KEY,
+};
 use crate::faults::{self, Fault, World};
 use crate::procs::Proc;
 use crate::services::{Broker, Postgres};
@@ -418,12 +421,34 @@ async fn declare_sinks(urls: &[String], quorum: bool) -> anyhow::Result<()> {
     let conn = broker::connect(urls).await?;
     let ch = conn.create_channel().await?;
     broker::declare_queue(&ch, SINK_QUEUE, quorum).await?;
-    // Each event type on its own, so that the unroutable fault can unbind one of them.
-    for key in EVENT_KEYS {
+    // Each event type on its own, so that the unroutable fault can unbind one of them: that
+    // one through a fanout exchange to both of its queues.
+    for key in EVENT_KEYS.into_iter().filter(|k| *k != UNROUTABLE_KEY) {
         ch.queue_bind(
             SINK_QUEUE.into(),
             EVENTS_EXCHANGE.into(),
             key.into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    }
+    let durable = ExchangeDeclareOptions {
+        durable: true,
+        ..ExchangeDeclareOptions::default()
+    };
+    ch.exchange_declare(
+        UNROUTABLE_EXCHANGE.into(),
+        lapin::ExchangeKind::Fanout,
+        durable,
+        FieldTable::default(),
+    )
+    .await?;
+    for queue in [SINK_QUEUE, checker::ROUTE_DOWNSTREAM] {
+        ch.queue_bind(
+            queue.into(),
+            UNROUTABLE_EXCHANGE.into(),
+            "".into(),
             QueueBindOptions::default(),
             FieldTable::default(),
         )

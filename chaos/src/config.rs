@@ -19,9 +19,12 @@ pub const EVENT_KEYS: [&str; 4] = [
     "email.solicitado",
     "counter.incremented",
 ];
-/// The event type the unroutable fault unbinds: the campaign binds it itself (to the sink
-/// and the downstream route's queue), so that no gateway's topology declare binds it back.
+/// The event type the unroutable fault unbinds: the campaign binds it itself (through
+/// [`UNROUTABLE_EXCHANGE`]), so that no gateway's topology declare binds it back.
 pub const UNROUTABLE_KEY: &str = "email.solicitado";
+/// Where that event type goes from the events exchange: a fanout to the sink and to the
+/// downstream route's queue.
+pub const UNROUTABLE_EXCHANGE: &str = "chaos.email";
 /// The retry tiers every route has.
 pub const BACKOFF_MS: [u64; 2] = [300, 1000];
 

@@ -23,7 +23,11 @@ pub async fn drain(urls: &[String], pool: &sqlx::AnyPool, bound: Duration) -> bo
     let deadline = Instant::now() + bound;
     let mut quiet = 0;
     while Instant::now() < deadline {
-        let empty = all_empty(&depths(urls).await);
+        // Bounded as a whole: a broker that stops answering mid-check must not hang the drain.
+        let depths = tokio::time::timeout(STEP, depths(urls))
+            .await
+            .unwrap_or_else(|_| vec![None]);
+        let empty = all_empty(&depths);
         let outbox = collect::progress(pool)
             .await
             .is_some_and(|(_, pending)| pending == 0);
@@ -42,6 +46,9 @@ pub async fn drain(urls: &[String], pool: &sqlx::AnyPool, bound: Duration) -> bo
     }
     false
 }
+
+/// Longest one broker step of the drain may take (connect, open a channel, read, close).
+const STEP: Duration = Duration::from_secs(30);
 
 /// Every route's work queue, retry tiers and DLQ (the gateways declared them all).
 fn all_queues() -> Vec<String> {
@@ -66,12 +73,13 @@ async fn depths(urls: &[String]) -> Vec<Option<u32>> {
     let mut depths = Vec::new();
     for q in all_queues() {
         // A passive declare of a missing queue closes the channel: one channel per queue.
-        depths.push(match conn.create_channel().await {
-            Ok(ch) => broker::depth(&ch, &q).await,
-            Err(_) => None,
+        let channel = tokio::time::timeout(Duration::from_secs(5), conn.create_channel()).await;
+        depths.push(match channel {
+            Ok(Ok(ch)) => broker::depth(&ch, &q).await,
+            _ => None,
         });
     }
-    let _ = conn.close(200, "checked".into()).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), conn.close(200, "checked".into())).await;
     depths
 }
 
@@ -104,7 +112,7 @@ pub async fn take_queued(
     if !parked.is_empty() {
         println!("chaos: {} dead letters were parked", parked.len());
     }
-    let _ = conn.close(200, "taken".into()).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), conn.close(200, "taken".into())).await;
     Ok((ids, parked))
 }
 
@@ -114,7 +122,9 @@ async fn take(
     queue: &str,
     ids: &mut HashSet<String>,
 ) -> anyhow::Result<()> {
-    let ch = conn.create_channel().await?;
+    let ch = tokio::time::timeout(Duration::from_secs(5), conn.create_channel())
+        .await
+        .with_context(|| format!("opening a channel to read {queue} timed out"))??;
     if broker::depth(&ch, queue).await.is_none() {
         bail!("could not read the depth of {queue}");
     }
@@ -142,10 +152,14 @@ async fn take(
 pub async fn wait_sink_empty(urls: &[String]) -> bool {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
-        if let Ok(conn) = broker::connect(urls).await
-            && let Ok(ch) = conn.create_channel().await
-            && broker::depth(&ch, SINK_QUEUE).await == Some(0)
-        {
+        let empty = async {
+            let conn = broker::connect(urls).await.ok()?;
+            let ch = conn.create_channel().await.ok()?;
+            let depth = broker::depth(&ch, SINK_QUEUE).await;
+            let _ = conn.close(200, "checked".into()).await;
+            depth
+        };
+        if tokio::time::timeout(Duration::from_secs(10), empty).await == Ok(Some(0)) {
             // Let the consumer's last deliveries land.
             tokio::time::sleep(Duration::from_secs(1)).await;
             return true;

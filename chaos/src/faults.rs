@@ -315,31 +315,32 @@ pub async fn inject(world: &mut World, fault: Fault, rng: &mut StdRng) -> anyhow
     }
 }
 
-/// Binds (or unbinds) [`crate::config::UNROUTABLE_KEY`] on the events exchange to the sink
-/// and to the downstream route's queue: unbound, nothing takes that event type.
+/// Binds (or unbinds) [`crate::config::UNROUTABLE_KEY`] from the events exchange to
+/// [`crate::config::UNROUTABLE_EXCHANGE`], which fans out to the sink and to the downstream
+/// route's queue. One binding, so that both lose and regain that event type at once (two
+/// queue bindings changed one after the other would leave a moment where an event reaches
+/// only one of them, is confirmed and never reaches the other). Unbound, nothing takes it.
 pub async fn bind_unroutable_key(ch: &lapin::Channel, bind: bool) -> anyhow::Result<()> {
-    use crate::config::{EVENTS_EXCHANGE, UNROUTABLE_KEY};
-    use lapin::options::QueueBindOptions;
+    use crate::config::{EVENTS_EXCHANGE, UNROUTABLE_EXCHANGE, UNROUTABLE_KEY};
     use lapin::types::FieldTable;
-    for queue in [crate::sink::SINK_QUEUE, crate::checker::ROUTE_DOWNSTREAM] {
-        if bind {
-            ch.queue_bind(
-                queue.into(),
-                EVENTS_EXCHANGE.into(),
-                UNROUTABLE_KEY.into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
-        } else {
-            ch.queue_unbind(
-                queue.into(),
-                EVENTS_EXCHANGE.into(),
-                UNROUTABLE_KEY.into(),
-                FieldTable::default(),
-            )
-            .await?;
-        }
+    if bind {
+        ch.exchange_bind(
+            UNROUTABLE_EXCHANGE.into(),
+            EVENTS_EXCHANGE.into(),
+            UNROUTABLE_KEY.into(),
+            lapin::options::ExchangeBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    } else {
+        ch.exchange_unbind(
+            UNROUTABLE_EXCHANGE.into(),
+            EVENTS_EXCHANGE.into(),
+            UNROUTABLE_KEY.into(),
+            lapin::options::ExchangeUnbindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
     }
     Ok(())
 }
