@@ -47,11 +47,14 @@ pub struct Arrival {
     pub redelivered: bool,
 }
 
-/// When a fault was active, from injection to healing.
+/// When a fault was active: from injection to the first progress after healing (or to
+/// healing, when progress never resumed: a stall).
 #[derive(Debug, Clone)]
 pub struct FaultSpan {
     pub start_ms: u64,
-    pub healed_ms: u64,
+    pub end_ms: u64,
+    /// Progress resumed within the campaign's bound after healing.
+    pub recovered: bool,
 }
 
 /// Everything the checker reads.
@@ -67,17 +70,30 @@ pub struct State {
     pub dead_letters: Vec<DeadLetter>,
     /// Confirmed publishes per message id (missing: once).
     pub publishes: HashMap<String, u32>,
-    /// Message ids found in a queue (work queue, retry tier or DLQ) by the final drain.
+    /// Message ids found in a queue (work queue, retry tier or DLQ) after the gateways
+    /// stopped: what they held unacked is back in its queue by then.
     pub queued: HashSet<String>,
+    /// Message ids in a quorum route's `Q.dlq.parked`: dead letters the broker moved past
+    /// the DLQ's delivery limit. Not lost (an operator moves them back), but reported.
+    pub parked: HashSet<String>,
+    /// Inputs no publish of which was confirmed: the broker may never have had them.
+    pub unconfirmed: HashSet<String>,
     /// The sink's arrivals, in arrival order.
     pub sink: Vec<Arrival>,
     pub faults: Vec<FaultSpan>,
     /// How long after a fault a relay may still republish what it had in flight: the
     /// relay lease plus the publish timeout, with margin.
     pub window_ms: u64,
+    /// How long before a fault a copy may have been published and still be unmarked when
+    /// the fault hit: the publish timeout, with margin.
+    pub lead_ms: u64,
+    /// Everything drained (queues, outbox, downstream, sink) within the bound.
+    pub drained: bool,
+    /// Processes that exited without being killed.
+    pub exits: Vec<String>,
 }
 
-/// What the checker found. The first six counts must be zero.
+/// What the checker found. [`Findings::passed`] says which counts must be zero.
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct Findings {
     pub inputs: usize,
@@ -86,12 +102,27 @@ pub struct Findings {
     pub unexpected: usize,
     pub dead_letters_without_reason: usize,
     pub order_violations: usize,
+    /// A copy with no fault whose window holds both it and the event's first copy.
     pub duplicate_events_beyond_window: usize,
     pub duplicate_events_within_window: usize,
+    /// Time from the start to the last arrival that no fault's window covers: where a
+    /// duplicate event is always a finding (the check is not vacuous when this is > 0).
+    pub ms_outside_windows: u64,
     pub events: usize,
     pub dead_letters: usize,
-    /// Inputs still in a queue after the drain (neither done nor lost).
+    /// Inputs and events with no effect found in a queue after the gateways stopped.
     pub still_queued: usize,
+    /// Messages of any kind found in a route's queues after the gateways stopped: the drain
+    /// did not finish them.
+    pub left_in_queues: usize,
+    /// Dead letters parked in `Q.dlq.parked` (not lost; an operator moves them back).
+    pub parked_dead_letters: usize,
+    /// Inputs never confirmed by the broker and with no effect: maybe never received.
+    pub unconfirmed_without_effect: usize,
+    pub drained: bool,
+    pub unexpected_exits: usize,
+    /// Faults after which nothing was committed within the campaign's bound.
+    pub stalled_faults: usize,
     /// Dead-letter rows beyond one per confirmed publish of the message: the gateway's
     /// dead-lettering and the archiver are at least once.
     pub repeated_dead_letters: usize,
@@ -100,8 +131,9 @@ pub struct Findings {
 }
 
 impl Findings {
-    /// No loss, no duplicate effect, nothing unexpected, reasons everywhere, order kept, and
-    /// duplicate events only within a fault's window.
+    /// No loss, no duplicate effect, nothing unexpected, reasons everywhere, order kept,
+    /// duplicate events only within a fault's window, nothing left queued, drained, every
+    /// fault recovered and no process died on its own.
     pub fn passed(&self) -> bool {
         self.lost == 0
             && self.duplicate_effects == 0
@@ -109,6 +141,11 @@ impl Findings {
             && self.dead_letters_without_reason == 0
             && self.order_violations == 0
             && self.duplicate_events_beyond_window == 0
+            && self.still_queued == 0
+            && self.left_in_queues == 0
+            && self.drained
+            && self.unexpected_exits == 0
+            && self.stalled_faults == 0
     }
 
     fn note(&mut self, kind: &str, example: String) {
@@ -124,8 +161,26 @@ pub fn check(state: &State) -> Findings {
     let mut f = Findings {
         inputs: state.sent.len(),
         dead_letters: state.dead_letters.len(),
+        left_in_queues: state.queued.len(),
+        parked_dead_letters: state.parked.len(),
+        drained: state.drained,
+        unexpected_exits: state.exits.len(),
+        stalled_faults: state.faults.iter().filter(|s| !s.recovered).count(),
         ..Findings::default()
     };
+    for exit in &state.exits {
+        f.note("unexpected_exits", exit.clone());
+    }
+    if !state.queued.is_empty() {
+        let mut ids: Vec<&String> = state.queued.iter().collect();
+        ids.sort();
+        for id in ids.into_iter().take(5) {
+            f.note(
+                "left_in_queues",
+                format!("{id} still queued after the gateways stopped"),
+            );
+        }
+    }
     let dead = dead_letters_by_id(state, &mut f);
     let events = events_by_ordering_key(state);
     let sent_ids: HashSet<&str> = state.sent.iter().map(|s| s.id.as_str()).collect();
@@ -133,7 +188,9 @@ pub fn check(state: &State) -> Findings {
 
     for sent in &state.sent {
         let id = sent.id.as_str();
-        let dead_lettered = dead.get(&(sent.kind.route(), id)).copied().unwrap_or(0) > 0;
+        // A parked dead letter is dead-lettered too, only not archived yet.
+        let dead_lettered = dead.get(&(sent.kind.route(), id)).copied().unwrap_or(0) > 0
+            || state.parked.contains(id);
         let done = effect(state, sent, &mut f);
         let emitted = events
             .get(format!("{}/{id}", sent.kind.route()).as_str())
@@ -229,10 +286,14 @@ fn effect(state: &State, sent: &Sent, f: &mut Findings) -> Option<u64> {
     }
 }
 
-/// An input with no effect and no dead letter: still queued, or lost.
+/// An input with no effect and no dead letter: still queued, never confirmed, or lost.
 fn missing(state: &State, id: &str, f: &mut Findings) {
     if state.queued.contains(id) {
         f.still_queued += 1;
+        f.note("still_queued", format!("{id}: no effect, still queued"));
+    } else if state.unconfirmed.contains(id) {
+        // Every publish of it timed out: the broker may never have taken it.
+        f.unconfirmed_without_effect += 1;
     } else {
         f.lost += 1;
         f.note(
@@ -377,6 +438,10 @@ fn check_downstream(state: &State, f: &mut Findings) {
         } else if seen == 0 {
             if state.queued.contains(&row.event_id) {
                 f.still_queued += 1;
+                f.note(
+                    "still_queued",
+                    format!("event {}: no effect downstream, still queued", row.event_id),
+                );
             } else {
                 f.lost += 1;
                 let how = if row.published {
@@ -396,7 +461,33 @@ fn check_downstream(state: &State, f: &mut Findings) {
     }
 }
 
-/// Duplicate publishes (inside or beyond a fault's window), events the sink never saw, events
+/// The time around fault `s` in which a duplicate publish is what at-least-once allows:
+/// from `lead_ms` before it (a copy in flight when it hit) to `window_ms` after progress
+/// resumed (the lease of what a dead relay held, then its republish).
+fn window(state: &State, s: &FaultSpan) -> (u64, u64) {
+    (
+        s.start_ms.saturating_sub(state.lead_ms),
+        s.end_ms + state.window_ms,
+    )
+}
+
+/// Time from 0 to the last arrival that no fault's window covers.
+fn outside_windows(state: &State) -> u64 {
+    let end = state.sink.iter().map(|a| a.at_ms).max().unwrap_or(0);
+    let mut spans: Vec<(u64, u64)> = state.faults.iter().map(|s| window(state, s)).collect();
+    spans.sort_unstable();
+    let (mut covered, mut reach) = (0, 0);
+    for (from, to) in spans {
+        let (from, to) = (from.max(reach).min(end), to.min(end));
+        if to > from {
+            covered += to - from;
+            reach = to;
+        }
+    }
+    end - covered
+}
+
+/// Duplicate publishes (each copy judged by the fault windows), events the sink never saw, events
 /// nobody emitted, and per-key order of first arrivals.
 fn check_sink(state: &State, events: &HashMap<&str, Vec<&OutboxRow>>, f: &mut Findings) {
     let mut first: HashMap<&str, usize> = HashMap::new();
@@ -424,23 +515,30 @@ fn check_sink(state: &State, events: &HashMap<&str, Vec<&OutboxRow>>, f: &mut Fi
             );
             continue;
         }
-        if times.len() > 1 {
-            let (lo, hi) = (times[0], times[times.len() - 1]);
-            let near_fault = state
+        let first_at = times[0];
+        for &at in &times[1..] {
+            if state
                 .faults
                 .iter()
-                .any(|s| s.start_ms <= hi && s.healed_ms + state.window_ms >= lo);
-            if near_fault {
-                f.duplicate_events_within_window += times.len() - 1;
+                .map(|s| window(state, s))
+                .any(|(from, to)| from <= first_at && at <= to)
+            {
+                f.duplicate_events_within_window += 1;
             } else {
-                f.duplicate_events_beyond_window += times.len() - 1;
+                f.duplicate_events_beyond_window += 1;
                 f.note(
                     "duplicate_events_beyond_window",
-                    format!("event {id} published {} times, no fault near", times.len()),
+                    format!(
+                        "event {id}: first copy at {:.1} s, another at {:.1} s, no fault's \
+                         window holds both",
+                        first_at as f64 / 1e3,
+                        at as f64 / 1e3
+                    ),
                 );
             }
         }
     }
+    f.ms_outside_windows = outside_windows(state);
     for row in upstream.values() {
         if row.published && !first.contains_key(row.event_id.as_str()) {
             f.lost += 1;
@@ -503,6 +601,8 @@ mod tests {
     fn clean() -> State {
         let mut s = State {
             window_ms: 1_000,
+            lead_ms: 500,
+            drained: true,
             ..State::default()
         };
         let enroll = sent(1, Kind::Enroll);
@@ -587,16 +687,18 @@ mod tests {
     #[test]
     fn duplicate_events_are_judged_by_the_fault_window() {
         let mut s = clean();
+        s.sink[0].at_ms = 2_800;
         s.sink.push(Arrival {
             event_id: "ev-1".into(),
-            at_ms: 5_000,
+            at_ms: 4_400,
             redelivered: false,
         });
         let f = check(&s);
         assert_eq!(f.duplicate_events_beyond_window, 1, "{f:#?}");
         s.faults.push(FaultSpan {
             start_ms: 3_000,
-            healed_ms: 3_500,
+            end_ms: 3_500,
+            recovered: true,
         });
         let f = check(&s);
         assert_eq!(
@@ -646,5 +748,215 @@ mod tests {
         });
         let f = check(&s);
         assert_eq!((f.unexpected, f.lost), (1, 0), "{f:#?}");
+    }
+
+    fn fault(start_ms: u64, end_ms: u64) -> FaultSpan {
+        FaultSpan {
+            start_ms,
+            end_ms,
+            recovered: true,
+        }
+    }
+
+    fn copy(s: &mut State, event_id: &str, at_ms: u64) {
+        s.sink.push(Arrival {
+            event_id: event_id.into(),
+            at_ms,
+            redelivered: false,
+        });
+    }
+
+    /// Faults every 2 s, whose windows (1 s after, 0.5 s before) overlap into one stretch:
+    /// the old "any fault between the first and the last copy" rule passed every duplicate
+    /// in it. Each copy now needs one fault whose window holds it and the first copy.
+    #[test]
+    fn a_duplicate_spread_over_several_faults_windows_fails_even_when_they_overlap() {
+        let mut s = clean();
+        s.faults = (0..20)
+            .map(|i| fault(10_000 + i * 2_000, 10_500 + i * 2_000))
+            .collect();
+        s.sink[0].at_ms = 10_200;
+        copy(&mut s, "ev-1", 40_100);
+        let f = check(&s);
+        assert_eq!(f.duplicate_events_beyond_window, 1, "{f:#?}");
+        assert!(!f.passed());
+        assert!(f.examples["duplicate_events_beyond_window"][0].contains("ev-1"));
+        // The same copy soon after the first, in one fault's window, is at least once.
+        s.sink.last_mut().expect("copy").at_ms = 11_400;
+        let f = check(&s);
+        assert_eq!(
+            (
+                f.duplicate_events_beyond_window,
+                f.duplicate_events_within_window
+            ),
+            (0, 1),
+            "{f:#?}"
+        );
+        assert!(f.passed());
+    }
+
+    #[test]
+    fn a_duplicate_outside_every_window_fails_and_that_time_is_measured() {
+        let mut s = clean();
+        s.faults = vec![fault(1_000, 2_000), fault(20_000, 21_000)];
+        s.sink[0].at_ms = 8_000;
+        copy(&mut s, "ev-1", 9_000);
+        let f = check(&s);
+        assert_eq!(f.duplicate_events_beyond_window, 1, "{f:#?}");
+        assert!(!f.passed());
+        // 0..30 s, minus the windows 0.5..3 s and 19.5..22 s.
+        s.sink.last_mut().expect("copy").at_ms = 30_000;
+        assert_eq!(check(&s).ms_outside_windows, 30_000 - 2_500 - 2_500);
+    }
+
+    #[test]
+    fn an_input_left_in_a_queue_fails_the_run() {
+        let mut s = clean();
+        let flaky = s.sent[3].id.clone();
+        s.kv.remove(&(NS_FLAKY.into(), format!("done/{flaky}")));
+        s.queued.insert(flaky);
+        let f = check(&s);
+        assert_eq!(
+            (f.lost, f.still_queued, f.left_in_queues),
+            (0, 1, 1),
+            "{f:#?}"
+        );
+        assert!(!f.passed());
+    }
+
+    /// A redelivery of a finished message, still in its queue: the drain did not finish.
+    #[test]
+    fn any_message_left_in_a_queue_fails_the_run_even_with_its_effect_done() {
+        let mut s = clean();
+        s.queued.insert(s.sent[0].id.clone());
+        let f = check(&s);
+        assert_eq!((f.still_queued, f.left_in_queues), (0, 1), "{f:#?}");
+        assert!(!f.passed());
+    }
+
+    #[test]
+    fn an_event_with_no_downstream_effect_left_in_a_queue_fails_the_run() {
+        let mut s = clean();
+        s.kv.remove(&(NS_DOWNSTREAM.into(), "seen/ev-2".into()));
+        s.queued.insert("ev-2".into());
+        let f = check(&s);
+        assert_eq!((f.lost, f.still_queued), (0, 1), "{f:#?}");
+        assert!(!f.passed());
+    }
+
+    #[test]
+    fn a_run_that_did_not_drain_fails() {
+        let mut s = clean();
+        s.drained = false;
+        assert!(!check(&s).passed());
+    }
+
+    #[test]
+    fn a_process_that_exited_on_its_own_fails_the_run() {
+        let mut s = clean();
+        s.exits
+            .push("gateway-1 exited (exit status: 1) at 12.0 s".into());
+        let f = check(&s);
+        assert_eq!(f.unexpected_exits, 1);
+        assert!(!f.passed());
+    }
+
+    #[test]
+    fn a_fault_with_no_recovery_fails_the_run() {
+        let mut s = clean();
+        s.faults.push(FaultSpan {
+            recovered: false,
+            ..fault(1_000, 2_000)
+        });
+        let f = check(&s);
+        assert_eq!(f.stalled_faults, 1);
+        assert!(!f.passed());
+    }
+
+    /// The publisher gave up on a message whose publishes all timed out: the broker may never
+    /// have had it, so no effect is not a loss. Once confirmed, it is.
+    #[test]
+    fn an_input_never_confirmed_with_no_effect_is_not_lost_but_a_confirmed_one_is() {
+        let mut s = clean();
+        let flaky = s.sent[3].id.clone();
+        s.kv.remove(&(NS_FLAKY.into(), format!("done/{flaky}")));
+        s.unconfirmed.insert(flaky.clone());
+        let f = check(&s);
+        assert_eq!((f.lost, f.unconfirmed_without_effect), (0, 1), "{f:#?}");
+        assert!(f.passed());
+        s.unconfirmed.clear();
+        let f = check(&s);
+        assert_eq!(f.lost, 1, "{f:#?}");
+        assert!(!f.passed());
+    }
+
+    /// A poison input's dead letter parked in `Q.dlq.parked` is not lost, and is counted; a
+    /// good input parked was dead-lettered, which is unexpected.
+    #[test]
+    fn parked_dead_letters_are_counted_not_lost_and_a_good_one_parked_fails() {
+        let mut s = clean();
+        let poison = s.sent[4].id.clone();
+        s.dead_letters.clear();
+        s.parked.insert(poison);
+        let f = check(&s);
+        assert_eq!((f.lost, f.parked_dead_letters), (0, 1), "{f:#?}");
+        assert!(f.passed());
+        let flaky = s.sent[3].id.clone();
+        s.kv.remove(&(NS_FLAKY.into(), format!("done/{flaky}")));
+        s.parked.insert(flaky);
+        let f = check(&s);
+        assert_eq!((f.unexpected, f.lost), (1, 0), "{f:#?}");
+        assert!(!f.passed());
+    }
+
+    #[test]
+    fn an_event_marked_published_that_never_reached_the_sink_is_lost() {
+        let mut s = clean();
+        s.sink.retain(|a| a.event_id != "ev-3");
+        let f = check(&s);
+        assert_eq!(f.lost, 1, "{f:#?}");
+        assert!(!f.passed());
+    }
+
+    #[test]
+    fn an_event_applied_twice_downstream_or_missing_there_fails() {
+        let mut s = clean();
+        kv(&mut s, NS_DOWNSTREAM, "seen/ev-2", "2");
+        kv(&mut s, NS_DOWNSTREAM, "seen/ev-3", "0");
+        let f = check(&s);
+        assert_eq!((f.duplicate_effects, f.lost), (1, 1), "{f:#?}");
+    }
+
+    #[test]
+    fn an_enrollment_with_too_few_or_too_many_outbox_rows_fails() {
+        let mut s = clean();
+        s.outbox.retain(|r| r.id != 3);
+        s.sink.retain(|a| a.event_id != "ev-3");
+        assert_eq!(check(&s).lost, 1);
+        let mut s = clean();
+        let enroll = s.sent[0].id.clone();
+        event(&mut s, 4, ROUTE_ENROLL, &enroll, 30);
+        assert_eq!(check(&s).duplicate_effects, 1);
+    }
+
+    #[test]
+    fn a_transient_input_acked_too_early_or_a_poison_input_that_took_effect_is_unexpected() {
+        let mut s = clean();
+        let flaky = s.sent[3].id.clone();
+        kv(&mut s, NS_FLAKY, &format!("done/{flaky}"), "2");
+        assert_eq!(check(&s).unexpected, 1);
+        let mut s = clean();
+        kv(&mut s, NS_ENROLL, "matricula/5", "{}");
+        assert_eq!(check(&s).unexpected, 1);
+    }
+
+    #[test]
+    fn events_and_inbox_records_for_nothing_sent_are_unexpected() {
+        let mut s = clean();
+        s.inbox.insert((ROUTE_COUNTER.into(), "m-999".into()));
+        copy(&mut s, "ev-999", 50);
+        let f = check(&s);
+        assert_eq!(f.unexpected, 2, "{f:#?}");
+        assert!(!f.passed());
     }
 }

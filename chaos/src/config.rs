@@ -12,6 +12,19 @@ pub const EVENTS_EXCHANGE: &str = "chaos.events";
 /// Where the downstream route's own events go (a capped queue nobody checks).
 pub const DOWN_EXCHANGE: &str = "chaos.down";
 pub const DOWN_QUEUE: &str = "chaos-down-sink";
+/// The routing keys of the events the upstream handlers emit.
+pub const EVENT_KEYS: [&str; 4] = [
+    "acesso.liberado",
+    "fatura.solicitada",
+    "email.solicitado",
+    "counter.incremented",
+];
+/// The event type the unroutable fault unbinds: the campaign binds it itself (through
+/// [`UNROUTABLE_EXCHANGE`]), so that no gateway's topology declare binds it back.
+pub const UNROUTABLE_KEY: &str = "email.solicitado";
+/// Where that event type goes from the events exchange: a fanout to the sink and to the
+/// downstream route's queue.
+pub const UNROUTABLE_EXCHANGE: &str = "chaos.email";
 /// The retry tiers every route has.
 pub const BACKOFF_MS: [u64; 2] = [300, 1000];
 
@@ -30,7 +43,13 @@ pub fn render(s: &Setup<'_>) -> String {
     let plugin = |name: &str| s.plugins.join(format!("{name}.wasm")).display().to_string();
     let queue_type = if s.quorum { "quorum" } else { "classic" };
     let backoff: Vec<String> = BACKOFF_MS.iter().map(|ms| format!("\"{ms}ms\"")).collect();
-    let route = |queue: &str, plugin: &str, exchange: &str, key: &str| {
+    let route = |queue: &str, plugin: &str, exchange: &str, keys: &[&str]| {
+        let bindings: String = keys
+            .iter()
+            .map(|key| {
+                format!("[[routes.bindings]]\nexchange = \"{exchange}\"\nrouting_key = \"{key}\"\n")
+            })
+            .collect();
         format!(
             r#"
 [[routes]]
@@ -38,10 +57,7 @@ queue = "{queue}"
 queue_type = "{queue_type}"
 plugin = "{plugin}"
 prefetch = 32
-[[routes.bindings]]
-exchange = "{exchange}"
-routing_key = "{key}"
-[routes.retry]
+{bindings}[routes.retry]
 max_attempts = 4
 backoff = [{backoff}]
 "#,
@@ -100,10 +116,14 @@ out_exchange = "{DOWN_EXCHANGE}"
         counter = plugin("counter"),
         mixed = plugin("fixture-mixed"),
     );
-    text += &route(ROUTE_ENROLL, "enrollment", INPUT_EXCHANGE, "enroll");
-    text += &route(ROUTE_COUNTER, "counter", INPUT_EXCHANGE, "count");
-    text += &route(ROUTE_FLAKY, "mixed", INPUT_EXCHANGE, "flaky");
-    text += &route(ROUTE_DOWNSTREAM, "downstream", EVENTS_EXCHANGE, "#");
+    text += &route(ROUTE_ENROLL, "enrollment", INPUT_EXCHANGE, &["enroll"]);
+    text += &route(ROUTE_COUNTER, "counter", INPUT_EXCHANGE, &["count"]);
+    text += &route(ROUTE_FLAKY, "mixed", INPUT_EXCHANGE, &["flaky"]);
+    let downstream: Vec<&str> = EVENT_KEYS
+        .into_iter()
+        .filter(|k| *k != UNROUTABLE_KEY)
+        .collect();
+    text += &route(ROUTE_DOWNSTREAM, "downstream", EVENTS_EXCHANGE, &downstream);
     text
 }
 
@@ -112,4 +132,41 @@ pub fn queues_of(route: &str) -> Vec<String> {
     let mut q = vec![route.to_owned(), format!("{route}.dlq")];
     q.extend(BACKOFF_MS.iter().map(|ms| format!("{route}.retry.{ms}ms")));
     q
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The unroutable fault works only if no gateway binds that event type itself.
+    #[test]
+    fn the_downstream_route_binds_every_event_type_but_the_unroutable_one() {
+        let plugins = Path::new("/p");
+        let text = render(&Setup {
+            broker_urls: &["amqp://x".to_owned()],
+            store_url: "sqlite://x.db",
+            plugins,
+            relay_in_gateway: true,
+            quorum: false,
+        });
+        let config: toml::Table = text.parse().expect("valid TOML");
+        let routes = config["routes"].as_array().expect("routes");
+        let downstream = routes
+            .iter()
+            .find(|r| r["queue"].as_str() == Some(ROUTE_DOWNSTREAM))
+            .expect("downstream route");
+        let keys: Vec<&str> = downstream["bindings"]
+            .as_array()
+            .expect("bindings")
+            .iter()
+            .map(|b| b["routing_key"].as_str().expect("key"))
+            .collect();
+        assert!(
+            !keys.contains(&UNROUTABLE_KEY) && !keys.contains(&"#"),
+            "{keys:?}"
+        );
+        for key in EVENT_KEYS.into_iter().filter(|k| *k != UNROUTABLE_KEY) {
+            assert!(keys.contains(&key), "{key} not bound: {keys:?}");
+        }
+    }
 }

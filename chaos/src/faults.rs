@@ -39,6 +39,16 @@ pub enum Fault {
     SqliteLock,
     /// SIGKILL of a cluster node (the quorum leader half the time), then its rejoin.
     NodeKill,
+    /// SQLite's write lock held for a long time (many store-gate rounds; in a full run past
+    /// the broker's `consumer_timeout`).
+    SqliteLockLong,
+    /// PostgreSQL: the gateways' role loses INSERT, UPDATE and DELETE for a long time.
+    PgRevoke,
+    /// `carteiro seal rotate`: new copies sealed with a new key, the old one still verifies.
+    SealRotate,
+    /// One event type unbound everywhere for a while (its rows are returned unroutable),
+    /// then bound again.
+    Unroutable,
 }
 
 impl Fault {
@@ -53,7 +63,46 @@ impl Fault {
             Fault::PgReadOnly => "PostgreSQL read-only",
             Fault::SqliteLock => "SQLite write lock held",
             Fault::NodeKill => "cluster node SIGKILL",
+            Fault::SqliteLockLong => "SQLite write lock, long",
+            Fault::PgRevoke => "PostgreSQL grants revoked",
+            Fault::SealRotate => "seal-key rotation",
+            Fault::Unroutable => "unroutable event type",
         }
+    }
+}
+
+/// How long a long store outage lasts: in a full run past the broker's `consumer_timeout`
+/// ([`CONSUMER_TIMEOUT`]); in a smoke, shorter, so the smoke stays short.
+pub fn long_outage(full: bool) -> (f64, f64) {
+    if full { (65.0, 150.0) } else { (15.0, 25.0) }
+}
+
+/// The broker's `consumer_timeout` in every campaign: a long store outage outlasts it, so
+/// the broker takes held deliveries back and the routes must reconnect.
+pub const CONSUMER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The faults injected as the n-th fault of a run (by count, so a seed replays them),
+/// besides the random ones: every run meets a seal-key rotation and a long store outage.
+pub fn scheduled(postgres: bool, full: bool) -> Vec<(usize, Fault)> {
+    let long = if postgres {
+        Fault::PgRevoke
+    } else {
+        Fault::SqliteLockLong
+    };
+    if full {
+        vec![
+            (25, Fault::SealRotate),
+            (30, Fault::Unroutable),
+            (40, long),
+            (75, Fault::SealRotate),
+            (80, Fault::Unroutable),
+            (90, long),
+            (125, Fault::SealRotate),
+            (130, Fault::Unroutable),
+            (140, long),
+        ]
+    } else {
+        vec![(1, Fault::SealRotate), (3, Fault::Unroutable), (5, long)]
     }
 }
 
@@ -100,6 +149,11 @@ pub struct World {
     pub broker: Broker,
     pub postgres: Option<Postgres>,
     pub sqlite: Option<PathBuf>,
+    /// The `carteiro` binary and the campaign's config, for `carteiro seal rotate`.
+    pub binary: PathBuf,
+    pub config: PathBuf,
+    /// Long store outages take [`long_outage`]`(full)`.
+    pub full: bool,
 }
 
 /// Injects `fault`, waits out its duration and heals it. Returns what it hit.
@@ -191,13 +245,104 @@ pub async fn inject(world: &mut World, fault: Fault, rng: &mut StdRng) -> anyhow
             tokio::task::block_in_place(|| pg.read_only(false))?;
             Ok(format!("for {:.1} s", hold.as_secs_f64()))
         }
-        Fault::SqliteLock => {
+        Fault::SqliteLock | Fault::SqliteLockLong => {
             let path = world.sqlite.as_ref().expect("SQLite faults only on SQLite");
-            let hold = secs(rng, 2.0, 8.0);
+            let (lo, hi) = if fault == Fault::SqliteLock {
+                (2.0, 8.0)
+            } else {
+                long_outage(world.full)
+            };
+            let hold = secs(rng, lo, hi);
             hold_write_lock(path, hold).await?;
             Ok(format!("for {:.1} s", hold.as_secs_f64()))
         }
+        Fault::PgRevoke => {
+            let pg = world
+                .postgres
+                .as_ref()
+                .expect("PostgreSQL faults only on PostgreSQL");
+            let (lo, hi) = long_outage(world.full);
+            let hold = secs(rng, lo, hi);
+            pg.grants(false).await?;
+            tokio::time::sleep(hold).await;
+            pg.grants(true).await?;
+            Ok(format!("for {:.1} s", hold.as_secs_f64()))
+        }
+        Fault::Unroutable => {
+            let hold = if world.full {
+                secs(rng, 30.0, 90.0)
+            } else {
+                secs(rng, 8.0, 15.0)
+            };
+            let conn = crate::broker::connect(&world.broker.urls()).await?;
+            bind_unroutable_key(&conn.create_channel().await?, false).await?;
+            tokio::time::sleep(hold).await;
+            // A fresh connection: the broker may have closed the first one meanwhile.
+            let _ = conn.close(200, "unbound".into()).await;
+            let conn = crate::broker::connect(&world.broker.urls()).await?;
+            bind_unroutable_key(&conn.create_channel().await?, true).await?;
+            let _ = conn.close(200, "bound".into()).await;
+            Ok(format!(
+                "{} for {:.1} s",
+                crate::config::UNROUTABLE_KEY,
+                hold.as_secs_f64()
+            ))
+        }
+        Fault::SealRotate => {
+            let (binary, config) = (world.binary.clone(), world.config.clone());
+            let out = tokio::time::timeout(
+                Duration::from_secs(60),
+                tokio::process::Command::new(binary)
+                    .args(["seal", "rotate", "--accept-old-for", "10m", "-c"])
+                    .arg(config)
+                    .output(),
+            )
+            .await
+            .map_err(|_| anyhow::anyhow!("carteiro seal rotate did not finish within 60 s"))??;
+            if !out.status.success() {
+                anyhow::bail!(
+                    "carteiro seal rotate failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+            }
+            let said = String::from_utf8_lossy(&out.stdout);
+            Ok(said
+                .lines()
+                .find(|l| l.starts_with("current key"))
+                .unwrap_or("rotated")
+                .to_owned())
+        }
     }
+}
+
+/// Binds (or unbinds) [`crate::config::UNROUTABLE_KEY`] from the events exchange to
+/// [`crate::config::UNROUTABLE_EXCHANGE`], which fans out to the sink and to the downstream
+/// route's queue. One binding, so that both lose and regain that event type at once (two
+/// queue bindings changed one after the other would leave a moment where an event reaches
+/// only one of them, is confirmed and never reaches the other). Unbound, nothing takes it.
+pub async fn bind_unroutable_key(ch: &lapin::Channel, bind: bool) -> anyhow::Result<()> {
+    use crate::config::{EVENTS_EXCHANGE, UNROUTABLE_EXCHANGE, UNROUTABLE_KEY};
+    use lapin::types::FieldTable;
+    if bind {
+        ch.exchange_bind(
+            UNROUTABLE_EXCHANGE.into(),
+            EVENTS_EXCHANGE.into(),
+            UNROUTABLE_KEY.into(),
+            lapin::options::ExchangeBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    } else {
+        ch.exchange_unbind(
+            UNROUTABLE_EXCHANGE.into(),
+            EVENTS_EXCHANGE.into(),
+            UNROUTABLE_KEY.into(),
+            lapin::options::ExchangeUnbindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// `BEGIN IMMEDIATE` on the gateways' SQLite file, held for `hold`, then rolled back.
@@ -244,5 +389,25 @@ mod tests {
             assert!(faults.contains(&f), "{f:?} never drawn");
         }
         assert!(!faults.contains(&Fault::SqliteLock));
+    }
+
+    #[test]
+    fn every_run_schedules_a_rotation_and_its_backends_long_outage() {
+        for full in [false, true] {
+            for (postgres, long, other) in [
+                (false, Fault::SqliteLockLong, Fault::PgRevoke),
+                (true, Fault::PgRevoke, Fault::SqliteLockLong),
+            ] {
+                let s = scheduled(postgres, full);
+                let kinds: Vec<Fault> = s.iter().map(|(_, f)| *f).collect();
+                assert!(kinds.contains(&Fault::SealRotate) && kinds.contains(&long));
+                assert!(kinds.contains(&Fault::Unroutable));
+                assert!(!kinds.contains(&other));
+                assert!(s.windows(2).all(|w| w[0].0 < w[1].0), "{s:?} out of order");
+            }
+        }
+        // A full run's long outage outlasts the broker's consumer_timeout; a smoke's does not.
+        assert!(long_outage(true).0 > CONSUMER_TIMEOUT.as_secs_f64());
+        assert!(long_outage(false).1 < CONSUMER_TIMEOUT.as_secs_f64());
     }
 }

@@ -34,7 +34,7 @@ use campaign::{Backend, Options};
 #[derive(Debug, Parser)]
 #[command(name = "carteiro-chaos")]
 struct Args {
-    /// About two minutes (CI): faults every few seconds over ~75 s.
+    /// About three minutes (CI): faults every few seconds over ~75 s.
     #[arg(long, conflicts_with = "full")]
     smoke: bool,
     /// About 30 minutes (on demand); writes a Markdown report.
@@ -106,6 +106,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         gap: if args.full { (2.0, 8.0) } else { (1.0, 4.0) },
         backlog: if args.full { 1_000 } else { 400 },
         drain_timeout: Duration::from_secs(if args.full { 600 } else { 240 }),
+        full: args.full,
     })
     .await?;
     let date = today();
@@ -133,14 +134,19 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         println!("chaos: report written to {}", path.display());
     }
     let passed = outcome.passed();
+    let f = &outcome.findings;
     println!(
-        "chaos: {} — {} faults, {} lost, {} duplicate effects, {} unexpected, {} duplicate events beyond the window",
+        "chaos: {} — {} faults, {} lost, {} duplicate effects, {} unexpected, {} duplicate events beyond the window, {} left in the queues, {} exited unprompted, {} stalls, drained: {}",
         if passed { "PASSED" } else { "FAILED" },
         outcome.faults.len(),
-        outcome.findings.lost,
-        outcome.findings.duplicate_effects,
-        outcome.findings.unexpected,
-        outcome.findings.duplicate_events_beyond_window
+        f.lost,
+        f.duplicate_effects,
+        f.unexpected,
+        f.duplicate_events_beyond_window,
+        f.left_in_queues,
+        f.unexpected_exits,
+        f.stalled_faults,
+        f.drained
     );
     Ok(passed)
 }

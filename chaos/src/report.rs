@@ -89,10 +89,30 @@ pub fn markdown(o: &Outcome, command: &str, date: &str) -> String {
             "dead letters archived twice (at least once)",
             f.repeated_dead_letters.to_string(),
         ),
-        ("still queued after the drain", f.still_queued.to_string()),
-        ("drained", o.drained.to_string()),
         (
-            "processes that exited unprompted",
+            "time outside every fault's window (a duplicate there fails)",
+            format!("{:.0} s", f.ms_outside_windows as f64 / 1e3),
+        ),
+        (
+            "**inputs or events with no effect, still queued**",
+            f.still_queued.to_string(),
+        ),
+        (
+            "**messages left in a route's queues once the gateways stopped**",
+            f.left_in_queues.to_string(),
+        ),
+        (
+            "dead letters parked in `Q.dlq.parked` (not lost; `carteiro dlq unpark`)",
+            f.parked_dead_letters.to_string(),
+        ),
+        (
+            "inputs never confirmed by the broker, with no effect (not lost)",
+            f.unconfirmed_without_effect.to_string(),
+        ),
+        ("**drained**", o.drained.to_string()),
+        ("**faults with no recovery**", f.stalled_faults.to_string()),
+        (
+            "**processes that exited unprompted**",
             o.unexpected_exits.len().to_string(),
         ),
         (
@@ -113,15 +133,12 @@ pub fn markdown(o: &Outcome, command: &str, date: &str) -> String {
     for (what, n) in rows {
         let _ = writeln!(s, "| {what} | {n} |");
     }
-    if !f.examples.is_empty() || !o.unexpected_exits.is_empty() {
+    if !f.examples.is_empty() {
         let _ = writeln!(s, "\n## Examples\n");
         for (kind, list) in &f.examples {
             for e in list {
-                let _ = writeln!(s, "- {kind}: {e}");
+                let _ = writeln!(s, "- {kind}: {}", e.replace('\n', " "));
             }
-        }
-        for e in &o.unexpected_exits {
-            let _ = writeln!(s, "- exit: {}", e.replace('\n', " "));
         }
     }
     s

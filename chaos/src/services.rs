@@ -9,12 +9,35 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use sqlx::Connection;
 
-/// The single-node broker instance and its port.
-const BROKER: (&str, u16) = ("chaos", 5690);
 /// First port of the cluster's nodes.
 const CLUSTER_PORT: u16 = 5700;
+
+/// `CARTEIRO_CHAOS_PORT_OFFSET=N` moves the single-node broker and PostgreSQL to their ports
+/// plus N, under instance names of their own (`chaosN`), so that a campaign can run while
+/// another tree's campaign services are still up. The cluster's ports do not move.
+fn offset() -> u16 {
+    std::env::var("CARTEIRO_CHAOS_PORT_OFFSET")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn instance(port: u16) -> (String, u16) {
+    match offset() {
+        0 => ("chaos".to_owned(), port),
+        o => (format!("chaos{o}"), port + o),
+    }
+}
+
+/// The single-node broker instance and its port.
+fn broker_instance() -> (String, u16) {
+    instance(5690)
+}
+
 /// The PostgreSQL instance and its port.
-const POSTGRES: (&str, u16) = ("chaos", 55440);
+fn postgres_instance() -> (String, u16) {
+    instance(55440)
+}
 
 /// RabbitMQ: one node, or `nodes` cluster members.
 pub struct Broker {
@@ -34,7 +57,7 @@ impl Broker {
         if cluster {
             broker.script(&["cluster", "stop"])?;
         } else {
-            broker.script(&["stop", BROKER.0])?;
+            broker.script(&["stop", &broker_instance().0])?;
         }
         for i in 0..broker.nodes {
             let dir = repo.join(".local/rabbitmq").join(broker.node(i));
@@ -46,7 +69,8 @@ impl Broker {
         if cluster {
             broker.script(&["cluster", "start", "3", &CLUSTER_PORT.to_string()])?;
         } else {
-            broker.script(&["start", BROKER.0, &BROKER.1.to_string()])?;
+            let (name, port) = broker_instance();
+            broker.script(&["start", &name, &port.to_string()])?;
         }
         Ok(broker)
     }
@@ -66,7 +90,7 @@ impl Broker {
         if self.cluster {
             format!("cluster-{}", i + 1)
         } else {
-            BROKER.0.to_owned()
+            broker_instance().0
         }
     }
 
@@ -74,7 +98,7 @@ impl Broker {
         if self.cluster {
             CLUSTER_PORT + i as u16
         } else {
-            BROKER.1
+            broker_instance().1
         }
     }
 
@@ -121,7 +145,16 @@ impl Broker {
     }
 
     fn script(&self, args: &[&str]) -> anyhow::Result<()> {
-        run(&self.repo.join("scripts/rabbitmq.sh"), args)
+        // Every (re)start writes the node's rabbitmq.conf with these lines.
+        let extra = format!(
+            "consumer_timeout = {}",
+            crate::faults::CONSUMER_TIMEOUT.as_millis()
+        );
+        run_with(
+            &self.repo.join("scripts/rabbitmq.sh"),
+            args,
+            &[("CARTEIRO_RABBITMQ_CONF_EXTRA", extra.as_str())],
+        )
     }
 }
 
@@ -139,27 +172,52 @@ impl Postgres {
         tokio::task::block_in_place(|| pg.start())?;
         // A run that died mid-flip must not leave the server read-only.
         tokio::task::block_in_place(|| pg.read_only(false))?;
-        let mut admin = pg.admin().await?;
-        sqlx::raw_sql("DROP DATABASE IF EXISTS chaos WITH (FORCE)")
-            .execute(&mut admin)
-            .await?;
-        sqlx::raw_sql("CREATE DATABASE chaos")
-            .execute(&mut admin)
-            .await?;
+        let mut admin = pg.admin("postgres").await?;
+        // The gateways connect as a role that owns its database but is no superuser, so
+        // that revoking its grants (a fault) binds: superusers bypass grants.
+        for sql in [
+            "DROP DATABASE IF EXISTS chaos WITH (FORCE)",
+            "DROP ROLE IF EXISTS chaos",
+            "CREATE ROLE chaos LOGIN NOSUPERUSER",
+            "CREATE DATABASE chaos OWNER chaos",
+        ] {
+            sqlx::raw_sql(sql)
+                .execute(&mut admin)
+                .await
+                .with_context(|| format!("PostgreSQL set-up: {sql}"))?;
+        }
         Ok(pg)
     }
 
     pub fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/chaos", POSTGRES.1)
+        format!("postgres://chaos@127.0.0.1:{}/chaos", postgres_instance().1)
+    }
+
+    /// Revokes (`false`) or grants back (`true`) the gateways' INSERT, UPDATE and DELETE on
+    /// every table: each write then fails with SQLSTATE 42501, reads still work.
+    pub async fn grants(&self, on: bool) -> anyhow::Result<()> {
+        let sql = if on {
+            "GRANT INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO chaos"
+        } else {
+            "REVOKE INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public FROM chaos"
+        };
+        let mut admin = self.admin("chaos").await?;
+        sqlx::raw_sql(sql)
+            .execute(&mut admin)
+            .await
+            .with_context(|| format!("PostgreSQL: {sql}"))?;
+        let _ = admin.close().await;
+        Ok(())
     }
 
     pub fn start(&self) -> anyhow::Result<()> {
-        self.script(&["start", POSTGRES.0, &POSTGRES.1.to_string()])
+        let (name, port) = postgres_instance();
+        self.script(&["start", &name, &port.to_string()])
     }
 
     /// Fast shutdown: every connection is cut, in-flight transactions roll back.
     pub fn stop(&self) -> anyhow::Result<()> {
-        self.script(&["stop", POSTGRES.0])
+        self.script(&["stop", &postgres_instance().0])
     }
 
     /// Switches every session to read-only (`on`) or back: writes fail with SQLSTATE 25006.
@@ -170,7 +228,7 @@ impl Postgres {
             "ALTER SYSTEM RESET default_transaction_read_only"
         };
         // psql runs each -c on its own, outside a transaction block, as ALTER SYSTEM needs.
-        let port = POSTGRES.1.to_string();
+        let port = postgres_instance().1.to_string();
         let args = [
             "-h",
             "127.0.0.1",
@@ -188,8 +246,12 @@ impl Postgres {
         )
     }
 
-    async fn admin(&self) -> anyhow::Result<sqlx::PgConnection> {
-        let url = format!("postgres://postgres@127.0.0.1:{}/postgres", POSTGRES.1);
+    /// A superuser session on `database`.
+    async fn admin(&self, database: &str) -> anyhow::Result<sqlx::PgConnection> {
+        let url = format!(
+            "postgres://postgres@127.0.0.1:{}/{database}",
+            postgres_instance().1
+        );
         let mut conn =
             tokio::time::timeout(Duration::from_secs(10), sqlx::PgConnection::connect(&url))
                 .await
@@ -218,8 +280,13 @@ pub fn signal(signal: &str, pid: &str) -> anyhow::Result<()> {
 }
 
 fn run(script: &Path, args: &[&str]) -> anyhow::Result<()> {
+    run_with(script, args, &[])
+}
+
+fn run_with(script: &Path, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<()> {
     let out = Command::new(script)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(std::process::Stdio::null())
         .output()
         .with_context(|| format!("run {}", script.display()))?;

@@ -215,23 +215,51 @@ pub async fn publish(
                 }
             },
         };
-        let confirmed = publish_batch(&ch, &batch).await;
-        let mut publishes = ledger.publishes.lock().await;
-        for (msg, ok) in batch.into_iter().zip(confirmed) {
-            if ok {
-                ledger.confirmed.fetch_add(1, Ordering::Relaxed);
-                *publishes.entry(msg.id.clone()).or_default() += 1;
-            } else {
-                ledger.republished.fetch_add(1, Ordering::Relaxed);
-                resend.push(msg);
-            }
-        }
-        drop(publishes);
+        resend = publish_recorded(&ch, batch, &ledger).await;
         if !resend.is_empty() {
             // No confirm: the broker may or may not have them. Fresh connection, send again.
             channel = None;
         }
     }
+    // Stopping with messages unconfirmed: send them again (bounded) rather than leave them
+    // behind. What still has no confirm after that, the checker knows by its missing entry
+    // in `publishes`, and does not count as lost when it has no effect.
+    let give_up = tokio::time::Instant::now() + RESEND_AT_STOP;
+    while !resend.is_empty() && tokio::time::Instant::now() < give_up {
+        match open(&urls).await {
+            Ok((conn, ch)) => {
+                resend = publish_recorded(&ch, std::mem::take(&mut resend), &ledger).await;
+                let _ = conn.close(200, "stopping".into()).await;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+    if !resend.is_empty() {
+        eprintln!(
+            "chaos: {} publishes still unconfirmed when publishing stopped",
+            resend.len()
+        );
+    }
+}
+
+/// How long the publisher keeps resending unconfirmed messages once told to stop.
+const RESEND_AT_STOP: Duration = Duration::from_secs(30);
+
+/// Publishes `batch` and records each confirm; returns the messages with none.
+async fn publish_recorded(ch: &Channel, batch: Vec<Sent>, ledger: &Ledger) -> Vec<Sent> {
+    let confirmed = publish_batch(ch, &batch).await;
+    let mut publishes = ledger.publishes.lock().await;
+    let mut unconfirmed = Vec::new();
+    for (msg, ok) in batch.into_iter().zip(confirmed) {
+        if ok {
+            ledger.confirmed.fetch_add(1, Ordering::Relaxed);
+            *publishes.entry(msg.id.clone()).or_default() += 1;
+        } else {
+            ledger.republished.fetch_add(1, Ordering::Relaxed);
+            unconfirmed.push(msg);
+        }
+    }
+    unconfirmed
 }
 
 async fn open(urls: &[String]) -> anyhow::Result<(Connection, Channel)> {
