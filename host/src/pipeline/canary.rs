@@ -40,6 +40,8 @@ struct Counts {
 struct State {
     phase: Phase,
     slices: VecDeque<(Instant, Counts)>,
+    /// The decisions' generation last looked at: a delivery only looks again when it moved.
+    seen: u64,
 }
 
 /// One plugin's canary.
@@ -72,6 +74,8 @@ impl Canary {
         metrics: Arc<Metrics>,
         decisions: Arc<CanaryDecisions>,
     ) -> Self {
+        // Read before the lookup: a decision learnt in between is looked at again.
+        let seen = decisions.generation();
         let phase = decisions
             .decided(plugin.name(), plugin.digest())
             .unwrap_or(Phase::Active);
@@ -87,6 +91,7 @@ impl Canary {
             state: Mutex::new(State {
                 phase,
                 slices: VecDeque::new(),
+                seen,
             }),
             metrics,
             decisions,
@@ -95,9 +100,11 @@ impl Canary {
 
     /// Takes a decision another gateway (or an earlier run) stored, once.
     fn adopt(&self, state: &mut State) {
-        if state.phase != Phase::Active {
+        let now = self.decisions.generation();
+        if state.phase != Phase::Active || state.seen == now {
             return;
         }
+        state.seen = now;
         if let Some(phase) = self
             .decisions
             .decided(self.plugin.name(), self.plugin.digest())

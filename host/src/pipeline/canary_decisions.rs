@@ -6,6 +6,7 @@ use super::canary::Phase;
 use crate::broker::JitteredBackoff;
 use crate::store::{CanaryDecision, Store, StoreError};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -19,6 +20,9 @@ const WRITE_FOR: Duration = Duration::from_secs(600);
 pub struct CanaryDecisions {
     store: Store,
     known: Mutex<HashMap<(String, String), Phase>>,
+    /// Moves whenever `known` gains a decision, so a canary looks it up only then (not on
+    /// every delivery).
+    generation: AtomicU64,
 }
 
 fn phase_of(d: &CanaryDecision) -> Phase {
@@ -35,6 +39,7 @@ impl CanaryDecisions {
         let this = Arc::new(Self {
             store,
             known: Mutex::default(),
+            generation: AtomicU64::new(0),
         });
         this.refresh().await?;
         Ok(this)
@@ -42,6 +47,11 @@ impl CanaryDecisions {
 
     fn known(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Phase>> {
         self.known.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Moves when a decision is learnt.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// How the canary `digest` of `plugin` ended, if it did.
@@ -55,10 +65,14 @@ impl CanaryDecisions {
     pub async fn refresh(&self) -> Result<(), StoreError> {
         let rows = self.store.canary_decisions().await?;
         let mut known = self.known();
+        let before = known.len();
         for d in rows {
             known
                 .entry((d.plugin.clone(), d.canary_digest.clone()))
                 .or_insert_with(|| phase_of(&d));
+        }
+        if known.len() != before {
+            self.generation.fetch_add(1, Ordering::Release);
         }
         Ok(())
     }
@@ -75,6 +89,7 @@ impl CanaryDecisions {
         self.known()
             .entry((plugin.to_owned(), digest.to_owned()))
             .or_insert_with(|| phase.clone());
+        self.generation.fetch_add(1, Ordering::Release);
         let row = CanaryDecision {
             plugin: plugin.to_owned(),
             canary_digest: digest.to_owned(),
