@@ -15,10 +15,11 @@
 //! the enrollment handler compiled into the gateway, no Wasm).
 
 mod common;
+mod native_enrollment;
 
 use carteiro::config::{self, Config};
 use carteiro::metrics::Metrics;
-use carteiro::runtime::native::{self, NativeHandler};
+use carteiro::runtime::native::NativeHandler;
 use carteiro::topology::{self, DeclaredRoute, QueueType, RouteTopology};
 use common::{CpuBudget, CpuSample, create_pg_database, drop_pg_database, env_or, median, unique};
 use futures::StreamExt;
@@ -277,7 +278,7 @@ async fn gateway_run(s: &Settings, system: System) -> Run {
             s.plugin, "enrollment",
             "only the Rust enrollment handler has a native twin"
         );
-        let handler: Arc<dyn NativeHandler> = Arc::new(native::Enrollment);
+        let handler: Arc<dyn NativeHandler> = Arc::new(native_enrollment::Enrollment);
         native_handlers.insert("enrollment".to_owned(), handler);
     }
     let options = carteiro::gateway::LiveOptions {

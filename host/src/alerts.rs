@@ -47,7 +47,7 @@ impl ActiveAlert {
             "route `{}`: {} dead letters in the last {} (threshold {}); top reasons: {}",
             self.route,
             self.count,
-            humane(self.window_secs),
+            humantime::format_duration(Duration::from_secs(self.window_secs)),
             self.threshold,
             if reasons.is_empty() {
                 "none recorded".to_owned()
@@ -286,15 +286,6 @@ fn shorten(text: &str, max: usize) -> String {
     format!("{cut}…")
 }
 
-/// `3600` → `1h`, `90` → `90s`.
-fn humane(secs: u64) -> String {
-    match secs {
-        s if s >= 86_400 && s % 86_400 == 0 => format!("{}d", s / 86_400),
-        s if s >= 3_600 && s % 3_600 == 0 => format!("{}h", s / 3_600),
-        s if s >= 60 && s % 60 == 0 => format!("{}m", s / 60),
-        s => format!("{s}s"),
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -391,7 +382,5 @@ mod tests {
         };
         alerts.set_rules(&[route("a", Some(rule())), route("b", Some(short))]);
         assert_eq!(alerts.tick(), Duration::from_millis(250));
-        assert_eq!(humane(3600), "1h");
-        assert_eq!(humane(90), "90s");
     }
 }

@@ -24,9 +24,12 @@
 //! - [`admin`]: health, readiness, metrics, the console and DLQ over HTTP; `GatewayHandle`,
 //!   what a running gateway exposes to it.
 //! - [`metrics`], [`housekeeping`]: Prometheus metrics, retention cleanup.
+//! - [`alerts`]: dead-letter alerts per route (an ERROR log, a gauge, a `/readyz` line).
 //! - [`telemetry`]: OpenTelemetry spans of deliveries and relay publishes (`[telemetry]`).
 //! - [`redact`]: the one redaction for URLs that may hold a password (broker and store).
 //! - [`logfmt`]: text logs with control characters escaped in every field.
+//! - `module_graph` (tests only): the check that these modules import each other without a
+//!   circle.
 
 pub mod admin;
 pub mod alerts;

@@ -316,7 +316,7 @@ fn outcome(out: &carteiro::runtime::Invocation) -> (String, String, String) {
 #[tokio::test]
 async fn the_native_enrollment_handler_decides_and_emits_what_the_component_does() {
     use carteiro::runtime::KvValue;
-    use carteiro::runtime::native::Enrollment;
+    use native_enrollment::Enrollment;
     let runtime = Runtime::new(8).expect("runtime");
     let numeric = r#"{"matricula_id":7,"usuario_id":8,"curso_id":"C9"}"#;
     let cases: [(&str, &str, Option<&str>); 7] = [
@@ -380,3 +380,6 @@ async fn the_native_enrollment_handler_decides_and_emits_what_the_component_does
         );
     }
 }
+
+#[path = "../../host/benches/native_enrollment.rs"]
+mod native_enrollment;

@@ -3,14 +3,11 @@
 //! (a blackholed network). Deliveries wait, nothing is dead-lettered, and every message has
 //! its effects exactly once when the database is back.
 
+use crate::blackhole::Blackhole;
 use crate::support::{Client, Gateway, json_props, pg_database, route_config, unique, wait_for};
 use carteiro::store::{DeadLetterFilter, Store};
 use sqlx::Connection;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -133,56 +130,6 @@ async fn a_read_only_database_pauses_the_route_and_dead_letters_nothing() {
     gw.stop().await;
 }
 
-/// A TCP proxy that can stop forwarding: connections stay open and nothing answers.
-struct Blackhole {
-    port: u16,
-    closed: Arc<AtomicBool>,
-}
-
-impl Blackhole {
-    async fn start(target: u16) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        let closed = Arc::new(AtomicBool::new(false));
-        let hole = closed.clone();
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let hole = hole.clone();
-                tokio::spawn(async move {
-                    let Ok(server) = TcpStream::connect(("127.0.0.1", target)).await else {
-                        return;
-                    };
-                    let (cr, cw) = client.into_split();
-                    let (sr, sw) = server.into_split();
-                    tokio::spawn(pump(cr, sw, hole.clone()));
-                    tokio::spawn(pump(sr, cw, hole));
-                });
-            }
-        });
-        Self { port, closed }
-    }
-}
-
-async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    hole: Arc<AtomicBool>,
-) {
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        while hole.load(Ordering::Relaxed) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            return;
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blackholed_database_holds_deliveries_and_the_gateway_recovers() {
     let direct = pg_database().await;
@@ -203,12 +150,12 @@ async fn a_blackholed_database_holds_deliveries_and_the_gateway_recovers() {
     })
     .await;
 
-    hole.closed.store(true, Ordering::Relaxed);
+    hole.close();
     publish(&client, &exchange, "b", 20).await;
     // Longer than the client-side bound (1 s + 5 s): commits give up, deliveries wait.
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(number(&observer, "runs").await, 20);
-    hole.closed.store(false, Ordering::Relaxed);
+    hole.open();
 
     // Abandoned commits may land once the held bytes flow again: their redeliveries meet
     // the inbox records (G2), so every message still has its effects once.

@@ -60,12 +60,7 @@ pub fn see_other(to: &str) -> Response {
     (StatusCode::SEE_OTHER, [(header::LOCATION, to.to_owned())]).into_response()
 }
 
-/// Unix ms as RFC 3339 (UTC, seconds).
-pub fn time(ms: i64) -> String {
-    let at =
-        std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    humantime::format_rfc3339_seconds(at).to_string()
-}
+pub use crate::common::rfc3339 as time;
 
 /// `12s`, `3m 4s`: a duration in ms for people.
 pub fn age(ms: i64) -> String {

@@ -1,56 +1,47 @@
-//! Reconnect delays: exponential growth with full jitter.
+//! Reconnect delays: exponential growth with jitter, from `backon`.
 
 use std::time::Duration;
 
-use rand::Rng;
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 
 /// Delays for reconnect and resubscribe loops.
 ///
-/// The ceiling doubles from `min` up to `max` with each failure; each delay is drawn
-/// uniformly between `min` and that ceiling ("full jitter"), so gateways that lost the same
-/// broker do not all come back in the same instant. Call [`reset`](Self::reset) after a
-/// success.
-#[derive(Debug, Clone)]
+/// The delay doubles from `min` with each failure, and each one is stretched by a random
+/// share of itself, so gateways that lost the same broker do not all come back in the same
+/// instant. backon's jitter adds up to the delay again, so the doubling stops at half of
+/// `max` and no delay exceeds `max` (or twice `min`, where that is larger). Call
+/// [`reset`](Self::reset) after a success.
+#[derive(Debug)]
 pub struct JitteredBackoff {
-    min: Duration,
+    builder: ExponentialBuilder,
+    delays: ExponentialBackoff,
     max: Duration,
-    failures: u32,
 }
 
 impl JitteredBackoff {
-    /// `min` is both the first ceiling and the floor of every delay; `max` caps the ceiling.
+    /// `min` is the first delay and the floor of every delay; `max` caps every delay.
     pub fn new(min: Duration, max: Duration) -> Self {
+        let builder = ExponentialBuilder::new()
+            .with_min_delay(min)
+            .with_max_delay((max / 2).max(min))
+            .with_jitter()
+            .without_max_times();
         Self {
-            min,
-            max: max.max(min),
-            failures: 0,
+            builder,
+            delays: builder.build(),
+            max,
         }
     }
 
-    /// The delay to wait before the next attempt; counts one more failure.
+    /// The delay to wait before the next attempt.
     pub fn next_delay(&mut self) -> Duration {
-        let ceiling = self.ceiling();
-        self.failures = self.failures.saturating_add(1);
-        if ceiling <= self.min {
-            return self.min;
-        }
-        rand::rng().random_range(self.min..=ceiling)
+        // Built without a limit on attempts, the iterator never ends.
+        self.delays.next().unwrap_or(self.max)
     }
 
     /// Back to the shortest delays, after a connection or subscription succeeded.
     pub fn reset(&mut self) {
-        self.failures = 0;
-    }
-
-    /// Failures counted since the last reset.
-    pub fn failures(&self) -> u32 {
-        self.failures
-    }
-
-    fn ceiling(&self) -> Duration {
-        // 2^20 × min is far beyond any sensible max; capping the shift avoids overflow.
-        let factor = 1u32 << self.failures.min(20);
-        self.min.saturating_mul(factor).min(self.max)
+        self.delays = self.builder.build();
     }
 }
 
@@ -69,22 +60,18 @@ mod tests {
         let (min, max) = (Duration::from_millis(10), Duration::from_millis(500));
         let mut b = JitteredBackoff::new(min, max);
         for i in 0..40 {
-            let ceiling = min.saturating_mul(1 << i.min(20)).min(max);
+            let ceiling = min.saturating_mul(2 << i.min(20)).min(max);
             let d = b.next_delay();
             assert!(
                 d >= min && d <= ceiling,
-                "delay {d:?} outside {min:?}..={ceiling:?}"
+                "delay {i}: {d:?} outside {min:?}..={ceiling:?}"
             );
         }
-        assert_eq!(b.failures(), 40);
-        // After many failures the draws spread over the whole range, not just near min.
-        assert!(
-            (0..200)
-                .map(|_| b.next_delay())
-                .any(|d| d > Duration::from_millis(250))
-        );
+        // After many failures the draws spread over the upper range, not one fixed value.
+        let late: Vec<Duration> = (0..200).map(|_| b.next_delay()).collect();
+        assert!(late.iter().any(|d| *d > Duration::from_millis(375)));
+        assert!(late.iter().any(|d| *d < Duration::from_millis(375)));
         b.reset();
-        assert_eq!(b.failures(), 0);
-        assert!(b.next_delay() <= Duration::from_millis(10));
+        assert!(b.next_delay() <= Duration::from_millis(20));
     }
 }

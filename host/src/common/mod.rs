@@ -14,6 +14,12 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// `2026-12-02T10:00:00Z`: milliseconds since the epoch, to the second, for people.
+pub fn rfc3339(ms: i64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
 use std::path::Path;
 
 /// The permission bits of `path` when its group or others may read or write it (Unix).

@@ -68,16 +68,16 @@ pub struct BrokerConfig {
     #[serde(default)]
     pub urls: Vec<String>,
     /// AMQP heartbeat: how fast a silent dead connection is noticed.
-    #[serde(default = "default_heartbeat", with = "units::duration")]
+    #[serde(default = "default_heartbeat", with = "humantime_serde")]
     pub heartbeat: Duration,
     /// Bound on connecting (TCP + AMQP handshake).
-    #[serde(default = "default_connect_timeout", with = "units::duration")]
+    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
     pub connect_timeout: Duration,
     /// Bound on waiting for one publisher confirm (retry tiers, dead letters, outbox).
-    #[serde(default = "default_publish_timeout", with = "units::duration")]
+    #[serde(default = "default_publish_timeout", with = "humantime_serde")]
     pub publish_timeout: Duration,
     /// Longest wait between reconnection attempts (jittered exponential backoff).
-    #[serde(default = "default_reconnect_max", with = "units::duration")]
+    #[serde(default = "default_reconnect_max", with = "humantime_serde")]
     pub reconnect_max_backoff: Duration,
     /// `[broker.tls]`: the CA to trust, the name to verify and an optional client certificate
     /// for `amqps://` URLs (see docs/tls.md). When set, every URL must be `amqps://`.
@@ -120,7 +120,7 @@ pub struct StoreConfig {
     #[serde(default = "default_max_connections")]
     pub max_connections: u32,
     /// How long idempotency records are kept (a redelivery older than this runs again).
-    #[serde(default = "default_inbox_retention", with = "units::duration")]
+    #[serde(default = "default_inbox_retention", with = "humantime_serde")]
     pub inbox_retention: Duration,
     /// Most deliveries committed in one database transaction (group commit).
     #[serde(default = "default_commit_batch")]
@@ -130,7 +130,7 @@ pub struct StoreConfig {
     /// the delivery is requeued). On both backends every store operation (a commit batch, a
     /// batched read, a relay claim, ...) is also abandoned client-side after this plus 5 s,
     /// so a database that stops answering cannot hang commits.
-    #[serde(default = "default_statement_timeout", with = "units::duration")]
+    #[serde(default = "default_statement_timeout", with = "humantime_serde")]
     pub statement_timeout: Duration,
 }
 
@@ -208,14 +208,14 @@ pub struct RelayConfig {
     #[serde(default = "default_max_in_flight_bytes", with = "units::size")]
     pub max_in_flight_bytes: u64,
     /// Backstop poll when no commit woke the relay.
-    #[serde(default = "default_poll_interval", with = "units::duration")]
+    #[serde(default = "default_poll_interval", with = "humantime_serde")]
     pub poll_interval: Duration,
     /// Published rows are deleted after this long.
-    #[serde(default = "default_relay_retention", with = "units::duration")]
+    #[serde(default = "default_relay_retention", with = "humantime_serde")]
     pub retention: Duration,
     /// How long a claim leases its rows: a relay that stops (crash, SIGSTOP, lost database)
     /// hands its rows to another after this. Never below three publish timeouts.
-    #[serde(default = "default_relay_lease", with = "units::duration")]
+    #[serde(default = "default_relay_lease", with = "humantime_serde")]
     pub lease: Duration,
 }
 
@@ -358,10 +358,10 @@ pub struct TelemetryConfig {
     #[serde(default = "default_service_name")]
     pub service_name: String,
     /// How often finished spans are sent in one batch.
-    #[serde(default = "default_export_interval", with = "units::duration")]
+    #[serde(default = "default_export_interval", with = "humantime_serde")]
     pub export_interval: Duration,
     /// Bound on one export request (and on the final flush at shutdown).
-    #[serde(default = "default_export_timeout", with = "units::duration")]
+    #[serde(default = "default_export_timeout", with = "humantime_serde")]
     pub export_timeout: Duration,
 }
 
@@ -396,7 +396,7 @@ pub struct PluginConfig {
     #[serde(default)]
     pub sha256: Option<String>,
     /// Wall-clock budget for one `handle` call.
-    #[serde(default = "default_timeout", with = "units::duration")]
+    #[serde(default = "default_timeout", with = "humantime_serde")]
     pub timeout: Duration,
     /// Linear memory cap per instance.
     #[serde(default = "default_memory", with = "units::size")]
@@ -473,7 +473,7 @@ pub struct RollbackConfig {
     #[serde(default = "default_min_deliveries")]
     pub min_deliveries: u64,
     /// The sliding window both rates are measured over.
-    #[serde(default = "default_canary_window", with = "units::duration")]
+    #[serde(default = "default_canary_window", with = "humantime_serde")]
     pub window: Duration,
 }
 
@@ -563,7 +563,7 @@ pub struct RouteConfig {
     #[serde(default)]
     pub on_plugin_failure: FailurePolicy,
     /// Optional `x-message-ttl` on the work queue (expired messages are dead-lettered).
-    #[serde(default, with = "units::duration_opt")]
+    #[serde(default, with = "humantime_serde")]
     pub message_ttl: Option<std::time::Duration>,
     /// Optional `x-max-length` on the work queue (overflow is dead-lettered).
     #[serde(default)]
@@ -581,7 +581,7 @@ pub struct DeadLetterAlertConfig {
     /// Dead letters within `window` that raise the alert.
     pub count: u64,
     /// The sliding window they are counted over.
-    #[serde(with = "units::duration")]
+    #[serde(with = "humantime_serde")]
     pub window: Duration,
 }
 

@@ -1,4 +1,6 @@
-//! Human-friendly units in TOML: durations ("250ms", "5s", "7d") and byte sizes ("64MiB").
+//! Human-friendly units in TOML: byte sizes ("64MiB") and lists of durations; a single
+//! duration is read by `humantime-serde`, and the command line parses one with
+//! [`parse_duration`].
 
 use serde::{Deserialize, Deserializer, de};
 use std::time::Duration;
@@ -50,44 +52,24 @@ pub mod size {
     }
 }
 
-/// Serde adapter for durations written like `250ms`, `5s`, `1m 30s`, `7d`.
-pub mod duration {
-    use super::*;
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        parse_duration(&text).map_err(de::Error::custom)
-    }
-}
-
-/// Serde adapter for a list of durations (retry backoff tiers).
+/// Serde adapter for a list of durations (retry backoff tiers); a single duration is
+/// `with = "humantime_serde"`.
 pub mod duration_list {
     use super::*;
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Duration>, D::Error> {
-        let texts = Vec::<String>::deserialize(d)?;
-        texts
-            .iter()
-            .map(|t| parse_duration(t).map_err(de::Error::custom))
-            .collect()
+        let tiers = Vec::<humantime_serde::Serde<Duration>>::deserialize(d)?;
+        Ok(tiers.into_iter().map(humantime_serde::Serde::into_inner).collect())
     }
 }
 
-/// Serde adapter for an optional duration.
-pub mod duration_opt {
-    use super::*;
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-        let text = Option::<String>::deserialize(d)?;
-        text.map(|t| parse_duration(&t).map_err(de::Error::custom))
-            .transpose()
-    }
-}
+/// What a valid duration looks like, added to the config error that humantime-serde gives.
+pub const DURATION_HINT: &str = "write e.g. `500ms`, `5s`, `2m`";
 
 /// Parses a duration; the error says what a valid one looks like.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim())
-        .map_err(|e| format!("`{text}` is not a duration ({e}); write e.g. `500ms`, `5s`, `2m`"))
+        .map_err(|e| format!("`{text}` is not a duration ({e}); {DURATION_HINT}"))
 }
 
 #[cfg(test)]

@@ -90,7 +90,11 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
     let mut config: Config = toml::from_str(text).map_err(|e| {
         let line = e.span().map(|s| line_of(text, s.start));
         let key = line.map(|l| key_at_line(text, l)).unwrap_or_default();
-        err(line, &key, e.message().to_owned())
+        let mut message = e.message().to_owned();
+        if message.ends_with("expected a duration") {
+            message = format!("{message}; {}", super::units::DURATION_HINT);
+        }
+        err(line, &key, message)
     })?;
     config.base_dir = base_dir.to_owned();
     let line_of_key = |needle: &str| find_line(text, needle);
@@ -573,7 +577,10 @@ plugin = "p"
     fn bad_duration_and_missing_plugin_file_are_refused() {
         let bad = GOOD.replace("path = \"p.wasm\"", "path = \"p.wasm\"\ntimeout = \"soon\"");
         let err = parse(&bad).unwrap_err();
-        assert!(err.message.contains("not a duration"), "{err}");
+        assert!(
+            err.message.contains("\"soon\", expected a duration; write e.g."),
+            "{err}"
+        );
         assert_eq!(err.key, "plugins.p.timeout");
         assert_eq!(err.line, Some(7));
         let missing = GOOD.replace("p.wasm", "missing.wasm");

@@ -190,7 +190,7 @@ impl LiveHandle {
         }
         out.push_str(&format!("routes: {}\n", status.routes.join(", ")));
         if let Some(r) = &status.last_reload {
-            let at = format_ms(r.at_ms);
+            let at = crate::common::rfc3339(r.at_ms);
             match &r.error {
                 None => out.push_str(&format!(
                     "last reload: applied at {at} ({}): {}\n",
@@ -216,12 +216,6 @@ impl LiveHandle {
         }
         out
     }
-}
-
-fn format_ms(ms: i64) -> String {
-    let at =
-        std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    humantime::format_rfc3339_seconds(at).to_string()
 }
 
 /// Turns each SIGHUP into a reload request until `stop`.

@@ -2,8 +2,8 @@
 //! replayable by operators. Any dead letter can be archived, whatever its text: see
 //! `dead_letter_text` for how text the columns cannot hold is stored losslessly.
 
-use sqlx::any::AnyRow;
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::any::{AnyArguments, AnyRow};
+use sqlx::{Arguments, AssertSqlSafe, Row};
 
 use super::dead_letter_text::{self, SHORT_MAX, TEXT_MAX, stand_in};
 use super::{Backend, PURGE_CHUNK, Store, StoreError, headers_from_json, now_ms, validate};
@@ -165,7 +165,7 @@ impl Store {
             let (mut sql, mut args) = self.filter_sql(filter, &format!("SELECT {COLUMNS}"));
             args.push(Arg::Int(filter.limit.unwrap_or(100).max(0)));
             sql.push_str(&format!(" ORDER BY id DESC LIMIT ${}", args.len()));
-            let rows = bind_all(sqlx::query(AssertSqlSafe(sql)), args)
+            let rows = sqlx::query_with(AssertSqlSafe(sql), arguments(args)?)
                 .fetch_all(self.pool())
                 .await?;
             rows.iter().map(dead_letter).collect()
@@ -184,7 +184,7 @@ impl Store {
             let (mut sql, mut args) = self.filter_sql(filter, &format!("SELECT {COLUMNS}"));
             args.push(Arg::Int(limit.max(0)));
             sql.push_str(&format!(" ORDER BY id LIMIT ${}", args.len()));
-            let rows = bind_all(sqlx::query(AssertSqlSafe(sql)), args)
+            let rows = sqlx::query_with(AssertSqlSafe(sql), arguments(args)?)
                 .fetch_all(self.pool())
                 .await?;
             rows.iter().map(dead_letter).collect()
@@ -196,7 +196,7 @@ impl Store {
     pub async fn dead_letters_count(&self, filter: &DeadLetterFilter) -> Result<i64, StoreError> {
         self.bounded("dead letters count", async {
             let (sql, args) = self.filter_sql(filter, "SELECT COUNT(*)");
-            let n: i64 = bind_all_scalar(sqlx::query_scalar(AssertSqlSafe(sql)), args)
+            let n: i64 = sqlx::query_scalar_with(AssertSqlSafe(sql), arguments(args)?)
                 .fetch_one(self.pool())
                 .await?;
             Ok(n)
@@ -211,7 +211,7 @@ impl Store {
     ) -> Result<Option<i64>, StoreError> {
         self.bounded("dead letters max id", async {
             let (sql, args) = self.filter_sql(filter, "SELECT MAX(id)");
-            let max: Option<i64> = bind_all_scalar(sqlx::query_scalar(AssertSqlSafe(sql)), args)
+            let max: Option<i64> = sqlx::query_scalar_with(AssertSqlSafe(sql), arguments(args)?)
                 .fetch_one(self.pool())
                 .await?;
             Ok(max)
@@ -246,7 +246,7 @@ impl Store {
         self.bounded("dead letter groups", async {
             let (sql, args) = self.groups_sql(filter);
             let rows: Vec<(String, String, i64, i64, i64, i64)> =
-                bind_all_as(sqlx::query_as(AssertSqlSafe(sql)), args)
+                sqlx::query_as_with(AssertSqlSafe(sql), arguments(args)?)
                     .fetch_all(self.pool())
                     .await?;
             Ok(rows
@@ -282,9 +282,9 @@ impl Store {
     #[cfg(test)]
     pub(crate) async fn groups_plan(&self, filter: &DeadLetterFilter) -> Vec<String> {
         let (sql, args) = self.groups_sql(filter);
-        let rows: Vec<(i64, i64, i64, String)> = bind_all_as(
-            sqlx::query_as(AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}"))),
-            args,
+        let rows: Vec<(i64, i64, i64, String)> = sqlx::query_as_with(
+            AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")),
+            arguments(args).expect("arguments"),
         )
         .fetch_all(self.pool())
         .await
@@ -381,7 +381,7 @@ impl Store {
                     let sql = format!(
                         "DELETE FROM dead_letters WHERE id IN ({select} LIMIT {PURGE_CHUNK})"
                     );
-                    let query = bind_all(sqlx::query(AssertSqlSafe(sql)), args);
+                    let query = sqlx::query_with(AssertSqlSafe(sql), arguments(args)?);
                     let mut tx = self.begin_write().await?;
                     let purged = query.execute(&mut *tx).await?.rows_affected();
                     tx.commit().await?;
@@ -463,42 +463,17 @@ impl Store {
     }
 }
 
-type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
-
-fn bind_all(mut query: AnyQuery<'_>, args: Vec<Arg>) -> AnyQuery<'_> {
+/// A filter's values as one argument list, in the order of its placeholders.
+fn arguments(args: Vec<Arg>) -> Result<AnyArguments, StoreError> {
+    let mut out = AnyArguments::default();
     for arg in args {
-        query = match arg {
-            Arg::Int(i) => query.bind(i),
-            Arg::Text(t) => query.bind(t),
-        };
+        match arg {
+            Arg::Int(i) => out.add(i),
+            Arg::Text(t) => out.add(t),
+        }
+        .map_err(|e| StoreError::Database(format!("cannot bind a dead-letter filter: {e}")))?;
     }
-    query
-}
-
-fn bind_all_scalar<O>(
-    mut query: sqlx::query::QueryScalar<'_, sqlx::Any, O, sqlx::any::AnyArguments>,
-    args: Vec<Arg>,
-) -> sqlx::query::QueryScalar<'_, sqlx::Any, O, sqlx::any::AnyArguments> {
-    for arg in args {
-        query = match arg {
-            Arg::Int(i) => query.bind(i),
-            Arg::Text(t) => query.bind(t),
-        };
-    }
-    query
-}
-
-fn bind_all_as<O>(
-    mut query: sqlx::query::QueryAs<'_, sqlx::Any, O, sqlx::any::AnyArguments>,
-    args: Vec<Arg>,
-) -> sqlx::query::QueryAs<'_, sqlx::Any, O, sqlx::any::AnyArguments> {
-    for arg in args {
-        query = match arg {
-            Arg::Int(i) => query.bind(i),
-            Arg::Text(t) => query.bind(t),
-        };
-    }
-    query
+    Ok(out)
 }
 
 fn dead_letter(row: &AnyRow) -> Result<DeadLetter, StoreError> {

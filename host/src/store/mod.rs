@@ -50,7 +50,7 @@ pub use tls::check_tls_params;
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyConnection, AnyPool, AssertSqlSafe, ConnectOptions, Connection};
@@ -491,11 +491,7 @@ fn create_private(path: &std::path::Path) -> Result<(), StoreError> {
 }
 
 /// Wall-clock unix milliseconds, the unit of every timestamp column.
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+pub(crate) use crate::common::now_ms;
 
 /// Headers as JSON text: `[["name","value"], ...]` keeps order and duplicates.
 pub(crate) fn headers_to_json(headers: &[(String, String)]) -> String {

@@ -138,7 +138,10 @@ async fn bad_config_files_fail_with_the_file_line_and_key() {
             what: "bad duration",
             from: "timeout = \"2s\"",
             to: "timeout = \"2 fortnights\"",
-            says: vec!["carteiro.toml:{line}", "`2 fortnights` is not a duration"],
+            says: vec![
+                "carteiro.toml:{line}",
+                "\"2 fortnights\", expected a duration; write e.g.",
+            ],
         },
         Broken {
             what: "route to an unknown plugin",

@@ -2,13 +2,10 @@
 //! `log`, `config`) with the same per-delivery caps and checks, minus the Wasm instance.
 //!
 //! This is a measuring instrument, not a product feature: the pipeline benchmark runs the
-//! reference handler both ways to show what the sandbox costs. The config cannot name a
+//! reference handler both ways to show what the sandbox costs (the native handler itself
+//! lives with the bench, `host/benches/native_enrollment.rs`). The config cannot name a
 //! native handler; only code that starts the gateway itself can
 //! (`gateway::LiveOptions::native_handlers`).
-
-mod enrollment;
-
-pub use enrollment::Enrollment;
 
 use super::bindings::{kv, log, outbox, types};
 use super::host::HostCalls;

@@ -3,12 +3,7 @@
 //! PostgreSQL's 65,535 bound parameters. Each must come back as `Unavailable` (requeue and
 //! pause), never as a per-request `Rejected` that would dead-letter a good message.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
 use super::{TestDb, both_backends, event, request, with_database, write};
 use crate::store::{
@@ -290,57 +285,9 @@ async fn statement_and_lock_timeouts_are_unavailable() {
     db.finish().await;
 }
 
-/// A TCP proxy in front of PostgreSQL that can stop forwarding (a blackholed network):
-/// connections stay open and nothing answers.
-struct Proxy {
-    port: u16,
-    blackhole: Arc<AtomicBool>,
-}
-
-impl Proxy {
-    async fn start(target: u16) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let blackhole = Arc::new(AtomicBool::new(false));
-        let hole = blackhole.clone();
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let hole = hole.clone();
-                tokio::spawn(async move {
-                    let Ok(server) = TcpStream::connect(("127.0.0.1", target)).await else {
-                        return;
-                    };
-                    let (cr, cw) = client.into_split();
-                    let (sr, sw) = server.into_split();
-                    tokio::spawn(pump(cr, sw, hole.clone()));
-                    tokio::spawn(pump(sr, cw, hole));
-                });
-            }
-        });
-        Self { port, blackhole }
-    }
-}
-
-/// Copies bytes while the hole is open; holds them while it is closed.
-async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    hole: Arc<AtomicBool>,
-) {
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        while hole.load(Ordering::Relaxed) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            return;
-        }
-    }
-}
+#[path = "../../../../tests/e2e/blackhole.rs"]
+mod blackhole;
+use blackhole::Blackhole;
 
 /// The client-side bound: with the network blackholed, no statement timeout can fire on
 /// the server, and a commit must still come back (Unavailable) within statement_timeout
@@ -354,7 +301,7 @@ async fn a_blackholed_database_cannot_hang_commits() {
         .and_then(|(_, rest)| rest.split('/').next())
         .and_then(|p| p.parse().ok())
         .expect("port in the test URL");
-    let proxy = Proxy::start(port).await;
+    let proxy = Blackhole::start(port).await;
     let name = db.pg.as_ref().unwrap().1.clone();
     let url = with_database(
         &format!("postgres://postgres@127.0.0.1:{}/x", proxy.port),
@@ -370,7 +317,7 @@ async fn a_blackholed_database_cannot_hang_commits() {
         vec![CommitOutcome::Committed]
     );
 
-    proxy.blackhole.store(true, Ordering::Relaxed);
+    proxy.close();
     let bound = opts.statement_timeout + crate::store::ACQUIRE_TIMEOUT;
     let started = Instant::now();
     let commit = tokio::time::timeout(bound * 3, store.commit_batch(&[full_request("during")]))
@@ -387,7 +334,7 @@ async fn a_blackholed_database_cannot_hang_commits() {
         .expect("the read came back");
     assert!(matches!(read, Err(StoreError::Unavailable(_))), "{read:?}");
 
-    proxy.blackhole.store(false, Ordering::Relaxed);
+    proxy.open();
     // The abandoned commit may or may not have committed (G2: its redelivery would meet
     // the inbox record); a fresh one goes through once the network is back.
     let again = tokio::time::timeout(bound * 6, async {

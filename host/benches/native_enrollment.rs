@@ -1,8 +1,12 @@
 //! `plugins/enrollment` (the reference handler) written against [`NativeHost`]: the same
-//! decisions, kv record and events, so that a benchmark can compare it with the component.
+//! decisions, kv record and events, so that the pipeline benchmark can compare it with the
+//! component. A measuring instrument, not part of the product build: the bench and the e2e
+//! test that checks it decides as the component does include this file by path.
 
-use super::{Event, KvError, Level, NativeFuture, NativeHandler, NativeHost, OutboxError};
-use crate::runtime::{Header, Message, RetryRequest, Verdict};
+use carteiro::runtime::native::{
+    Event, KvError, Level, NativeFuture, NativeHandler, NativeHost, OutboxError,
+};
+use carteiro::runtime::{Header, Message, RetryRequest, Verdict};
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 use std::fmt;
