@@ -33,6 +33,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use carteiro::common::labels::Outcome;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum System {
@@ -301,14 +302,14 @@ async fn gateway_run(s: &Settings, system: System) -> Run {
     assert!(!gateway.is_finished(), "the gateway stopped early");
     let (started, cpu_start) = (Instant::now(), CpuSample::now());
     let deadline = started + Duration::from_secs(900);
-    while metrics.delivered(&queue, "acked") < n {
+    while metrics.delivered(&queue, Outcome::Acked) < n {
         if Instant::now() > deadline || gateway.is_finished() {
             let text = metrics.encode();
             let lines: Vec<&str> = text.lines().filter(|l| l.contains("deliveries")).collect();
             panic!(
                 "{}: {} of {n} acked; deliveries so far:\n{}",
                 system.name(),
-                metrics.delivered(&queue, "acked"),
+                metrics.delivered(&queue, Outcome::Acked),
                 lines.join("\n")
             );
         }

@@ -1,5 +1,6 @@
 //! Prometheus metrics (`carteiro_` prefix, `_total` counters, `_seconds` durations).
 
+use crate::common::labels::{FailureKind, Outcome as DeliveryOutcome, ReasonClass};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -13,13 +14,13 @@ use std::time::Duration;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Outcome {
     route: String,
-    outcome: String,
+    outcome: DeliveryOutcome,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Failure {
     route: String,
-    kind: String,
+    kind: FailureKind,
 }
 
 /// Deliveries by the plugin version they ran on (`version`: 12 hex digits of its digest).
@@ -27,7 +28,7 @@ struct Failure {
 struct VersionOutcome {
     route: String,
     version: String,
-    outcome: String,
+    outcome: DeliveryOutcome,
 }
 
 /// Live-shadow comparisons (`version`: the shadow's).
@@ -54,11 +55,11 @@ struct Route {
     route: String,
 }
 
-/// Retries and dead letters by why (see `pipeline::plan::reason_class`).
+/// Retries and dead letters by why (see `FailureKind::class`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteReason {
     route: String,
-    reason_class: String,
+    reason_class: ReasonClass,
 }
 
 /// What holds a broker connection: a route (its queue) or `relay`.
@@ -361,11 +362,11 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn delivery(&self, route: &str, outcome: &str, took: Duration) {
+    pub fn delivery(&self, route: &str, outcome: DeliveryOutcome, took: Duration) {
         self.deliveries
             .get_or_create(&Outcome {
                 route: route.into(),
-                outcome: outcome.into(),
+                outcome,
             })
             .inc();
         self.delivery_seconds
@@ -376,23 +377,23 @@ impl Metrics {
     }
 
     /// A delivery settled on `route` with plugin `version`.
-    pub fn version_delivery(&self, route: &str, version: &str, outcome: &str) {
+    pub fn version_delivery(&self, route: &str, version: &str, outcome: DeliveryOutcome) {
         self.version_deliveries
             .get_or_create(&VersionOutcome {
                 route: route.into(),
                 version: version.into(),
-                outcome: outcome.into(),
+                outcome,
             })
             .inc();
     }
 
     /// Deliveries settled on `route` with plugin `version` and `outcome` (for tests).
-    pub fn version_delivered(&self, route: &str, version: &str, outcome: &str) -> u64 {
+    pub fn version_delivered(&self, route: &str, version: &str, outcome: DeliveryOutcome) -> u64 {
         self.version_deliveries
             .get_or_create(&VersionOutcome {
                 route: route.into(),
                 version: version.into(),
-                outcome: outcome.into(),
+                outcome,
             })
             .get()
     }
@@ -446,21 +447,21 @@ impl Metrics {
     }
 
     /// A retry copy of a delivery on `route` was confirmed.
-    pub fn retry(&self, route: &str, reason_class: &str) {
+    pub fn retry(&self, route: &str, reason_class: ReasonClass) {
         self.retries
             .get_or_create(&RouteReason {
                 route: route.into(),
-                reason_class: reason_class.into(),
+                reason_class,
             })
             .inc();
     }
 
     /// A delivery on `route` was dead-lettered.
-    pub fn dead_letter(&self, route: &str, reason_class: &str) {
+    pub fn dead_letter(&self, route: &str, reason_class: ReasonClass) {
         self.dead_letters
             .get_or_create(&RouteReason {
                 route: route.into(),
-                reason_class: reason_class.into(),
+                reason_class,
             })
             .inc();
     }
@@ -505,11 +506,11 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
-    pub fn plugin_failure(&self, route: &str, kind: &str) {
+    pub fn plugin_failure(&self, route: &str, kind: FailureKind) {
         self.plugin_failures
             .get_or_create(&Failure {
                 route: route.into(),
-                kind: kind.into(),
+                kind,
             })
             .inc();
     }
@@ -556,11 +557,11 @@ impl Metrics {
     }
 
     /// Number of deliveries settled with `outcome` on `route` (for tests and the CLI).
-    pub fn delivered(&self, route: &str, outcome: &str) -> u64 {
+    pub fn delivered(&self, route: &str, outcome: DeliveryOutcome) -> u64 {
         self.deliveries
             .get_or_create(&Outcome {
                 route: route.into(),
-                outcome: outcome.into(),
+                outcome,
             })
             .get()
     }

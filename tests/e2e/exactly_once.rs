@@ -10,6 +10,7 @@ use carteiro::metrics::Metrics;
 use carteiro::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
+use carteiro::common::labels::Outcome;
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -150,7 +151,7 @@ async fn crash_at(fault: &str) -> (i64, u64, usize) {
     let metrics = Arc::new(Metrics::default());
     let gw = Gateway::start_in(dir, &toml, metrics.clone()).await;
     wait_for("the redelivered message settled", WAIT, || async {
-        (metrics.delivered(&queue, "acked") + metrics.delivered(&queue, "duplicate") > 0)
+        (metrics.delivered(&queue, Outcome::Acked) + metrics.delivered(&queue, Outcome::Duplicate) > 0)
             .then_some(())
     })
     .await;

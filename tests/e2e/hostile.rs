@@ -14,6 +14,7 @@ use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use carteiro::common::labels::Outcome;
 
 const WAIT: Duration = Duration::from_secs(30);
 /// Good messages must be committed within this long of their publish, whatever the
@@ -321,6 +322,6 @@ async fn a_forged_x_death_does_not_crash_the_retry_tier_into_duplicates() {
     // Two runs of the retried message, one of each good one: no run came back again.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(metrics.handler_runs(&route.queue), 4);
-    assert_eq!(metrics.delivered(&route.queue, "duplicate"), 0);
+    assert_eq!(metrics.delivered(&route.queue, Outcome::Duplicate), 0);
     route.gw.stop().await;
 }

@@ -11,6 +11,7 @@ use crate::support::{
 use carteiro::metrics::Metrics;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use carteiro::common::labels::Outcome;
 
 /// Python and JS components take long to compile in a debug build: generous waits.
 const WAIT: Duration = Duration::from_secs(240);
@@ -166,7 +167,7 @@ async fn effects_once_with_duplicates(plugin: &str) {
         ],
         "{plugin}"
     );
-    assert_eq!(metrics.delivered(&route.queue, "duplicate"), 1, "{plugin}");
+    assert_eq!(metrics.delivered(&route.queue, Outcome::Duplicate), 1, "{plugin}");
     gw.stop().await;
 }
 
@@ -179,7 +180,7 @@ async fn retry_then_success(plugin: &str) {
         .await;
     down.publish("r-1", &body("R1")).await;
     wait_for(&format!("{plugin}: a retry"), WAIT, || async {
-        (metrics.delivered(&down.queue, "retried") > 0).then_some(())
+        (metrics.delivered(&down.queue, Outcome::Retried) > 0).then_some(())
     })
     .await;
     // The content service is back: the same route, the same store, the retry copy returns.
@@ -238,7 +239,7 @@ async fn sigkill_after_commit(plugin: &str) {
     wait_for(
         &format!("{plugin}: the redelivery settled"),
         WAIT,
-        || async { (metrics.delivered(&route.queue, "duplicate") > 0).then_some(()) },
+        || async { (metrics.delivered(&route.queue, Outcome::Duplicate) > 0).then_some(()) },
     )
     .await;
     assert_eq!(

@@ -13,6 +13,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use carteiro::common::labels::Outcome;
 
 const WAIT: Duration = Duration::from_secs(120);
 const TRAP_REASON: &str = "plugin trapped";
@@ -206,7 +207,7 @@ async fn replay_by_reason_takes_all_340_once_and_a_rerun_replays_nothing() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("340 replayed"), "{out}");
     f.effects_exactly_once("t", 340).await;
-    assert_eq!(f.metrics.delivered(route, "duplicate"), 0);
+    assert_eq!(f.metrics.delivered(route, Outcome::Duplicate), 0);
     // Each trapped dead letter replayed exactly once; the other 20 untouched.
     let replayed = store
         .dead_letters_oldest_first(&f.reason(TRAP_REASON, None), 1_000)
@@ -309,7 +310,7 @@ async fn a_replay_killed_half_way_then_rerun_replays_each_once_on_postgres() {
             .collect::<Vec<_>>()
     );
     // At most the one row in flight at the kill went out twice; the inbox absorbed it.
-    assert!(f.metrics.delivered(route, "duplicate") <= 1);
+    assert!(f.metrics.delivered(route, Outcome::Duplicate) <= 1);
 
     let (code, out) = cli(args(&f.config, &["replay", "--route", route])).await;
     assert_eq!(code, 0);
@@ -453,7 +454,7 @@ async fn a_replay_after_the_inbox_retention_runs_the_handler_again() {
     .await;
     assert!(code == 0 && out.contains("1 replayed"), "{out}");
     wait_for("the second copy acked as a duplicate", WAIT, || async {
-        (metrics.delivered(&queue, "duplicate") >= 1).then_some(())
+        (metrics.delivered(&queue, Outcome::Duplicate) >= 1).then_some(())
     })
     .await;
     assert_eq!(kv_number(&gw.store, "runs").await, 1);

@@ -11,6 +11,7 @@ use carteiro::store::{DeadLetterFilter, Store};
 use sqlx::Connection;
 use std::sync::Arc;
 use std::time::Duration;
+use carteiro::common::labels::Outcome;
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -133,7 +134,7 @@ async fn a_revoked_grant_holds_quorum_deliveries_and_dead_letters_without_spendi
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert_eq!(
-        metrics.delivered(&queue, "requeued"),
+        metrics.delivered(&queue, Outcome::Requeued),
         0,
         "a held delivery was requeued during the outage (each requeue spends a quorum queue's delivery limit)"
     );
@@ -169,7 +170,7 @@ async fn a_revoked_grant_holds_quorum_deliveries_and_dead_letters_without_spendi
         queue_depth(&client, &format!("{queue}.dlq.parked")).await,
         0
     );
-    assert_eq!(metrics.delivered(&queue, "requeued"), 0);
+    assert_eq!(metrics.delivered(&queue, Outcome::Requeued), 0);
     gw.stop().await;
 }
 

@@ -8,18 +8,19 @@ use crate::broker::connect_any;
 use crate::config::Config;
 use crate::services::broker_settings;
 use crate::topology::{dlq_name, retry_queue_name};
+use crate::common::labels::Outcome;
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// The outcomes shown, with their `carteiro_deliveries_total` labels.
-pub const OUTCOMES: [(&str, &str); 5] = [
-    ("acked", "acked"),
-    ("duplicate", "duplicate"),
-    ("retried", "retried"),
-    ("dead-lettered", "dead_lettered"),
-    ("requeued", "requeued"),
+pub const OUTCOMES: [(&str, Outcome); 5] = [
+    ("acked", Outcome::Acked),
+    ("duplicate", Outcome::Duplicate),
+    ("retried", Outcome::Retried),
+    ("dead-lettered", Outcome::DeadLettered),
+    ("requeued", Outcome::Requeued),
 ];
 /// How often totals are sampled for rates, and the window rates are taken over.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
@@ -83,7 +84,7 @@ pub struct Overview {
     pub broker_error: Option<String>,
 }
 
-type Totals = BTreeMap<(String, &'static str), u64>;
+type Totals = BTreeMap<(String, Outcome), u64>;
 
 /// The console's broker connection and rate samples.
 #[derive(Default)]
@@ -176,7 +177,7 @@ impl Probe {
         }
     }
 
-    fn per_minute(&self, route: &str, outcome: &'static str, now_total: u64) -> Option<f64> {
+    fn per_minute(&self, route: &str, outcome: Outcome, now_total: u64) -> Option<f64> {
         let samples = self.samples.lock().unwrap_or_else(PoisonError::into_inner);
         let (at, oldest) = samples.front()?;
         let elapsed = at.elapsed().as_secs_f64();
@@ -238,11 +239,11 @@ impl Probe {
             let outcomes = OUTCOMES
                 .iter()
                 .map(|(name, label)| {
-                    let total = h.metrics.delivered(&r.queue, label);
+                    let total = h.metrics.delivered(&r.queue, *label);
                     OutcomeCount {
                         outcome: name,
                         total,
-                        per_minute: self.per_minute(&r.queue, label, total),
+                        per_minute: self.per_minute(&r.queue, *label, total),
                     }
                 })
                 .collect();

@@ -1,9 +1,11 @@
 //! Small pieces shared by the pipeline, the relay, the dead-letter tools and housekeeping,
 //! kept below all of them so none imports another for a utility: time, test-only fault
-//! injection, Carteiro's own AMQP header names ([`headers`]), PEM files for TLS ([`pem`]),
+//! injection, Carteiro's own AMQP header names ([`headers`]), the labels deliveries are
+//! counted by ([`labels`]), PEM files for TLS ([`pem`]),
 //! and file permissions of secrets.
 
 pub mod headers;
+pub mod labels;
 pub mod pem;
 
 /// Milliseconds since the Unix epoch (this process's clock).

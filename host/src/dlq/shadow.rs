@@ -266,7 +266,7 @@ async fn shadow_one(
     let source: Arc<dyn KvSource> = kv.clone();
     out.now = match plugin.handle(&message, source).await {
         Err(failure) => Now::Failure {
-            kind: failure.kind().to_owned(),
+            kind: failure.kind().label().to_owned(),
             detail: failure.to_string(),
         },
         Ok(invocation) => match (&invocation.verdict, &invocation.store_error) {

@@ -5,7 +5,7 @@
 
 use super::archiver;
 use super::context::RouteContext;
-use super::plan::Outcome;
+use super::plan::{FailureKind, Outcome};
 use super::received::Received;
 use crate::broker::headers::header_int;
 use crate::broker::outgoing::{copy_properties, set_int, set_text, without_broker_records};
@@ -95,18 +95,22 @@ pub async fn to_retry(copy: &Copy<'_>, delay: Duration, reason: &str) -> Result<
                 "a retry copy cannot be published ({why}); archived instead of retried; the \
                  handler's reason: {reason}"
             );
-            archive_directly(copy, &reason, "unpublishable").await
+            archive_directly(copy, &reason, FailureKind::Unpublishable).await
         }
         Err(e) => Err(e.to_string()),
     }
 }
 
 /// Publishes to the route's dead-letter exchange with the reason and the plugin's identity.
-pub async fn to_dead_letter(copy: &Copy<'_>, reason: &str, kind: &str) -> Result<Outcome, String> {
+pub async fn to_dead_letter(
+    copy: &Copy<'_>,
+    reason: &str,
+    kind: FailureKind,
+) -> Result<Outcome, String> {
     let ctx = copy.ctx;
     let mut headers = failure_headers(copy.received, reason, true);
     set_text(&mut headers, h::REASON, reason);
-    set_text(&mut headers, h::FAILURE_KIND, kind);
+    set_text(&mut headers, h::FAILURE_KIND, kind.label());
     set_text(&mut headers, h::PLUGIN, copy.plugin.name());
     set_text(&mut headers, h::PLUGIN_SHA256, copy.plugin.digest());
     set_int(&mut headers, h::ATTEMPTS, i64::from(copy.received.attempt));
@@ -125,9 +129,13 @@ pub async fn to_dead_letter(copy: &Copy<'_>, reason: &str, kind: &str) -> Result
 }
 
 /// Writes the dead letter into the archive without the broker's help.
-async fn archive_directly(copy: &Copy<'_>, reason: &str, kind: &str) -> Result<Outcome, String> {
+async fn archive_directly(
+    copy: &Copy<'_>,
+    reason: &str,
+    kind: FailureKind,
+) -> Result<Outcome, String> {
     let ctx = copy.ctx;
-    tracing::warn!(%reason, kind, "archiving the dead letter directly into the store");
+    tracing::warn!(%reason, %kind, "archiving the dead letter directly into the store");
     let record = archiver::record(
         ctx,
         ctx.queue.clone(),

@@ -3,40 +3,10 @@
 //! here touches the broker, the store or the metrics, so every branch is unit-tested.
 
 use crate::broker::outgoing::cap_reason;
+pub use crate::common::labels::{FailureKind, Outcome, ReasonClass};
 use crate::config::{FailurePolicy, RetryConfig};
 use crate::runtime::{PluginFailure, Verdict};
 use std::time::Duration;
-
-/// How a delivery ended, for metrics and logs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Effects committed, then acked.
-    Acked,
-    /// Already processed (inbox record found): acked without running the handler.
-    Duplicate,
-    /// Handed to a retry tier (confirmed), then acked.
-    Retried,
-    /// Handed to the dead-letter exchange (confirmed), then acked.
-    DeadLettered,
-    /// Given back to the broker: nothing durable happened.
-    Requeued,
-    /// Archived straight into the store because no copy of it could be published.
-    Archived,
-}
-
-impl Outcome {
-    /// The `outcome` label of `carteiro_deliveries_total`.
-    pub fn label(self) -> &'static str {
-        match self {
-            Outcome::Acked => "acked",
-            Outcome::Duplicate => "duplicate",
-            Outcome::Retried => "retried",
-            Outcome::DeadLettered => "dead_lettered",
-            Outcome::Requeued => "requeued",
-            Outcome::Archived => "archived",
-        }
-    }
-}
 
 /// What to do next with a delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,14 +18,14 @@ pub enum Plan {
         delay: Duration,
         reason: String,
         /// The `reason_class` label of `carteiro_retries_total`.
-        class: &'static str,
+        class: ReasonClass,
     },
     /// Publish a copy to the dead-letter exchange, then ack. `kind` goes into the copy's
     /// headers; `class` is the `reason_class` label of `carteiro_dead_letters_total`.
     DeadLetter {
         reason: String,
-        kind: &'static str,
-        class: &'static str,
+        kind: FailureKind,
+        class: ReasonClass,
     },
     /// The store failed while the handler ran: wait for it, then process again.
     StoreTrouble(String),
@@ -85,9 +55,11 @@ pub fn after_handler(
             retry,
             request.delay_ms.map(Duration::from_millis),
             &request.reason,
-            "retry",
+            FailureKind::Retry,
         ),
-        Ok((Verdict::DeadLetter(reason), None)) => dead_letter(reason.clone(), "dead-letter"),
+        Ok((Verdict::DeadLetter(reason), None)) => {
+            dead_letter(reason.clone(), FailureKind::DeadLetter)
+        }
     }
 }
 
@@ -97,7 +69,7 @@ pub fn retry_or_exhaust(
     retry: &RetryConfig,
     requested: Option<Duration>,
     reason: &str,
-    kind: &'static str,
+    kind: FailureKind,
 ) -> Plan {
     if attempt >= retry.max_attempts {
         return Plan::DeadLetter {
@@ -105,31 +77,22 @@ pub fn retry_or_exhaust(
                 "retries exhausted after {attempt} attempts: {reason}"
             )),
             kind,
-            class: "retries-exhausted",
+            class: ReasonClass::RetriesExhausted,
         };
     }
     Plan::Retry {
         delay: requested.unwrap_or_else(|| retry.delay_after(attempt)),
         reason: cap_reason(reason),
-        class: reason_class(kind),
-    }
-}
-
-/// The `reason_class` label for a failure `kind`: the handler's own verdicts are `handler`;
-/// the others (a plugin failure's kind, `rejected`, `missing-key`, `panic`) are their kind.
-pub fn reason_class(kind: &'static str) -> &'static str {
-    match kind {
-        "retry" | "dead-letter" => "handler",
-        other => other,
+        class: kind.class(),
     }
 }
 
 /// A dead letter with its reason capped.
-pub fn dead_letter(reason: String, kind: &'static str) -> Plan {
+pub fn dead_letter(reason: String, kind: FailureKind) -> Plan {
     Plan::DeadLetter {
         reason: cap_reason(&reason),
         kind,
-        class: reason_class(kind),
+        class: kind.class(),
     }
 }
 
@@ -175,7 +138,7 @@ mod tests {
             Plan::Retry {
                 delay: Duration::from_secs(1),
                 reason: "busy".into(),
-                class: "handler"
+                class: ReasonClass::Handler
             }
         );
         assert_eq!(
@@ -183,15 +146,15 @@ mod tests {
             Plan::Retry {
                 delay: Duration::from_secs(5),
                 reason: "busy".into(),
-                class: "handler"
+                class: ReasonClass::Handler
             }
         );
         assert_eq!(
             run(3, FailurePolicy::Retry, Ok(retry("busy"))),
             Plan::DeadLetter {
                 reason: "retries exhausted after 3 attempts: busy".into(),
-                kind: "retry",
-                class: "retries-exhausted"
+                kind: FailureKind::Retry,
+                class: ReasonClass::RetriesExhausted
             }
         );
         let asked = Verdict::Retry(RetryRequest {
@@ -203,7 +166,7 @@ mod tests {
             Plan::Retry {
                 delay: Duration::from_millis(250),
                 reason: "later".into(),
-                class: "handler"
+                class: ReasonClass::Handler
             }
         );
     }
@@ -219,16 +182,16 @@ mod tests {
             run(3, FailurePolicy::Retry, Err(trap.clone())),
             Plan::DeadLetter {
                 reason: "retries exhausted after 3 attempts: plugin trapped: boom".into(),
-                kind: "trap",
-                class: "retries-exhausted"
+                kind: FailureKind::Trap,
+                class: ReasonClass::RetriesExhausted
             }
         );
         assert_eq!(
             run(1, FailurePolicy::DeadLetter, Err(trap)),
             Plan::DeadLetter {
                 reason: "plugin trapped: boom".into(),
-                kind: "trap",
-                class: "trap"
+                kind: FailureKind::Trap,
+                class: ReasonClass::Trap
             }
         );
     }
@@ -242,6 +205,6 @@ mod tests {
             panic!("dead letter expected");
         };
         assert!(reason.len() <= MAX_REASON_BYTES);
-        assert_eq!(kind, "dead-letter");
+        assert_eq!(kind, FailureKind::DeadLetter);
     }
 }

@@ -16,7 +16,7 @@ use super::canary::Canary;
 use super::context::RouteContext;
 use super::disposition::{Copy, to_dead_letter, to_retry};
 use super::key;
-use super::plan::{self, Outcome, Plan};
+use super::plan::{self, FailureKind, Outcome, Plan, ReasonClass};
 use super::received::Received;
 use super::shadow::{Decision, RecordingKv};
 use crate::broker::outgoing::cap_reason;
@@ -137,16 +137,15 @@ pub async fn process(
     let _entered = span.enter();
     let tag = delivery.delivery_tag;
     match &settle {
-        Settle::Ack(outcome) => otel.end(outcome.label(), None),
-        Settle::Requeue(_) => otel.end(Outcome::Requeued.label(), Some("requeued")),
-        Settle::Reject(_) => otel.end(Outcome::DeadLettered.label(), Some("rejected")),
+        Settle::Ack(outcome) => otel.end(*outcome, None),
+        Settle::Requeue(_) => otel.end(Outcome::Requeued, Some("requeued")),
+        Settle::Reject(_) => otel.end(Outcome::DeadLettered, Some("rejected")),
     }
     match settle {
         Settle::Ack(outcome) => {
+            ctx.metrics.delivery(&ctx.queue, outcome, started.elapsed());
             ctx.metrics
-                .delivery(&ctx.queue, outcome.label(), started.elapsed());
-            ctx.metrics
-                .version_delivery(&ctx.queue, plugin.version(), outcome.label());
+                .version_delivery(&ctx.queue, plugin.version(), outcome);
             tracing::debug!(
                 outcome = outcome.label(),
                 sha256 = plugin.digest(),
@@ -156,9 +155,9 @@ pub async fn process(
         }
         Settle::Requeue(why) => {
             ctx.metrics
-                .delivery(&ctx.queue, Outcome::Requeued.label(), started.elapsed());
+                .delivery(&ctx.queue, Outcome::Requeued, started.elapsed());
             ctx.metrics
-                .version_delivery(&ctx.queue, plugin.version(), Outcome::Requeued.label());
+                .version_delivery(&ctx.queue, plugin.version(), Outcome::Requeued);
             tracing::warn!(reason = %why, "requeueing delivery; nothing was committed");
             tokio::time::sleep(REQUEUE_DELAY).await;
             let requeue = BasicNackOptions {
@@ -172,12 +171,9 @@ pub async fn process(
         }
         Settle::Reject(why) => {
             ctx.metrics
-                .delivery(&ctx.queue, Outcome::DeadLettered.label(), started.elapsed());
-            ctx.metrics.version_delivery(
-                &ctx.queue,
-                plugin.version(),
-                Outcome::DeadLettered.label(),
-            );
+                .delivery(&ctx.queue, Outcome::DeadLettered, started.elapsed());
+            ctx.metrics
+                .version_delivery(&ctx.queue, plugin.version(), Outcome::DeadLettered);
             tracing::warn!(reason = %why, "rejecting delivery to the dead-letter exchange");
             if let Err(e) = delivery
                 .acker
@@ -204,7 +200,7 @@ async fn dead_letter_after_panic(
     let reason = cap_reason(&format!(
         "the gateway panicked twice processing this message: {what}"
     ));
-    ctx.telemetry.delivery_failed("panic");
+    ctx.telemetry.delivery_failed(FailureKind::Panic);
     let copied = AssertUnwindSafe(async {
         let received = Received::new(ctx, delivery);
         let copy = Copy {
@@ -214,18 +210,18 @@ async fn dead_letter_after_panic(
             delivery,
             received: &received,
         };
-        to_dead_letter(&copy, &reason, "panic").await
+        to_dead_letter(&copy, &reason, FailureKind::Panic).await
     })
     .catch_unwind()
     .await;
     match copied {
         Ok(Ok(outcome)) => {
-            count_handed_on(ctx, outcome, "panic");
+            count_handed_on(ctx, outcome, ReasonClass::Panic);
             Settle::Ack(outcome)
         }
         // Rejected to the broker's dead-letter exchange: still a dead letter of ours.
         _ => {
-            ctx.metrics.dead_letter(&ctx.queue, "panic");
+            ctx.metrics.dead_letter(&ctx.queue, ReasonClass::Panic);
             Settle::Reject(reason)
         }
     }
@@ -292,7 +288,7 @@ async fn step(
     };
     // 1. Guards, before any plugin code runs.
     if let Some(reason) = received.guard(ctx) {
-        return Step::Done(carry_out(&copy, plan::dead_letter(reason, "rejected")).await);
+        return Step::Done(carry_out(&copy, plan::dead_letter(reason, FailureKind::Rejected)).await);
     }
 
     // 2-3. Attempt (in `received`) and idempotency key.
@@ -305,7 +301,7 @@ async fn step(
         Ok(key) => key,
         Err(why) => match ctx.on_missing_key {
             MissingKeyPolicy::DeadLetter => {
-                return Step::Done(carry_out(&copy, plan::dead_letter(why, "missing-key")).await);
+                return Step::Done(carry_out(&copy, plan::dead_letter(why, FailureKind::MissingKey)).await);
             }
             MissingKeyPolicy::Process => format!("unkeyed:{}", uuid::Uuid::now_v7()),
         },
@@ -349,7 +345,7 @@ async fn step(
         ctx.metrics.handler_duration(&ctx.queue, started.elapsed());
         if let Err(failure) = &result {
             ctx.metrics.plugin_failure(&ctx.queue, failure.kind());
-            handler_span.fail(failure.kind());
+            handler_span.fail(failure.kind().label());
         }
         drop(handler_span);
         let (plan, invocation) = match result {
@@ -424,7 +420,7 @@ async fn step(
             Ok(CommitOutcome::Rejected(why)) => {
                 let plan = plan::dead_letter(
                     format!("the store refused the handler's effects: {why}"),
-                    "rejected",
+                    FailureKind::Rejected,
                 );
                 return Step::Done(carry_out(&copy, plan).await);
             }
@@ -444,7 +440,7 @@ async fn carry_out(copy: &Copy<'_>, plan: Plan) -> Settle {
             reason,
             class,
         } => {
-            copy.ctx.telemetry.delivery_failed("retry");
+            copy.ctx.telemetry.delivery_failed(FailureKind::Retry);
             tracing::info!(attempt = copy.received.attempt, ?delay, %reason, "scheduling retry");
             match to_retry(copy, delay, &reason).await {
                 Ok(outcome) => {
@@ -452,7 +448,7 @@ async fn carry_out(copy: &Copy<'_>, plan: Plan) -> Settle {
                     let class = if outcome == Outcome::Retried {
                         class
                     } else {
-                        "unpublishable"
+                        ReasonClass::Unpublishable
                     };
                     count_handed_on(copy.ctx, outcome, class);
                     Settle::Ack(outcome)
@@ -466,7 +462,7 @@ async fn carry_out(copy: &Copy<'_>, plan: Plan) -> Settle {
             class,
         } => {
             copy.ctx.telemetry.delivery_failed(kind);
-            tracing::warn!(%reason, kind, "dead-lettering");
+            tracing::warn!(%reason, %kind, "dead-lettering");
             match to_dead_letter(copy, &reason, kind).await {
                 Ok(outcome) => {
                     count_handed_on(copy.ctx, outcome, class);
@@ -484,7 +480,7 @@ async fn carry_out(copy: &Copy<'_>, plan: Plan) -> Settle {
 
 /// Counts a confirmed retry or dead-letter copy (or a dead letter archived directly) by
 /// its reason class.
-fn count_handed_on(ctx: &RouteContext, outcome: Outcome, class: &str) {
+fn count_handed_on(ctx: &RouteContext, outcome: Outcome, class: ReasonClass) {
     match outcome {
         Outcome::Retried => ctx.metrics.retry(&ctx.queue, class),
         Outcome::DeadLettered | Outcome::Archived => ctx.metrics.dead_letter(&ctx.queue, class),

@@ -8,6 +8,7 @@ use super::limits::{
     DeliveryTotals, HostCallLimitExceeded, Limiter, MemoryLimitExceeded, TotalExceeded,
 };
 use super::native::{NativeHandler, NativeHost};
+use crate::common::labels::FailureKind;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -91,15 +92,15 @@ pub enum PluginFailure {
 }
 
 impl PluginFailure {
-    /// Short label for metrics and the `x-carteiro-failure` header.
-    pub fn kind(&self) -> &'static str {
+    /// What kind of failure, for metrics and the `x-carteiro-failure` header.
+    pub fn kind(&self) -> FailureKind {
         match self {
-            Self::Trap(_) => "trap",
-            Self::Timeout(_) => "timeout",
-            Self::Memory(_) => "memory",
-            Self::HostCallLimit(_) => "host-call-limit",
-            Self::ResourceLimit(_) => "resource-limit",
-            Self::Instantiate(_) => "instantiate",
+            Self::Trap(_) => FailureKind::Trap,
+            Self::Timeout(_) => FailureKind::Timeout,
+            Self::Memory(_) => FailureKind::Memory,
+            Self::HostCallLimit(_) => FailureKind::HostCallLimit,
+            Self::ResourceLimit(_) => FailureKind::ResourceLimit,
+            Self::Instantiate(_) => FailureKind::Instantiate,
         }
     }
 }

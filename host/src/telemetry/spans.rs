@@ -13,6 +13,7 @@
 
 use super::{Exporting, Telemetry, extract, traceparent_of};
 use crate::broker::PublishError;
+use crate::common::labels::{FailureKind, Outcome};
 use crate::store::OutboxRow;
 use futures::future::Either;
 use opentelemetry::context::FutureExt as _;
@@ -110,7 +111,7 @@ impl Telemetry {
     /// Records the failure class (`error.type`) of the delivery in progress: `retry`, a
     /// dead-letter kind (`dead-letter`, `missing-key`, a plugin failure kind, ...). The
     /// last one recorded is the one exported.
-    pub fn delivery_failed(&self, error_type: &str) {
+    pub fn delivery_failed(&self, kind: FailureKind) {
         if self.on().is_none() {
             return;
         }
@@ -118,7 +119,7 @@ impl Telemetry {
             *findings
                 .error_type
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner) = Some(error_type.to_owned());
+                .unwrap_or_else(PoisonError::into_inner) = Some(kind.label().to_owned());
         }
     }
 
@@ -278,10 +279,10 @@ pub fn within<F: Future>(span: &DeliverySpan, delivery: F) -> impl Future<Output
 impl DeliverySpan {
     /// Ends the delivery span with how the delivery was settled (`carteiro.outcome`) and its
     /// failure class: `error_type`, or else the last one the pipeline recorded.
-    pub fn end(self, outcome: &str, error_type: Option<&str>) {
+    pub fn end(self, outcome: Outcome, error_type: Option<&str>) {
         let Some(cx) = self.0 else { return };
         let span = cx.span();
-        span.set_attribute(KeyValue::new(OUTCOME, outcome.to_owned()));
+        span.set_attribute(KeyValue::new(OUTCOME, outcome.label()));
         let recorded = cx.get::<Findings>().and_then(|f| {
             f.error_type
                 .lock()
@@ -344,7 +345,7 @@ mod tests {
         let inside = within(&delivery, async {
             // Nothing made current: the hooks find no span and build none.
             assert!(!Context::current().has_active_span());
-            off.delivery_failed("retry");
+            off.delivery_failed(FailureKind::Retry);
             (
                 off.handler_span("p", "p@1").0.is_none(),
                 off.commit_span().0.is_none(),
@@ -354,7 +355,7 @@ mod tests {
         })
         .await;
         assert_eq!(inside, (true, true, true, None));
-        delivery.end("acked", None);
+        delivery.end(Outcome::Acked, None);
     }
 
     #[tokio::test]
@@ -388,6 +389,6 @@ mod tests {
             "the delivery span's own id, not the publisher's: {traceparent}"
         );
         assert!(child);
-        delivery.end("acked", None);
+        delivery.end(Outcome::Acked, None);
     }
 }

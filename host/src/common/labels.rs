@@ -1,0 +1,198 @@
+//! What Carteiro counts deliveries by, as enums: how a delivery ended ([`Outcome`]), why it
+//! failed ([`FailureKind`]) and the class of a retry or dead letter ([`ReasonClass`]). Each
+//! becomes text only where it leaves the process: a metric label (they encode themselves),
+//! a span attribute, the `x-carteiro-failure` header of a copy.
+
+use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
+use std::fmt::{self, Write};
+
+/// Text for each variant, and the same text as a metric label value and in `Display`.
+macro_rules! labelled {
+    ($name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        impl $name {
+            /// Every variant, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The text of this label (metrics, spans, headers).
+            pub fn label(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.label())
+            }
+        }
+
+        impl EncodeLabelValue for $name {
+            fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), fmt::Error> {
+                encoder.write_str(self.label())
+            }
+        }
+    };
+}
+
+/// How a delivery ended: `outcome` of `carteiro_deliveries_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Outcome {
+    /// Effects committed, then acked.
+    Acked,
+    /// Already processed (inbox record found): acked without running the handler.
+    Duplicate,
+    /// Handed to a retry tier (confirmed), then acked.
+    Retried,
+    /// Handed to the dead-letter exchange (confirmed), then acked.
+    DeadLettered,
+    /// Given back to the broker: nothing durable happened.
+    Requeued,
+    /// Archived straight into the store because no copy of it could be published.
+    Archived,
+}
+
+labelled!(Outcome {
+    Acked => "acked",
+    Duplicate => "duplicate",
+    Retried => "retried",
+    DeadLettered => "dead_lettered",
+    Requeued => "requeued",
+    Archived => "archived",
+});
+
+/// Why a delivery failed: the `x-carteiro-failure` header of its copy, the span's
+/// `error.type`, and `kind` of `carteiro_plugin_failures_total` for the plugin's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// The handler's `retry` verdict.
+    Retry,
+    /// The handler's `dead-letter` verdict.
+    DeadLetter,
+    /// The plugin trapped.
+    Trap,
+    /// The plugin ran past its timeout.
+    Timeout,
+    /// The plugin hit its memory cap.
+    Memory,
+    /// The plugin made too many host calls.
+    HostCallLimit,
+    /// The plugin went past a per-delivery total (kv bytes, events, logs).
+    ResourceLimit,
+    /// The plugin could not be instantiated.
+    Instantiate,
+    /// Refused before the handler ran (a guard), or the store refused its effects.
+    Rejected,
+    /// The route's idempotency key was missing.
+    MissingKey,
+    /// The gateway panicked processing it twice.
+    Panic,
+    /// A copy Carteiro could not publish at all (past AMQP's limits): archived directly.
+    Unpublishable,
+}
+
+labelled!(FailureKind {
+    Retry => "retry",
+    DeadLetter => "dead-letter",
+    Trap => "trap",
+    Timeout => "timeout",
+    Memory => "memory",
+    HostCallLimit => "host-call-limit",
+    ResourceLimit => "resource-limit",
+    Instantiate => "instantiate",
+    Rejected => "rejected",
+    MissingKey => "missing-key",
+    Panic => "panic",
+    Unpublishable => "unpublishable",
+});
+
+impl FailureKind {
+    /// The reason class of a retry or dead letter for this kind: the handler's own verdicts
+    /// are [`ReasonClass::Handler`]; every other kind is its own class.
+    pub fn class(self) -> ReasonClass {
+        match self {
+            FailureKind::Retry | FailureKind::DeadLetter => ReasonClass::Handler,
+            FailureKind::Trap => ReasonClass::Trap,
+            FailureKind::Timeout => ReasonClass::Timeout,
+            FailureKind::Memory => ReasonClass::Memory,
+            FailureKind::HostCallLimit => ReasonClass::HostCallLimit,
+            FailureKind::ResourceLimit => ReasonClass::ResourceLimit,
+            FailureKind::Instantiate => ReasonClass::Instantiate,
+            FailureKind::Rejected => ReasonClass::Rejected,
+            FailureKind::MissingKey => ReasonClass::MissingKey,
+            FailureKind::Panic => ReasonClass::Panic,
+            FailureKind::Unpublishable => ReasonClass::Unpublishable,
+        }
+    }
+}
+
+/// Why a delivery was retried or dead-lettered: `reason_class` of `carteiro_retries_total`
+/// and `carteiro_dead_letters_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReasonClass {
+    /// The handler's own verdict.
+    Handler,
+    /// The attempt limit was reached.
+    RetriesExhausted,
+    /// See [`FailureKind::Unpublishable`] (a retry copy too big to publish, archived as a
+    /// dead letter instead).
+    Unpublishable,
+    /// See [`FailureKind::Trap`].
+    Trap,
+    /// See [`FailureKind::Timeout`].
+    Timeout,
+    /// See [`FailureKind::Memory`].
+    Memory,
+    /// See [`FailureKind::HostCallLimit`].
+    HostCallLimit,
+    /// See [`FailureKind::ResourceLimit`].
+    ResourceLimit,
+    /// See [`FailureKind::Instantiate`].
+    Instantiate,
+    /// See [`FailureKind::Rejected`].
+    Rejected,
+    /// See [`FailureKind::MissingKey`].
+    MissingKey,
+    /// See [`FailureKind::Panic`].
+    Panic,
+}
+
+labelled!(ReasonClass {
+    Handler => "handler",
+    RetriesExhausted => "retries-exhausted",
+    Unpublishable => "unpublishable",
+    Trap => "trap",
+    Timeout => "timeout",
+    Memory => "memory",
+    HostCallLimit => "host-call-limit",
+    ResourceLimit => "resource-limit",
+    Instantiate => "instantiate",
+    Rejected => "rejected",
+    MissingKey => "missing-key",
+    Panic => "panic",
+});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn labels_are_distinct_and_a_kind_keeps_its_text_as_a_class() {
+        for all in [
+            Outcome::ALL.iter().map(|o| o.label()).collect::<Vec<_>>(),
+            FailureKind::ALL.iter().map(|k| k.label()).collect(),
+            ReasonClass::ALL.iter().map(|c| c.label()).collect(),
+        ] {
+            assert_eq!(all.iter().collect::<BTreeSet<_>>().len(), all.len(), "{all:?}");
+        }
+        for kind in FailureKind::ALL {
+            let class = kind.class();
+            if class != ReasonClass::Handler {
+                assert_eq!(class.label(), kind.label());
+            }
+        }
+        assert_eq!(FailureKind::DeadLetter.class(), ReasonClass::Handler);
+        assert_eq!(Outcome::DeadLettered.to_string(), "dead_lettered");
+    }
+}
