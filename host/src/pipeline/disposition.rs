@@ -12,9 +12,21 @@ use crate::broker::outgoing::{copy_properties, set_int, set_text, without_broker
 use crate::broker::{ConfirmedPublisher, Outgoing, PublishError};
 use crate::common::{headers as h, now_ms};
 use crate::runtime::Plugin;
+use crate::store::StoreError;
 use lapin::message::Delivery;
 use lapin::types::FieldTable;
 use std::time::Duration;
+
+/// Why a retry or dead-letter copy was not handed on; the delivery is then requeued.
+#[derive(Debug, thiserror::Error)]
+pub enum HandOnError {
+    /// The copy's publish failed or its confirm did not come.
+    #[error(transparent)]
+    Publish(#[from] PublishError),
+    /// The copy could not be published at all, and archiving it directly failed too.
+    #[error("archiving directly failed: {0}")]
+    Archive(#[from] StoreError),
+}
 
 /// What a copy is made from.
 pub struct Copy<'a> {
@@ -80,7 +92,11 @@ async fn publish(
 }
 
 /// Publishes a copy to the retry tier for `delay`, with the attempt counter incremented.
-pub async fn to_retry(copy: &Copy<'_>, delay: Duration, reason: &str) -> Result<Outcome, String> {
+pub async fn to_retry(
+    copy: &Copy<'_>,
+    delay: Duration,
+    reason: &str,
+) -> Result<Outcome, HandOnError> {
     let mut headers = failure_headers(copy.received, reason, false);
     set_int(
         &mut headers,
@@ -97,7 +113,7 @@ pub async fn to_retry(copy: &Copy<'_>, delay: Duration, reason: &str) -> Result<
             );
             archive_directly(copy, &reason, FailureKind::Unpublishable).await
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -106,7 +122,7 @@ pub async fn to_dead_letter(
     copy: &Copy<'_>,
     reason: &str,
     kind: FailureKind,
-) -> Result<Outcome, String> {
+) -> Result<Outcome, HandOnError> {
     let ctx = copy.ctx;
     let mut headers = failure_headers(copy.received, reason, true);
     set_text(&mut headers, h::REASON, reason);
@@ -124,7 +140,7 @@ pub async fn to_dead_letter(
             );
             archive_directly(copy, &reason, kind).await
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -133,7 +149,7 @@ async fn archive_directly(
     copy: &Copy<'_>,
     reason: &str,
     kind: FailureKind,
-) -> Result<Outcome, String> {
+) -> Result<Outcome, HandOnError> {
     let ctx = copy.ctx;
     tracing::warn!(%reason, %kind, "archiving the dead letter directly into the store");
     let record = archiver::record(
@@ -157,7 +173,7 @@ async fn archive_directly(
         // The store keeps any text: only store trouble is left.
         Err(e) => {
             ctx.gate.report_failure(&e.to_string());
-            Err(format!("archiving directly failed: {e}"))
+            Err(HandOnError::Archive(e))
         }
     }
 }

@@ -24,7 +24,7 @@ use crate::broker::{ConfirmedPublisher, JitteredBackoff};
 use crate::common::{FaultPoint, hang_if};
 use crate::config::MissingKeyPolicy;
 use crate::runtime::{Invocation, KvSource, Message, Plugin};
-use crate::store::{CommitOutcome, CommitRequest, KvRead, KvWrite, NewOutboxRow};
+use crate::store::{CommitOutcome, CommitRequest, KvRead, KvWrite, NewOutboxRow, StoreError};
 use crate::telemetry::{self, DeliveryFacts};
 use futures::FutureExt;
 use lapin::message::Delivery;
@@ -514,7 +514,7 @@ async fn commit(
     inbox_key: &str,
     trace: Option<(String, String)>,
     invocation: Invocation,
-) -> Result<CommitOutcome, String> {
+) -> Result<CommitOutcome, StoreError> {
     let effects = invocation.effects;
     let plugin = plugin.name().to_owned();
     let request = CommitRequest {
@@ -562,11 +562,7 @@ async fn commit(
             .collect(),
     };
     hang_if(ctx.fault, FaultPoint::HangBeforeCommit).await;
-    let outcome = ctx
-        .committer
-        .commit(request)
-        .await
-        .map_err(|e| e.to_string())?;
+    let outcome = ctx.committer.commit(request).await?;
     hang_if(ctx.fault, FaultPoint::HangAfterCommit).await;
     Ok(outcome)
 }
