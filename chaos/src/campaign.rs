@@ -1,6 +1,7 @@
 //! One campaign: services, gateways and relays, the workload, faults at random moments,
 //! then the drain and the checker.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -95,6 +96,8 @@ pub struct Outcome {
     /// no fault active, and during faults (from injection to first progress after healing).
     pub rate_quiet: f64,
     pub rate_faults: f64,
+    /// The same rate during each kind of fault.
+    pub rate_by_fault: Vec<(Fault, f64)>,
     pub findings: Findings,
 }
 
@@ -344,7 +347,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
     };
     collect::store(&pool, &mut state).await?;
     let findings = checker::check(&state);
-    let (rate_quiet, rate_faults) = rates(
+    let (rate_quiet, rate_faults, rate_by_fault) = rates(
         &samples.lock().await,
         &records,
         (load_started - started + opts.quiet / 4).as_millis() as u64,
@@ -366,6 +369,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
         drained,
         rate_quiet,
         rate_faults,
+        rate_by_fault,
         findings,
     })
 }
@@ -550,12 +554,17 @@ fn restart_exited(world: &mut World, exits: &mut Vec<String>, at_ms: u64) -> any
     Ok(())
 }
 
-/// Commits per second outside faults and during them.
-fn rates(samples: &[(u64, u64)], faults: &[FaultRecord], ramp_until: u64) -> (f64, f64) {
-    let in_fault = |t: u64| {
+/// Commits per second outside faults, during them, and during each kind of fault.
+fn rates(
+    samples: &[(u64, u64)],
+    faults: &[FaultRecord],
+    ramp_until: u64,
+) -> (f64, f64, Vec<(Fault, f64)>) {
+    let kind_at = |t: u64| {
         faults
             .iter()
-            .any(|f| t >= f.start_ms && t <= f.recovered_ms.unwrap_or(f.healed_ms))
+            .find(|f| t >= f.start_ms && t <= f.recovered_ms.unwrap_or(f.healed_ms))
+            .map(|f| f.fault)
     };
     let last_fault = faults
         .iter()
@@ -563,19 +572,25 @@ fn rates(samples: &[(u64, u64)], faults: &[FaultRecord], ramp_until: u64) -> (f6
         .max()
         .unwrap_or(0);
     let (mut quiet, mut faulty) = ((0u64, 0u64), (0u64, 0u64));
+    let mut by_kind: BTreeMap<Fault, (u64, u64)> = BTreeMap::new();
     for w in samples.windows(2) {
         let ((t0, d0), (t1, d1)) = (w[0], w[1]);
         // Skip the start-up ramp and the drain, where the backlog is not steady.
         if t0 < ramp_until || (last_fault > 0 && t1 > last_fault) {
             continue;
         }
-        let slot = if in_fault(t0) || in_fault(t1) {
-            &mut faulty
-        } else {
-            &mut quiet
+        let (done, took) = (d1.saturating_sub(d0), t1 - t0);
+        let slot = match kind_at(t0).or_else(|| kind_at(t1)) {
+            Some(kind) => {
+                let k = by_kind.entry(kind).or_default();
+                k.0 += done;
+                k.1 += took;
+                &mut faulty
+            }
+            None => &mut quiet,
         };
-        slot.0 += d1.saturating_sub(d0);
-        slot.1 += t1 - t0;
+        slot.0 += done;
+        slot.1 += took;
     }
     let rate = |(n, ms): (u64, u64)| {
         if ms == 0 {
@@ -584,5 +599,6 @@ fn rates(samples: &[(u64, u64)], faults: &[FaultRecord], ramp_until: u64) -> (f6
             n as f64 * 1e3 / ms as f64
         }
     };
-    (rate(quiet), rate(faulty))
+    let by_kind = by_kind.into_iter().map(|(k, v)| (k, rate(v))).collect();
+    (rate(quiet), rate(faulty), by_kind)
 }

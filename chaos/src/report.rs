@@ -34,7 +34,8 @@ pub fn markdown(o: &Outcome, command: &str, date: &str) -> String {
     );
     let _ = writeln!(
         s,
-        "| fault | injected | longest recovery |\n|---|---:|---:|"
+        "| fault | injected | longest recovery | throughput during it / without |\n\
+         |---|---:|---:|---:|"
     );
     let mut by_kind: BTreeMap<Fault, (usize, Option<u64>, bool)> = BTreeMap::new();
     for f in &o.faults {
@@ -50,9 +51,19 @@ pub fn markdown(o: &Outcome, command: &str, date: &str) -> String {
             (true, Some(ms)) => format!("{:.2} s", *ms as f64 / 1e3),
             _ => "no recovery".to_owned(),
         };
-        let _ = writeln!(s, "| {} | {n} | {longest} |", fault.name());
+        let during = o
+            .rate_by_fault
+            .iter()
+            .find(|(k, _)| k == fault)
+            .map_or("–".to_owned(), |(_, rate)| share(*rate, o.rate_quiet));
+        let _ = writeln!(s, "| {} | {n} | {longest} | {during} |", fault.name());
     }
-    let _ = writeln!(s, "| **all** | **{}** | |\n", o.faults.len());
+    let _ = writeln!(
+        s,
+        "| **all** | **{}** | | {} |\n",
+        o.faults.len(),
+        share(o.rate_faults, o.rate_quiet)
+    );
     let f = &o.findings;
     let rows = [
         ("inputs (distinct)", f.inputs.to_string()),
@@ -142,4 +153,13 @@ pub fn markdown(o: &Outcome, command: &str, date: &str) -> String {
         }
     }
     s
+}
+
+/// `rate` as a share of `quiet`, e.g. `54%`.
+fn share(rate: f64, quiet: f64) -> String {
+    if quiet > 0.0 {
+        format!("{:.0}%", 100.0 * rate / quiet)
+    } else {
+        "–".to_owned()
+    }
 }
