@@ -6,7 +6,9 @@
 //! - `error`: [`StoreError`] and the transient/permanent classification.
 //! - `migrations`: the embedded schema (`host/migrations/{sqlite,postgres}`).
 //! - `commit`: [`Store::commit_batch`], one transaction for many deliveries (G2), and its
-//!   savepoint-per-request fallback; `commit_set`: its set-based fast path.
+//!   savepoint-per-request fallback; `commit_set`: its set-based fast path;
+//!   `commit_request`: [`CommitRequest`] and what both paths share (checks, key locks,
+//!   outbox rows), below them both.
 //! - `committer`: [`GroupCommitter`], the task that batches concurrent commits.
 //! - `inbox`, `kv`, `outbox`, `dead_letters`: reads and maintenance per table;
 //!   `dead_letter_text`: the lossless encoding that lets any dead letter be archived.
@@ -17,6 +19,7 @@
 
 mod canaries;
 mod commit;
+mod commit_request;
 mod commit_set;
 mod committer;
 mod dead_letter_text;
@@ -36,7 +39,7 @@ mod validate;
 mod tests;
 
 pub use canaries::CanaryDecision;
-pub use commit::{
+pub use commit_request::{
     CommitOutcome, CommitRequest, KvRead, KvWrite, MAX_KV_KEYS_PER_COMMIT, NewOutboxRow,
 };
 pub use committer::{CommitterConfig, CommitterHandle, GroupCommitter};
