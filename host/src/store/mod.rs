@@ -43,7 +43,8 @@ pub use commit_request::{
     CommitOutcome, CommitRequest, KvRead, KvWrite, MAX_KV_KEYS_PER_COMMIT, NewOutboxRow,
 };
 pub use committer::{CommitterConfig, CommitterHandle, GroupCommitter};
-pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterStat, NewDeadLetter};
+pub use dead_letter_text::NewDeadLetter;
+pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterStat};
 pub use error::StoreError;
 pub use kv::KvEntry;
 pub use outbox::{OUTBOX_NOTIFY_CHANNEL, OutboxRow, OutboxStatus};
