@@ -11,7 +11,8 @@
 //!   outbox rows), below them both.
 //! - `committer`: [`GroupCommitter`], the task that batches concurrent commits.
 //! - `inbox`, `kv`, `outbox`, `dead_letters`: reads and maintenance per table;
-//!   `dead_letter_text`: the lossless encoding that lets any dead letter be archived.
+//!   `dead_letter_text`: [`NewDeadLetter`] and the lossless encoding that lets any of
+//!   them be archived.
 //! - `reads`: [`BatchedReads`], the pipeline's inbox and kv point reads, batched.
 //! - `sql`: placeholder lists for statements built per batch.
 //! - `validate`: text checks shared by every write (no NUL bytes on either backend).
