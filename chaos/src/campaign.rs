@@ -34,7 +34,7 @@ const RECOVERY_BOUND: Duration = Duration::from_secs(120);
 /// to the lease plus 7 s after progress resumed (a dead relay's rows wait out its lease and
 /// are published again).
 const WINDOW_BEFORE: Duration = Duration::from_secs(6);
-const WINDOW_AFTER: Duration = Duration::from_secs(faults::LEASE.as_secs() + 7);
+const WINDOW_AFTER: Duration = Duration::from_secs(config::LEASE.as_secs() + 7);
 /// Every so many faults the gap is longer than both windows together, so that some time
 /// lies outside every fault's window and a duplicate there fails the run.
 const QUIET_EVERY: usize = 12;
@@ -448,7 +448,7 @@ async fn declare_sinks(urls: &[String], quorum: bool) -> anyhow::Result<()> {
         FieldTable::default(),
     )
     .await?;
-    for queue in [SINK_QUEUE, checker::ROUTE_DOWNSTREAM] {
+    for queue in [SINK_QUEUE, config::ROUTE_DOWNSTREAM] {
         ch.queue_bind(
             queue.into(),
             UNROUTABLE_EXCHANGE.into(),

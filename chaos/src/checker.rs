@@ -4,17 +4,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use crate::config::{NS_COUNTER, NS_DOWNSTREAM, NS_ENROLL, NS_FLAKY, ROUTE_DOWNSTREAM};
 use crate::workload::{Kind, Sent};
-
-/// Routes (also their queues) and plugin namespaces of the campaign's config.
-pub const ROUTE_ENROLL: &str = "chaos-enroll";
-pub const ROUTE_COUNTER: &str = "chaos-counter";
-pub const ROUTE_FLAKY: &str = "chaos-flaky";
-pub const ROUTE_DOWNSTREAM: &str = "chaos-downstream";
-pub const NS_ENROLL: &str = "enrollment";
-pub const NS_COUNTER: &str = "counter";
-pub const NS_FLAKY: &str = "mixed";
-pub const NS_DOWNSTREAM: &str = "downstream";
 
 /// Events each enrollment emits.
 const ENROLL_EVENTS: usize = 3;
@@ -569,6 +560,7 @@ fn check_sink(state: &State, events: &HashMap<&str, Vec<&OutboxRow>>, f: &mut Fi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{ROUTE_COUNTER, ROUTE_ENROLL, ROUTE_FLAKY};
 
     fn sent(number: u64, kind: Kind) -> Sent {
         Sent::new(number, kind)

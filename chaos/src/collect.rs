@@ -7,7 +7,7 @@ use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Row};
 
 // The SQL names the campaign's routes and namespaces literally (sqlx takes only static
-// SQL text): checker::ROUTE_DOWNSTREAM and checker::NS_*.
+// SQL text): config::ROUTE_DOWNSTREAM and config::NS_*.
 use crate::checker::{DeadLetter, OutboxRow, State};
 
 /// Bound on every query: a store that is down (a fault) must not hang the campaign.

@@ -1,12 +1,26 @@
 //! The gateways' config for a campaign: four routes, short heartbeats, leases and backoffs
-//! so that faults bite and recoveries are quick.
+//! so that faults bite and recoveries are quick. Its names and timings are the ones the
+//! workload, the faults and the checker agree on, so they live here, below all of them.
 
 use std::path::Path;
+use std::time::Duration;
 
-use crate::checker::{ROUTE_COUNTER, ROUTE_DOWNSTREAM, ROUTE_ENROLL, ROUTE_FLAKY};
-use crate::faults::{HEARTBEAT, LEASE, RECONNECT_MAX};
-use crate::workload::INPUT_EXCHANGE;
-
+/// Routes (also their queues) and plugin namespaces.
+pub const ROUTE_ENROLL: &str = "chaos-enroll";
+pub const ROUTE_COUNTER: &str = "chaos-counter";
+pub const ROUTE_FLAKY: &str = "chaos-flaky";
+pub const ROUTE_DOWNSTREAM: &str = "chaos-downstream";
+pub const NS_ENROLL: &str = "enrollment";
+pub const NS_COUNTER: &str = "counter";
+pub const NS_FLAKY: &str = "mixed";
+pub const NS_DOWNSTREAM: &str = "downstream";
+/// The exchange every input goes to; the routing key picks the route.
+pub const INPUT_EXCHANGE: &str = "chaos.in";
+/// The relay lease and AMQP heartbeat; a pause fault outlasts both.
+pub const LEASE: Duration = Duration::from_secs(6);
+pub const HEARTBEAT: Duration = Duration::from_secs(2);
+/// The longest reconnect backoff; a broker outage outlasts it.
+pub const RECONNECT_MAX: Duration = Duration::from_secs(2);
 /// The exchange the upstream routes emit to; the downstream route and the sink consume it.
 pub const EVENTS_EXCHANGE: &str = "chaos.events";
 /// Where the downstream route's own events go (a capped queue nobody checks).

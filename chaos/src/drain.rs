@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use lapin::options::{BasicAckOptions, BasicGetOptions};
 
-use crate::checker::{ROUTE_COUNTER, ROUTE_DOWNSTREAM, ROUTE_ENROLL, ROUTE_FLAKY};
+use crate::config::{ROUTE_COUNTER, ROUTE_DOWNSTREAM, ROUTE_ENROLL, ROUTE_FLAKY};
 use crate::sink::SINK_QUEUE;
 use crate::{broker, collect, config};
 

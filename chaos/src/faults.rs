@@ -9,14 +9,9 @@ use rand::rngs::StdRng;
 use serde::Serialize;
 use sqlx::Connection;
 
+use crate::config::{HEARTBEAT, LEASE, RECONNECT_MAX, ROUTE_ENROLL};
 use crate::procs::Proc;
 use crate::services::{Broker, Postgres};
-
-/// The relay lease and AMQP heartbeat the campaign's config sets; a pause outlasts both.
-pub const LEASE: Duration = Duration::from_secs(6);
-pub const HEARTBEAT: Duration = Duration::from_secs(2);
-/// The config's longest reconnect backoff; a broker outage outlasts it.
-pub const RECONNECT_MAX: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -72,14 +67,11 @@ impl Fault {
 }
 
 /// How long a long store outage lasts: in a full run past the broker's `consumer_timeout`
-/// ([`CONSUMER_TIMEOUT`]); in a smoke, shorter, so the smoke stays short.
+/// ([`CONSUMER_TIMEOUT`](crate::services::CONSUMER_TIMEOUT)); in a smoke, shorter, so the
+/// smoke stays short.
 pub fn long_outage(full: bool) -> (f64, f64) {
     if full { (65.0, 150.0) } else { (15.0, 25.0) }
 }
-
-/// The broker's `consumer_timeout` in every campaign: a long store outage outlasts it, so
-/// the broker takes held deliveries back and the routes must reconnect.
-pub const CONSUMER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The faults injected as the n-th fault of a run (by count, so a seed replays them),
 /// besides the random ones: every run meets a seal-key rotation and a long store outage.
@@ -208,7 +200,7 @@ pub async fn inject(world: &mut World, fault: Fault, rng: &mut StdRng) -> anyhow
             Ok(format!("node {} for {:.1} s", i + 1, down.as_secs_f64()))
         }
         Fault::NodeKill => {
-            let leader = world.broker.leader(crate::checker::ROUTE_ENROLL);
+            let leader = world.broker.leader(ROUTE_ENROLL);
             let (i, which) = match leader {
                 Some(l) if rng.random_bool(0.5) => (l, " (quorum leader)"),
                 _ => (rng.random_range(0..world.broker.nodes()), ""),
@@ -361,6 +353,7 @@ async fn hold_write_lock(path: &std::path::Path, hold: Duration) -> anyhow::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::services::CONSUMER_TIMEOUT;
     use rand::SeedableRng;
 
     #[test]

@@ -12,6 +12,10 @@ use sqlx::Connection;
 /// First port of the cluster's nodes.
 const CLUSTER_PORT: u16 = 5700;
 
+/// The broker's `consumer_timeout` in every campaign: a long store outage outlasts it, so
+/// the broker takes held deliveries back and the routes must reconnect.
+pub const CONSUMER_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// `CARTEIRO_CHAOS_PORT_OFFSET=N` moves the single-node broker and PostgreSQL to their ports
 /// plus N, under instance names of their own (`chaosN`), so that a campaign can run while
 /// another tree's campaign services are still up. The cluster's ports do not move.
@@ -146,10 +150,7 @@ impl Broker {
 
     fn script(&self, args: &[&str]) -> anyhow::Result<()> {
         // Every (re)start writes the node's rabbitmq.conf with these lines.
-        let extra = format!(
-            "consumer_timeout = {}",
-            crate::faults::CONSUMER_TIMEOUT.as_millis()
-        );
+        let extra = format!("consumer_timeout = {}", CONSUMER_TIMEOUT.as_millis());
         run_with(
             &self.repo.join("scripts/rabbitmq.sh"),
             args,

@@ -14,10 +14,8 @@ use rand::rngs::StdRng;
 use tokio::sync::Mutex;
 
 use crate::broker;
-use crate::checker::{ROUTE_COUNTER, ROUTE_ENROLL, ROUTE_FLAKY};
+use crate::config::{INPUT_EXCHANGE, ROUTE_COUNTER, ROUTE_ENROLL, ROUTE_FLAKY};
 
-/// The exchange every input goes to; the routing key picks the route.
-pub const INPUT_EXCHANGE: &str = "chaos.in";
 /// Hot counter keys: many messages, few keys.
 const HOT_KEYS: u64 = 8;
 

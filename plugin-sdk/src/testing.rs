@@ -30,59 +30,11 @@ use std::collections::BTreeMap;
 use serde::de::DeserializeOwned;
 
 use crate::host::mock::{self, State};
-use crate::log::Level;
-use crate::outbox::{Event, EventId};
+use crate::outbox::Event;
 use crate::{Message, Verdict};
 
-/// An event the handler emitted, with the id the mock host gave it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EmittedEvent {
-    /// The id returned to the handler.
-    pub id: EventId,
-    /// The event as emitted.
-    pub event: Event,
-}
-
-/// One line the handler logged.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogRecord {
-    /// Its level.
-    pub level: Level,
-    /// Its text.
-    pub message: String,
-}
-
-/// Limits the mock host enforces, so tests see the same typed errors as in production.
-///
-/// The defaults are the gateway's: 1 KiB keys, 4 MiB values, 8 MiB payloads, and the
-/// per-plugin defaults `max_events = 100`, `max_host_calls = 10000`. Match what your
-/// operator configures with [`MockHost::set_limits`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
-    /// Longest accepted kv key, in bytes.
-    pub max_key_len: usize,
-    /// Largest accepted kv value, in bytes.
-    pub max_value_len: usize,
-    /// Most events one message may emit.
-    pub max_events: u32,
-    /// Largest accepted event payload, in bytes.
-    pub max_payload_len: usize,
-    /// Most host calls (kv, outbox, log, config) one message may make. Exceeding it traps
-    /// the component on the real host; [`run`] panics instead.
-    pub max_host_calls: u32,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_key_len: crate::rules::MAX_KV_KEY_BYTES,
-            max_value_len: crate::rules::MAX_KV_VALUE_BYTES,
-            max_events: 100,
-            max_payload_len: crate::rules::MAX_EVENT_PAYLOAD_BYTES,
-            max_host_calls: 10_000,
-        }
-    }
-}
+// Defined with the mock host's state, which holds them; authors name them from here.
+pub use crate::host::mock::{EmittedEvent, Limits, LogRecord};
 
 /// What one [`run`] produced.
 #[derive(Debug, Clone, PartialEq, Eq)]

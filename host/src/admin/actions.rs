@@ -6,7 +6,7 @@
 use super::jobs::{Job, Kind, ReplayContext};
 use super::page::{Fields, error_page, page, see_other};
 use super::target::Target;
-use super::{AdminState, banners};
+use super::{AdminState, Refusal, banners};
 use crate::admin::GatewayHandle;
 use crate::dlq::run::{ReplayOptions, parse_rate};
 use axum::extract::{Path, RawQuery, State};
@@ -14,8 +14,6 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use maud::html;
 use std::sync::Arc;
-
-pub use super::jobs::Refusal;
 
 /// Starts a replay job on `target`.
 pub async fn start_replay(

@@ -4,6 +4,7 @@
 //! polled at `/api/jobs/{id}`. A replay stopped (or lost with the process) is resumed by
 //! starting the same replay again: it takes only the rows not marked yet.
 
+use super::Refusal;
 use crate::config::Config;
 use crate::dlq::run::{Progress, ReplayOptions, ReplayReport};
 use crate::dlq::shadow::{self, Now, ShadowOptions, Verdicts};
@@ -49,9 +50,6 @@ impl Kind {
         }
     }
 }
-
-/// A refusal: status and why.
-pub type Refusal = (axum::http::StatusCode, String);
 
 fn too_many(running: usize, what: &str) -> Refusal {
     (

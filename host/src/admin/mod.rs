@@ -51,6 +51,10 @@ pub struct GatewayHandle {
     pub live: LiveHandle,
 }
 
+/// A refusal: status and why. Here, below `jobs`, `shadow_file` and `actions`, which all
+/// refuse alike.
+pub type Refusal = (axum::http::StatusCode, String);
+
 /// What every handler can reach.
 #[derive(Clone)]
 pub struct AdminState {

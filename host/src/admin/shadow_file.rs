@@ -4,7 +4,7 @@
 //! kv reads and its output is readable on `/api/jobs`, so an arbitrary path on the host
 //! (`/etc/...`, `../`) is refused, and no refusal quotes a byte of the file.
 
-use super::jobs::Refusal;
+use super::Refusal;
 use crate::config::Config;
 use axum::http::StatusCode;
 use sha2::{Digest, Sha256};

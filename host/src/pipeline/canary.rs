@@ -8,7 +8,7 @@
 //! (`canary_decisions`): a restart, a reload or another gateway on that store does not
 //! start the same canary version again.
 
-use super::canary_decisions::CanaryDecisions;
+use super::canary_decisions::{CanaryDecisions, Phase};
 use crate::config::RollbackConfig;
 use crate::metrics::Metrics;
 use crate::runtime::Plugin;
@@ -19,15 +19,6 @@ use std::time::{Duration, Instant};
 
 /// Slices of the window (counts per slice; old slices drop off).
 const SLICES: u32 = 20;
-
-/// Where a canary stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Phase {
-    Active,
-    RolledBack(String),
-    Promoted,
-    Aborted,
-}
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Counts {

@@ -2,7 +2,6 @@
 //! across restarts and reloads and for every gateway on that store: keyed by the plugin and
 //! the canary component's digest, so only a new canary version starts afresh.
 
-use super::canary::Phase;
 use crate::broker::JitteredBackoff;
 use crate::store::{CanaryDecision, Store, StoreError};
 use std::collections::HashMap;
@@ -15,6 +14,16 @@ use tokio_util::sync::CancellationToken;
 pub const REFRESH: Duration = Duration::from_secs(5);
 /// How long a decision is retried when the store refuses it (it holds in memory meanwhile).
 const WRITE_FOR: Duration = Duration::from_secs(600);
+
+/// Where a canary stands. Here rather than in `canary`, which imports this module: a decision
+/// is the phase a canary ended in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    Active,
+    RolledBack(String),
+    Promoted,
+    Aborted,
+}
 
 /// The decisions known to this gateway: read at start, refreshed, and written through.
 pub struct CanaryDecisions {

@@ -14,11 +14,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use sqlx::{AnyConnection, AssertSqlSafe, Row};
 
-use super::commit::{check, last_write_per_key, lock_kv_keys, observed_version};
+use super::commit_request::{
+    CommitOutcome, CommitRequest, check, insert_outbox, last_write_per_key, lock_kv_keys,
+    observed_version,
+};
 use super::error::{Class, classify};
 use super::inbox::present_keys;
 use super::sql::{Placeholders, shaped_chunks};
-use super::{Backend, CommitOutcome, CommitRequest, Store, StoreError, headers_to_json, now_ms};
+use super::{Backend, Store, StoreError, now_ms};
 
 /// Why the fast path gave up.
 pub(super) enum SetError {
@@ -332,42 +335,4 @@ async fn upsert_kv(
         }
     }
     Ok(())
-}
-
-/// Inserts the outbox rows of `committed` in request order (ids follow commit order, which
-/// the relay's per-key ordering relies on). Returns how many.
-pub(super) async fn insert_outbox(
-    conn: &mut AnyConnection,
-    backend: Backend,
-    committed: &[&CommitRequest],
-    now: i64,
-) -> Result<usize, sqlx::Error> {
-    const WIDTH: usize = 11;
-    let rows: Vec<_> = committed.iter().flat_map(|r| r.outbox.iter()).collect();
-    for chunk in shaped_chunks(&rows) {
-        let sql = format!(
-            "INSERT INTO outbox (event_id, route, plugin, exchange, routing_key, headers, \
-             content_type, payload, ordering_key, created_at, next_attempt_at) VALUES {}",
-            Placeholders::new(backend).rows(chunk.len(), WIDTH)
-        );
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for row in chunk {
-            query = query
-                .bind(row.event_id.to_string())
-                .bind(row.route.as_str())
-                .bind(row.plugin.as_str())
-                .bind(row.exchange.as_str())
-                .bind(row.routing_key.as_str())
-                .bind(headers_to_json(&row.headers))
-                .bind(row.content_type.as_deref())
-                .bind(row.payload.as_slice())
-                .bind(row.ordering_key.as_str())
-                .bind(now)
-                // Publishable at once: backoffs are timed by the database's clock, which the
-                // committer's wall clock may be ahead of.
-                .bind(0_i64);
-        }
-        query.execute(&mut *conn).await?;
-    }
-    Ok(rows.len())
 }

@@ -27,7 +27,32 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{NewDeadLetter, headers_to_json};
+use super::headers_to_json;
+
+/// A message to archive. Defined here, below `dead_letters` (which archives it), because
+/// the encoding reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewDeadLetter {
+    /// Route it belonged to.
+    pub route: String,
+    /// Queue it was consumed from (usually `Q.dlq`).
+    pub queue: String,
+    /// Why it was dead-lettered. Any text: the module docs say how text the columns cannot
+    /// hold (NUL, very long) is stored.
+    pub reason: String,
+    /// Plugin that handled it, when known.
+    pub plugin: Option<String>,
+    /// Delivery attempts made.
+    pub attempts: i64,
+    /// AMQP headers, in order.
+    pub headers: Vec<(String, String)>,
+    /// Body, verbatim.
+    pub body: Vec<u8>,
+    /// Unix ms of the first failure, when known.
+    pub first_failed_at: Option<i64>,
+    /// Unix ms it was dead-lettered.
+    pub dead_lettered_at: i64,
+}
 
 /// Cap on `route`, `queue` and `plugin` columns, in bytes (PostgreSQL's btree entries are
 /// limited to about 2,700 bytes, and `route` is indexed).

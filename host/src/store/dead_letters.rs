@@ -5,32 +5,8 @@
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::{Arguments, AssertSqlSafe, Row};
 
-use super::dead_letter_text::{self, SHORT_MAX, TEXT_MAX, stand_in};
+use super::dead_letter_text::{self, NewDeadLetter, SHORT_MAX, TEXT_MAX, stand_in};
 use super::{Backend, PURGE_CHUNK, Store, StoreError, headers_from_json, now_ms, validate};
-
-/// A message to archive.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewDeadLetter {
-    /// Route it belonged to.
-    pub route: String,
-    /// Queue it was consumed from (usually `Q.dlq`).
-    pub queue: String,
-    /// Why it was dead-lettered. Any text: see `dead_letter_text` for how text the columns
-    /// cannot hold (NUL, very long) is stored.
-    pub reason: String,
-    /// Plugin that handled it, when known.
-    pub plugin: Option<String>,
-    /// Delivery attempts made.
-    pub attempts: i64,
-    /// AMQP headers, in order.
-    pub headers: Vec<(String, String)>,
-    /// Body, verbatim.
-    pub body: Vec<u8>,
-    /// Unix ms of the first failure, when known.
-    pub first_failed_at: Option<i64>,
-    /// Unix ms it was dead-lettered.
-    pub dead_lettered_at: i64,
-}
 
 /// An archived dead letter.
 #[derive(Debug, Clone, PartialEq, Eq)]

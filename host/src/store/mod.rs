@@ -6,10 +6,13 @@
 //! - `error`: [`StoreError`] and the transient/permanent classification.
 //! - `migrations`: the embedded schema (`host/migrations/{sqlite,postgres}`).
 //! - `commit`: [`Store::commit_batch`], one transaction for many deliveries (G2), and its
-//!   savepoint-per-request fallback; `commit_set`: its set-based fast path.
+//!   savepoint-per-request fallback; `commit_set`: its set-based fast path;
+//!   `commit_request`: [`CommitRequest`] and what both paths share (checks, key locks,
+//!   outbox rows), below them both.
 //! - `committer`: [`GroupCommitter`], the task that batches concurrent commits.
 //! - `inbox`, `kv`, `outbox`, `dead_letters`: reads and maintenance per table;
-//!   `dead_letter_text`: the lossless encoding that lets any dead letter be archived.
+//!   `dead_letter_text`: [`NewDeadLetter`] and the lossless encoding that lets any of
+//!   them be archived.
 //! - `reads`: [`BatchedReads`], the pipeline's inbox and kv point reads, batched.
 //! - `sql`: placeholder lists for statements built per batch.
 //! - `validate`: text checks shared by every write (no NUL bytes on either backend).
@@ -17,6 +20,7 @@
 
 mod canaries;
 mod commit;
+mod commit_request;
 mod commit_set;
 mod committer;
 mod dead_letter_text;
@@ -36,11 +40,12 @@ mod validate;
 mod tests;
 
 pub use canaries::CanaryDecision;
-pub use commit::{
+pub use commit_request::{
     CommitOutcome, CommitRequest, KvRead, KvWrite, MAX_KV_KEYS_PER_COMMIT, NewOutboxRow,
 };
 pub use committer::{CommitterConfig, CommitterHandle, GroupCommitter};
-pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterStat, NewDeadLetter};
+pub use dead_letter_text::NewDeadLetter;
+pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterStat};
 pub use error::StoreError;
 pub use kv::KvEntry;
 pub use outbox::{OUTBOX_NOTIFY_CHANNEL, OutboxRow, OutboxStatus};

@@ -26,8 +26,9 @@ Layout:
 - ``errors.py``: typed exceptions (``KvError``, ``OutboxError``, ``BodyError`` and their
   subclasses), each with ``to_verdict()``.
 - :mod:`carteiro.rules`: the gateway's kv key and event checks (port of the Rust SDK's).
-- ``_registry.py``: the :func:`handler` decorator; ``_component.py``: the export glue and
-  the trap on an uncaught exception (WebAssembly only).
+- ``_decorator.py``: the :func:`handler` decorator; ``_registry.py``: the function it
+  marked; ``_component.py``: the export glue and the trap on an uncaught exception
+  (WebAssembly only).
 - ``_host/``: the backend — real imports under WebAssembly (``wasm.py``, the only user of
   the generated bindings), an in-memory mock elsewhere (``mock.py``).
 - :mod:`carteiro.testing`: drive the mock from ``pytest`` (fixture ``mock_host``).
@@ -50,7 +51,7 @@ from carteiro.errors import (
     TooManyEvents,
     ValueTooLarge,
 )
-from carteiro._registry import handler
+from carteiro._decorator import handler
 from carteiro.message import Header, Message
 from carteiro.verdict import Verdict
 

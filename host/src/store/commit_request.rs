@@ -1,0 +1,219 @@
+//! What one delivery makes durable ([`CommitRequest`]) and what both commit paths do with it
+//! alike: the checks before touching the database, the advisory locks on its kv keys and the
+//! insert of its outbox rows. It sits below `commit` (the savepoint path) and `commit_set`
+//! (the set-based fast path) so that neither has to import the other for these.
+
+use std::collections::BTreeSet;
+
+use sqlx::{AnyConnection, AssertSqlSafe};
+
+use super::sql::{Placeholders, shaped_chunks};
+use super::{Backend, StoreError, headers_to_json, validate};
+
+/// One kv key the handler read, and the version it saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvRead {
+    /// The key inside the request's namespace.
+    pub key: String,
+    /// The version seen; `None` means the key was absent.
+    pub observed_version: Option<i64>,
+}
+
+/// One kv change the handler made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvWrite {
+    /// The key inside the request's namespace.
+    pub key: String,
+    /// The new value; `None` deletes the key.
+    pub value: Option<Vec<u8>>,
+}
+
+/// An event to publish after commit (the relay sends it with `event_id` as `message_id`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewOutboxRow {
+    /// UUIDv7 made once by the host when the handler emitted; never recomputed.
+    pub event_id: uuid::Uuid,
+    /// The route whose delivery emitted the event.
+    pub route: String,
+    /// The plugin that emitted it.
+    pub plugin: String,
+    /// Target exchange ("" is the default exchange).
+    pub exchange: String,
+    /// Routing key, stored verbatim.
+    pub routing_key: String,
+    /// AMQP headers, in order.
+    pub headers: Vec<(String, String)>,
+    /// AMQP content type.
+    pub content_type: Option<String>,
+    /// The message body, verbatim.
+    pub payload: Vec<u8>,
+    /// Events with the same ordering key are published in id order.
+    pub ordering_key: String,
+}
+
+/// Everything one acked delivery wants to make durable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitRequest {
+    /// The route the delivery came from.
+    pub route: String,
+    /// Its idempotency key; recorded in `inbox` with the effects.
+    pub inbox_key: String,
+    /// The plugin's kv namespace.
+    pub namespace: String,
+    /// Keys read, checked at commit (optimistic concurrency).
+    pub reads: Vec<KvRead>,
+    /// Keys written or deleted.
+    pub writes: Vec<KvWrite>,
+    /// Events to publish.
+    pub outbox: Vec<NewOutboxRow>,
+}
+
+/// What happened to one request of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommitOutcome {
+    /// Effects committed.
+    Committed,
+    /// `inbox` already had (route, key): nothing applied; ack the delivery.
+    Duplicate,
+    /// A kv key read has changed since: nothing applied; re-run the handler.
+    Conflict,
+    /// This request's data cannot be stored (the message says which field); nothing applied.
+    Rejected(String),
+}
+
+/// Most distinct kv keys one transaction locks, and so one delivery may touch. PostgreSQL
+/// holds every advisory lock of a transaction in its shared lock table, sized
+/// `max_locks_per_transaction` (64) × `max_connections` (100) = 6,400 locks for the whole
+/// server by default; a transaction past it fails with "out of shared memory" (53200), which
+/// is the store's trouble, so a delivery over it would be requeued for ever. Batches over
+/// this are committed as several transactions (see `commit::key_groups`); a single delivery over
+/// it is `Rejected` (dead-lettered with this reason), on both backends alike.
+pub const MAX_KV_KEYS_PER_COMMIT: usize = 2_048;
+
+/// Distinct kv keys `req` reads or writes.
+pub(super) fn distinct_keys(req: &CommitRequest) -> usize {
+    req.reads
+        .iter()
+        .map(|r| r.key.as_str())
+        .chain(req.writes.iter().map(|w| w.key.as_str()))
+        .collect::<BTreeSet<_>>()
+        .len()
+}
+
+/// Text and size checks before touching the database (same rules on both backends).
+pub(super) fn check(req: &CommitRequest) -> Result<(), StoreError> {
+    let keys = distinct_keys(req);
+    if keys > MAX_KV_KEYS_PER_COMMIT {
+        return Err(StoreError::Invalid(format!(
+            "the delivery touches {keys} distinct kv keys; one delivery may read or write at \
+             most {MAX_KV_KEYS_PER_COMMIT}"
+        )));
+    }
+    validate::text("route", &req.route)?;
+    validate::text("inbox_key", &req.inbox_key)?;
+    validate::text("namespace", &req.namespace)?;
+    for (i, r) in req.reads.iter().enumerate() {
+        validate::text(&format!("reads[{i}].key"), &r.key)?;
+    }
+    for (i, w) in req.writes.iter().enumerate() {
+        validate::text(&format!("writes[{i}].key"), &w.key)?;
+    }
+    for (i, o) in req.outbox.iter().enumerate() {
+        validate::text(&format!("outbox[{i}].route"), &o.route)?;
+        validate::text(&format!("outbox[{i}].plugin"), &o.plugin)?;
+        validate::text(&format!("outbox[{i}].exchange"), &o.exchange)?;
+        validate::text(&format!("outbox[{i}].routing_key"), &o.routing_key)?;
+        validate::text(&format!("outbox[{i}].ordering_key"), &o.ordering_key)?;
+        if let Some(ct) = &o.content_type {
+            validate::text(&format!("outbox[{i}].content_type"), ct)?;
+        }
+    }
+    Ok(())
+}
+
+/// The version `req` read of `key`, if it read it (`Some(None)`: read as absent).
+pub(super) fn observed_version(req: &CommitRequest, key: &str) -> Option<Option<i64>> {
+    req.reads
+        .iter()
+        .find(|r| r.key == key)
+        .map(|r| r.observed_version)
+}
+
+/// Several writes to one key in a request: only the last counts (keeps the version checks
+/// of the read-modify-write paths meaningful).
+pub(super) fn last_write_per_key(writes: &[KvWrite]) -> Vec<&KvWrite> {
+    writes
+        .iter()
+        .enumerate()
+        .filter(|(i, w)| !writes[i + 1..].iter().any(|later| later.key == w.key))
+        .map(|(_, w)| w)
+        .collect()
+}
+
+/// Keys locked per statement: PostgreSQL binds at most 65,535 parameters in one statement
+/// (sqlx refuses more before sending), and a batch's keys are unbounded.
+const LOCK_CHUNK: usize = 16_384;
+
+/// Takes the advisory lock of each (namespace, key), in the order given (callers sort, so
+/// two transactions never wait for each other in a cycle), [`LOCK_CHUNK`] keys per
+/// statement: chunks run in order, so the locking order stays the sorted order.
+pub(super) async fn lock_kv_keys<'a>(
+    conn: &mut AnyConnection,
+    keys: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Result<(), sqlx::Error> {
+    let keys: Vec<String> = keys
+        // U+001F between namespace and key; a collision only costs extra waiting.
+        .map(|(namespace, key)| format!("kv\u{1f}{namespace}\u{1f}{key}"))
+        .collect();
+    for chunk in keys.chunks(LOCK_CHUNK) {
+        let values: Vec<String> = (1..=chunk.len()).map(|i| format!("(${i})")).collect();
+        let sql = format!(
+            "SELECT COUNT(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM (VALUES {}) AS t(k)",
+            values.join(", ")
+        );
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for key in chunk {
+            query = query.bind(key.as_str());
+        }
+        query.execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+/// Inserts the outbox rows of `committed` in request order (ids follow commit order, which
+/// the relay's per-key ordering relies on). Returns how many.
+pub(super) async fn insert_outbox(
+    conn: &mut AnyConnection,
+    backend: Backend,
+    committed: &[&CommitRequest],
+    now: i64,
+) -> Result<usize, sqlx::Error> {
+    const WIDTH: usize = 11;
+    let rows: Vec<_> = committed.iter().flat_map(|r| r.outbox.iter()).collect();
+    for chunk in shaped_chunks(&rows) {
+        let sql = format!(
+            "INSERT INTO outbox (event_id, route, plugin, exchange, routing_key, headers, \
+             content_type, payload, ordering_key, created_at, next_attempt_at) VALUES {}",
+            Placeholders::new(backend).rows(chunk.len(), WIDTH)
+        );
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for row in chunk {
+            query = query
+                .bind(row.event_id.to_string())
+                .bind(row.route.as_str())
+                .bind(row.plugin.as_str())
+                .bind(row.exchange.as_str())
+                .bind(row.routing_key.as_str())
+                .bind(headers_to_json(&row.headers))
+                .bind(row.content_type.as_deref())
+                .bind(row.payload.as_slice())
+                .bind(row.ordering_key.as_str())
+                .bind(now)
+                // Publishable at once: backoffs are timed by the database's clock, which the
+                // committer's wall clock may be ahead of.
+                .bind(0_i64);
+        }
+        query.execute(&mut *conn).await?;
+    }
+    Ok(rows.len())
+}
