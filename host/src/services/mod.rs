@@ -1,7 +1,7 @@
 //! What the gateway wires, for every part that needs it: plugin loading and the runtime
 //! factory (`plugins`), the store and its seal key (`store`), broker settings. `admin`,
 //! `live`, `dlq`, `cli` and `startup` import these, never `gateway`: wiring sits on top,
-//! services below (the module graph is acyclic; `tests::module_graph` checks it).
+//! services below (the module graph is acyclic; `module_graph`, a unit test, checks it).
 
 mod plugins;
 mod store;
