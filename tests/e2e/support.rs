@@ -159,6 +159,85 @@ routing_key = "#"
     )
 }
 
+/// Waits (30 s at most) until `namespace`/`key` is in the kv store: the sign a handler committed.
+pub async fn committed(
+    store: &carteiro::store::Store,
+    namespace: &str,
+    key: &str,
+) -> carteiro::store::KvEntry {
+    wait_for(
+        &format!("{namespace}/{key} committed"),
+        Duration::from_secs(30),
+        || async { store.kv_get(namespace, key).await.ok().flatten() },
+    )
+    .await
+}
+
+/// A route of the test's own: its input exchange declared and a gateway consuming it.
+pub struct Route {
+    pub client: Client,
+    pub queue: String,
+    pub exchange: String,
+    pub gw: Gateway,
+}
+
+impl Route {
+    /// One [`route_config`] route on `plugin`, on SQLite or on the store at `store_url`.
+    pub async fn start(prefix: &str, plugin: &str, extra: &str, store_url: Option<&str>) -> Self {
+        Self::start_from(prefix, Arc::default(), |queue, exchange| {
+            let toml = route_config(queue, plugin, exchange, "", extra);
+            match store_url {
+                Some(url) => with_store(&toml, url),
+                None => toml,
+            }
+        })
+        .await
+    }
+
+    /// [`Route::start`] on SQLite, recording into `metrics`.
+    pub async fn start_with_metrics(
+        prefix: &str,
+        plugin: &str,
+        extra: &str,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self::start_from(prefix, metrics, |queue, exchange| {
+            route_config(queue, plugin, exchange, "", extra)
+        })
+        .await
+    }
+
+    /// A route on the config `toml(queue, exchange)` writes.
+    pub async fn start_from(
+        prefix: &str,
+        metrics: Arc<Metrics>,
+        toml: impl FnOnce(&str, &str) -> String,
+    ) -> Self {
+        let (queue, exchange) = (unique(prefix), unique("in"));
+        let client = Client::connect().await;
+        client.sink(&exchange).await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let gw = Gateway::start_in(dir, &toml(&queue, &exchange), metrics).await;
+        client.wait_for_consumer(&queue).await;
+        Self {
+            client,
+            queue,
+            exchange,
+            gw,
+        }
+    }
+
+    /// Publishes to the route's exchange with routing key `k`.
+    pub async fn publish(&self, props: lapin::BasicProperties, body: &[u8]) {
+        self.client.publish(&self.exchange, "k", props, body).await;
+    }
+
+    /// Waits (30 s at most) until the route has at least `at_least` dead letters.
+    pub async fn dead_letters(&self, at_least: usize) -> Vec<carteiro::store::DeadLetter> {
+        dead_letters(&self.gw.store, &self.queue, at_least).await
+    }
+}
+
 /// A plain AMQP client for tests.
 pub struct Client {
     pub conn: lapin::Connection,
