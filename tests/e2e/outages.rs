@@ -4,15 +4,13 @@
 
 use crate::resilience::Rabbit;
 use crate::support::{
-    Client, Gateway, json_props, load_config, route_config, seed_outbox, unique, wait_for,
-    with_store,
+    Client, Gateway, json_props, load_config, repo, route_config, script, script_quietly,
+    seed_outbox, unique, wait_for, with_store,
 };
 use carteiro::metrics::Metrics;
 use carteiro::relay::Relay;
 use carteiro::store::Store;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -25,28 +23,6 @@ struct Postgres {
     port: u16,
 }
 
-fn postgres_sh(args: &[String]) -> String {
-    let script: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/postgres.sh");
-    let out = Command::new("bash")
-        .arg(script)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run scripts/postgres.sh");
-    assert!(
-        out.status.success(),
-        "scripts/postgres.sh {args:?} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
-}
-
 impl Postgres {
     async fn start() -> (Self, String) {
         let port = (0..200)
@@ -57,23 +33,25 @@ impl Postgres {
             name: unique("pg-outage"),
             port,
         };
-        let args = vec!["start".to_owned(), pg.name.clone(), port.to_string()];
-        let url = tokio::task::spawn_blocking(move || postgres_sh(&args))
-            .await
-            .expect("start");
+        let (name, port) = (pg.name.clone(), port.to_string());
+        let url = tokio::task::spawn_blocking(move || {
+            script("postgres.sh", &["start", &name, &port], &[])
+        })
+        .await
+        .expect("start");
         (pg, url)
     }
 
     async fn stop(&self) {
-        let args = vec!["stop".to_owned(), self.name.clone()];
-        tokio::task::spawn_blocking(move || postgres_sh(&args))
+        let name = self.name.clone();
+        tokio::task::spawn_blocking(move || script("postgres.sh", &["stop", &name], &[]))
             .await
             .expect("stop");
     }
 
     async fn start_again(&self) {
-        let args = vec!["start".to_owned(), self.name.clone(), self.port.to_string()];
-        tokio::task::spawn_blocking(move || postgres_sh(&args))
+        let (name, port) = (self.name.clone(), self.port.to_string());
+        tokio::task::spawn_blocking(move || script("postgres.sh", &["start", &name, &port], &[]))
             .await
             .expect("start");
     }
@@ -81,17 +59,8 @@ impl Postgres {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/postgres.sh");
-        let _ = Command::new("bash")
-            .arg(script)
-            .args(["stop", &self.name])
-            .stdin(Stdio::null())
-            .output();
-        let _ = std::fs::remove_dir_all(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../.local/postgres")
-                .join(&self.name),
-        );
+        script_quietly("postgres.sh", &["stop", &self.name]);
+        let _ = std::fs::remove_dir_all(repo().join(".local/postgres").join(&self.name));
     }
 }
 

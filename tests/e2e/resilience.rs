@@ -11,12 +11,11 @@ mod broker;
 mod hostile;
 mod process;
 
-use crate::support::{Client, unique};
+use crate::support::{Client, repo, script, script_quietly, unique};
 use carteiro::config::RouteConfig;
 use carteiro::topology::RouteTopology;
 use std::io::Read;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,25 +26,12 @@ pub struct Rabbit {
     port: u16,
 }
 
-fn rabbitmq_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/rabbitmq.sh")
-}
-
 /// Runs `scripts/rabbitmq.sh ARGS` to completion (blocking), panicking with its output.
 fn rabbitmq_sh(args: &[&str]) {
-    let out = Command::new("bash")
-        .arg(rabbitmq_script())
-        .args(args)
-        .env("CARTEIRO_RABBITMQ_START_TIMEOUT", "90")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run scripts/rabbitmq.sh");
-    assert!(
-        out.status.success(),
-        "scripts/rabbitmq.sh {args:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    script(
+        "rabbitmq.sh",
+        args,
+        &[("CARTEIRO_RABBITMQ_START_TIMEOUT", "90".into())],
     );
 }
 
@@ -99,15 +85,8 @@ impl Rabbit {
 
 impl Drop for Rabbit {
     fn drop(&mut self) {
-        // Never panic in drop: a failing stop must not hide the test's own failure.
-        let _ = Command::new("bash")
-            .arg(rabbitmq_script())
-            .args(["stop", &self.name])
-            .stdin(Stdio::null())
-            .output();
-        let state = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../.local/rabbitmq")
-            .join(&self.name);
+        script_quietly("rabbitmq.sh", &["stop", &self.name]);
+        let state = repo().join(".local/rabbitmq").join(&self.name);
         let _ = std::fs::remove_dir_all(state);
     }
 }

@@ -4,6 +4,7 @@ use carteiro::config::{self, Config};
 use carteiro::metrics::Metrics;
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,50 @@ pub fn amqp_url() -> String {
     std::env::var("CARTEIRO_TEST_AMQP_URL").unwrap_or_else(|_| {
         panic!("CARTEIRO_TEST_AMQP_URL is not set: run `scripts/rabbitmq.sh start` and export the URL it prints (scripts/test.sh does both)")
     })
+}
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Runs `cmd` to completion without stdin, panicking with `what`, its status and its output
+/// unless it succeeds; returns its stdout.
+pub fn run_ok(what: &str, cmd: &mut Command) -> String {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `bash scripts/NAME ARGS` with `env` (see [`run_ok`]); returns its last line of stdout,
+/// where the service scripts print their URL.
+pub fn script(name: &str, args: &[&str], env: &[(&str, String)]) -> String {
+    let mut cmd = Command::new("bash");
+    cmd.arg(repo().join("scripts").join(name)).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = run_ok(&format!("scripts/{name} {args:?}"), &mut cmd);
+    out.lines().last().unwrap_or_default().trim().to_owned()
+}
+
+/// Runs `bash scripts/NAME ARGS` and ignores how it ends: for `Drop`, where a failing stop
+/// must not hide the test's own failure.
+pub fn script_quietly(name: &str, args: &[&str]) {
+    let _ = Command::new("bash")
+        .arg(repo().join("scripts").join(name))
+        .args(args)
+        .stdin(Stdio::null())
+        .output();
 }
 
 /// A unique, readable name for queues and files.
