@@ -4,16 +4,12 @@
 
 use crate::resilience::Rabbit;
 use crate::support::{
-    Client, Gateway, json_props, load_config, repo, route_config, script, script_quietly,
-    seed_outbox, unique, wait_for, with_store,
+    Client, Gateway, json_props, load_config, migrated_store, repo, route_config, script,
+    script_quietly, seed_outbox, spawn_relay, sqlite_url, stop_relay, unique, wait_for, with_store,
 };
-use carteiro::metrics::Metrics;
-use carteiro::relay::Relay;
 use carteiro::store::Store;
 use std::net::TcpListener;
-use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(180);
 
@@ -153,9 +149,8 @@ async fn outbox_rows_wait_for_a_stopped_broker_and_are_published_when_it_returns
     drop(client);
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("sqlite://{}/relay.db", dir.path().display());
-    let store = Store::connect(&url, 4).await.expect("store");
-    store.migrate().await.expect("migrate");
+    let url = sqlite_url(dir.path());
+    let store = migrated_store(&url).await;
     seed_outbox(&store, &exchange, 20, 20).await;
 
     rabbit.stop().await;
@@ -166,10 +161,7 @@ async fn outbox_rows_wait_for_a_stopped_broker_and_are_published_when_it_returns
             rabbit.url()
         ),
     );
-    let stop = CancellationToken::new();
-    let relay = tokio::spawn(
-        Relay::new(&config, store.clone(), Arc::new(Metrics::default()), None).run(stop.clone()),
-    );
+    let relay = spawn_relay(&config, store.clone());
     tokio::time::sleep(Duration::from_secs(3)).await;
     let status = store.outbox_status().await.expect("status");
     assert_eq!(
@@ -182,12 +174,7 @@ async fn outbox_rows_wait_for_a_stopped_broker_and_are_published_when_it_returns
         (store.outbox_status().await.ok()?.pending == 0).then_some(())
     })
     .await;
-    stop.cancel();
-    tokio::time::timeout(Duration::from_secs(30), relay)
-        .await
-        .expect("relay stops")
-        .expect("join")
-        .expect("relay ok");
+    stop_relay(relay).await;
     let client = Client::connect_to(&rabbit.url()).await;
     let got = wait_for("20 messages in the sink", WAIT, || async {
         let n = crate::resilience::queue_depth(&client, &sink).await;

@@ -320,15 +320,8 @@ impl Client {
     /// Declares a durable exchange of `kind` and a durable queue bound to nothing yet (see
     /// [`Client::bind`]); returns the queue name.
     pub async fn unbound_sink(&self, exchange: &str, kind: lapin::ExchangeKind) -> String {
-        use lapin::options::{ExchangeDeclareOptions, QueueDeclareOptions};
-        let durable = ExchangeDeclareOptions {
-            durable: true,
-            ..Default::default()
-        };
-        self.channel
-            .exchange_declare(exchange.into(), kind, durable, Default::default())
-            .await
-            .expect("declare exchange");
+        use lapin::options::QueueDeclareOptions;
+        self.exchange(exchange, kind, true).await;
         let queue = unique("sink");
         self.channel
             .queue_declare(
@@ -342,6 +335,18 @@ impl Client {
             .await
             .expect("declare sink");
         queue
+    }
+
+    /// Declares an exchange of `kind` and no queue.
+    pub async fn exchange(&self, exchange: &str, kind: lapin::ExchangeKind, durable: bool) {
+        let options = lapin::options::ExchangeDeclareOptions {
+            durable,
+            ..Default::default()
+        };
+        self.channel
+            .exchange_declare(exchange.into(), kind, options, Default::default())
+            .await
+            .expect("declare exchange");
     }
 
     /// Binds `queue` to `exchange` with `key`.
@@ -447,6 +452,74 @@ pub async fn pg_database() -> String {
         Some(slash) => format!("{}/{name}", &admin[..slash]),
         None => panic!("unexpected PostgreSQL URL {admin}"),
     }
+}
+
+/// A store at `url` (4 connections), migrated.
+pub async fn migrated_store(url: &str) -> carteiro::store::Store {
+    let store = carteiro::store::Store::connect(url, 4)
+        .await
+        .expect("store");
+    store.migrate().await.expect("migrate");
+    store
+}
+
+/// The URL of a SQLite file `relay.db` in `dir`.
+pub fn sqlite_url(dir: &Path) -> String {
+    format!("sqlite://{}/relay.db", dir.display())
+}
+
+/// A relay running in the background and the token that stops it.
+pub type RelayTask = (
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+);
+
+/// Runs `relay` in the background until [`stop_relay`].
+pub fn run_relay(relay: carteiro::relay::Relay) -> RelayTask {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(relay.run(stop.clone()));
+    (stop, task)
+}
+
+/// Runs the relay of `config` on `store` in the background, recording into fresh metrics.
+pub fn spawn_relay(config: &Config, store: carteiro::store::Store) -> RelayTask {
+    run_relay(carteiro::relay::Relay::new(
+        config,
+        store,
+        Arc::new(Metrics::default()),
+        None,
+    ))
+}
+
+/// Stops a relay and waits (30 s at most) for it to end without error.
+pub async fn stop_relay((stop, task): RelayTask) {
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("relay stops")
+        .expect("join")
+        .expect("relay ok");
+}
+
+/// Drains `sink` until `n` messages arrived (within `timeout`), then briefly for stragglers.
+pub async fn receive(
+    client: &Client,
+    sink: &str,
+    n: usize,
+    timeout: Duration,
+) -> Vec<lapin::message::BasicGetMessage> {
+    let got = std::sync::Mutex::new(Vec::new());
+    wait_for(&format!("{n} messages on {sink}"), timeout, || async {
+        let batch = client.drain(sink).await;
+        let mut all = got.lock().expect("lock");
+        all.extend(batch);
+        (all.len() >= n).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut all = got.into_inner().expect("lock");
+    all.extend(client.drain(sink).await);
+    all
 }
 
 /// Replaces the SQLite store of a [`route_config`] with `url`.
