@@ -272,7 +272,7 @@ async fn replay(
         };
         let since = Some(crate::common::now_ms());
         return Ok(
-            match crate::dlq::replay(store, &publisher, &seal, &d, timeout, since).await? {
+            match crate::dlq::replay(store, &publisher, &seal, &d, timeout, since, None).await? {
                 crate::dlq::Replayed::Done => {
                     println!("replayed #{} to queue {}", d.id, d.route);
                     println!("1 replayed");
@@ -471,7 +471,7 @@ async fn replay_acked_by(run: &ShadowRun<'_>, options: &ReplayOptions) -> anyhow
             continue;
         };
         let timeout = config.broker.publish_timeout;
-        match crate::dlq::replay(store, &publisher, &seal, &d, timeout, None).await {
+        match crate::dlq::replay(store, &publisher, &seal, &d, timeout, None, None).await {
             Ok(crate::dlq::Replayed::Done) => replayed += 1,
             Ok(crate::dlq::Replayed::Skipped) => println!("#{id} skipped: another run has it"),
             Err(e) => {
