@@ -222,19 +222,13 @@ pub async fn run_to_end(cmd: Command, timeout: Duration) -> Finished {
     Running::spawn(cmd).finish(timeout).await
 }
 
-/// Messages ready in `queue` (passive declare on a fresh channel: a failure closes it).
+/// Messages ready in `queue`.
 pub async fn queue_depth(client: &Client, queue: &str) -> u32 {
-    let channel = client.conn.create_channel().await.expect("channel");
-    let passive = lapin::options::QueueDeclareOptions {
-        passive: true,
-        ..Default::default()
-    };
-    let state = channel
-        .queue_declare(queue.into(), passive, Default::default())
+    client
+        .queue_state(queue)
         .await
-        .unwrap_or_else(|e| panic!("passive declare of {queue}: {e}"));
-    let _ = channel.close(200, "probe".into()).await;
-    state.message_count()
+        .unwrap_or_else(|e| panic!("passive declare of {queue}: {e}"))
+        .message_count()
 }
 
 /// Deletes a queue a test left messages in, so the shared broker does not keep them.

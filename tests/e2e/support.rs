@@ -363,23 +363,28 @@ impl Client {
             .expect("bind sink");
     }
 
-    /// Waits until the gateway consumes `queue` (a failed passive declare closes its
-    /// channel, so each probe uses a fresh one).
+    /// The broker's view of `queue`: a passive declare, on a fresh channel because a failed
+    /// one closes its channel.
+    pub async fn queue_state(&self, queue: &str) -> lapin::Result<lapin::Queue> {
+        let channel = self.conn.create_channel().await?;
+        let passive = lapin::options::QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        let state = channel
+            .queue_declare(queue.into(), passive, Default::default())
+            .await?;
+        let _ = channel.close(200, "probe".into()).await;
+        Ok(state)
+    }
+
+    /// Waits until the gateway consumes `queue`.
     pub async fn wait_for_consumer(&self, queue: &str) {
         wait_for(
             &format!("a consumer on {queue}"),
             Duration::from_secs(60),
             || async {
-                let channel = self.conn.create_channel().await.ok()?;
-                let passive = lapin::options::QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                };
-                let state = channel
-                    .queue_declare(queue.into(), passive, Default::default())
-                    .await
-                    .ok()?;
-                let _ = channel.close(200, "probe".into()).await;
+                let state = self.queue_state(queue).await.ok()?;
                 (state.consumer_count() > 0).then_some(())
             },
         )

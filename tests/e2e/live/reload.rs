@@ -337,16 +337,7 @@ async fn a_reload_starts_an_added_route_and_stops_a_removed_one() {
     assert!(body.contains(&format!("route `{qa}`: stopped")), "{body}");
     gateway.wait_stderr("route removed by reload", WAIT).await;
     wait_for("no consumer on the removed route", WAIT, || async {
-        let channel = client.conn.create_channel().await.ok()?;
-        let passive = lapin::options::QueueDeclareOptions {
-            passive: true,
-            ..Default::default()
-        };
-        let state = channel
-            .queue_declare(qa.as_str().into(), passive, Default::default())
-            .await
-            .ok()?;
-        let _ = channel.close(200, "probe".into()).await;
+        let state = client.queue_state(&qa).await.ok()?;
         (state.consumer_count() == 0).then_some(())
     })
     .await;
