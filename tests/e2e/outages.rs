@@ -4,7 +4,7 @@
 
 use crate::resilience::Rabbit;
 use crate::support::{
-    Client, Gateway, json_props, load_config, migrated_store, repo, route_config, script,
+    Client, Gateway, counter_config, json_props, load_config, migrated_store, repo, script,
     script_quietly, seed_outbox, spawn_relay, sqlite_url, stop_relay, unique, wait_for, with_store,
 };
 use carteiro::store::Store;
@@ -79,13 +79,7 @@ async fn database_down_mid_run_pauses_and_resumes_without_loss() {
     let events = unique("events");
     client.sink(&exchange).await;
     client.sink(&events).await;
-    let toml = route_config(
-        &queue,
-        "counter",
-        &exchange,
-        &format!("out_exchange = \"{events}\""),
-        "",
-    );
+    let toml = counter_config(&queue, &exchange, &events);
     let gw = Gateway::start(&with_store(&toml, &url)).await;
     client.wait_for_consumer(&queue).await;
     for i in 0..100 {

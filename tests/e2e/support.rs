@@ -283,6 +283,17 @@ impl Route {
     }
 }
 
+/// A [`route_config`] for the `counter` plugin, emitting its events to `events`.
+pub fn counter_config(queue: &str, exchange: &str, events: &str) -> String {
+    route_config(
+        queue,
+        "counter",
+        exchange,
+        &format!("out_exchange = \"{events}\""),
+        "",
+    )
+}
+
 /// A plain AMQP client for tests.
 pub struct Client {
     pub conn: lapin::Connection,
