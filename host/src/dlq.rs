@@ -129,6 +129,8 @@ fn claim_lease(timeout: Duration) -> i64 {
 /// Claims the dead letter (so a concurrent replay skips it), publishes it back to its
 /// route's queue (confirmed) and marks it replayed. `replayed_before`: a row replayed
 /// already is taken only if that was before this moment (`None`: only unreplayed rows).
+/// `owner`: whose claim it is (one run's rows share an owner, so a stopped run can give its
+/// claims back at once: see `run::replay_matching`); `None`, a claim of its own.
 pub async fn replay(
     store: &Store,
     publisher: &ConfirmedPublisher,
@@ -136,22 +138,16 @@ pub async fn replay(
     d: &DeadLetter,
     timeout: Duration,
     replayed_before: Option<i64>,
+    owner: Option<&str>,
 ) -> Result<Replayed, ReplayError> {
-    let owner = uuid::Uuid::now_v7().to_string();
-    replay_as(store, publisher, seal, d, timeout, replayed_before, &owner).await
-}
-
-/// [`replay`], claiming the row as `owner` (one run's rows share an owner, so a stopped run
-/// can give its claim back at once: see `run::replay_matching`).
-pub(crate) async fn replay_as(
-    store: &Store,
-    publisher: &ConfirmedPublisher,
-    seal: &SealKey,
-    d: &DeadLetter,
-    timeout: Duration,
-    replayed_before: Option<i64>,
-    owner: &str,
-) -> Result<Replayed, ReplayError> {
+    let fresh;
+    let owner = match owner {
+        Some(owner) => owner,
+        None => {
+            fresh = uuid::Uuid::now_v7().to_string();
+            fresh.as_str()
+        }
+    };
     let properties = replay_properties_of(d)?;
     // Sealed, so the route believes the original exchange and routing key it carries.
     let properties = seal.seal(&d.route, properties, &d.body);

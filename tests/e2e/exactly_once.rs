@@ -3,8 +3,7 @@
 //! stored verbatim or refused.
 
 use crate::support::{
-    Client, Gateway, crash_at_fault, json_props, pg_database, route_config, unique, wait_for,
-    with_store,
+    Client, Gateway, crash_at_fault, json_props, pg_database, unique, wait_for, with_store,
 };
 use carteiro::metrics::Metrics;
 use carteiro::store::Store;
@@ -32,15 +31,10 @@ async fn wait_runs(store: &Store, expected: i64) {
     );
 }
 
+/// [`crate::support::counter_config`] with a deeper prefetch.
 fn counter_config(queue: &str, exchange: &str, events: &str) -> String {
-    route_config(
-        queue,
-        "counter",
-        exchange,
-        &format!("out_exchange = \"{events}\""),
-        "prefetch = 64",
-    )
-    .replace("prefetch = 16\nprefetch = 64", "prefetch = 64")
+    crate::support::counter_config(queue, exchange, events)
+        .replace("prefetch = 16", "prefetch = 64")
 }
 
 async fn counter_route(client: &Client) -> (String, String, String, String) {

@@ -1,44 +1,15 @@
 //! The gateway against a real RabbitMQ and SQLite: verdicts, retries, dead letters,
 //! idempotency and the relay, each test on its own queues and database.
 
-use crate::support::{Client, Gateway, dead_letters, json_props, route_config, unique, wait_for};
+use crate::support::{
+    Client, Gateway, Route, committed, json_props, route_config, unique, wait_for,
+};
 use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(30);
 
 fn enrollment_body(id: &str) -> Vec<u8> {
     format!(r#"{{"matricula_id":"{id}","usuario_id":"U1","curso_id":"C1"}}"#).into_bytes()
-}
-
-/// A route of the test's own: its input exchange declared and a gateway consuming it.
-struct Route {
-    client: Client,
-    queue: String,
-    exchange: String,
-    gw: Gateway,
-}
-
-impl Route {
-    /// `edit` adjusts the generated config (e.g. a shorter plugin timeout).
-    async fn start(
-        prefix: &str,
-        plugin: &str,
-        extra: &str,
-        edit: impl FnOnce(String) -> String,
-    ) -> Self {
-        let (queue, exchange) = (unique(prefix), unique("in"));
-        let client = Client::connect().await;
-        client.sink(&exchange).await;
-        let toml = edit(route_config(&queue, plugin, &exchange, "", extra));
-        let gw = Gateway::start(&toml).await;
-        client.wait_for_consumer(&queue).await;
-        Self {
-            client,
-            queue,
-            exchange,
-            gw,
-        }
-    }
 }
 
 #[tokio::test]
@@ -116,21 +87,17 @@ async fn enrollment_commits_effects_once_and_relays_its_events() {
 
 #[tokio::test]
 async fn malformed_payload_is_dead_lettered_with_reason_and_no_effects() {
-    let Route {
-        client,
-        queue,
-        exchange,
-        gw,
-    } = Route::start("matriculas", "enrollment", "", |toml| toml).await;
-    client
+    let route = Route::start("matriculas", "enrollment", "", None).await;
+    route
+        .client
         .publish(
-            &exchange,
+            &route.exchange,
             "matricula.confirmada",
             json_props("bad-1"),
             br#"{"matricula_id":"M9"}"#,
         )
         .await;
-    let rows = dead_letters(&gw.store, &queue, 1).await;
+    let rows = route.dead_letters(1).await;
     assert!(
         rows[0].reason.contains("usuario_id") || rows[0].reason.contains("curso_id"),
         "{}",
@@ -138,36 +105,30 @@ async fn malformed_payload_is_dead_lettered_with_reason_and_no_effects() {
     );
     assert_eq!(rows[0].plugin.as_deref(), Some("enrollment"));
     assert_eq!(rows[0].attempts, 1);
+    let store = &route.gw.store;
     assert!(
-        gw.store
+        store
             .kv_get("enrollment", "matricula/M9")
             .await
             .expect("kv")
             .is_none()
     );
     assert!(
-        !gw.store
-            .inbox_contains(&queue, "bad-1")
+        !store
+            .inbox_contains(&route.queue, "bad-1")
             .await
             .expect("inbox")
     );
-    gw.stop().await;
+    route.gw.stop().await;
 }
 
 #[tokio::test]
 async fn retries_back_off_then_exhaust_into_the_dlq() {
     let extra = "[routes.retry]\nmax_attempts = 3\nbackoff = [\"300ms\"]";
-    let Route {
-        client,
-        queue,
-        exchange,
-        gw,
-    } = Route::start("retry", "fixture-always-retry", extra, |toml| toml).await;
+    let route = Route::start("retry", "fixture-always-retry", extra, None).await;
     let started = Instant::now();
-    client
-        .publish(&exchange, "k", json_props("r-1"), b"{}")
-        .await;
-    let rows = dead_letters(&gw.store, &queue, 1).await;
+    route.publish(json_props("r-1"), b"{}").await;
+    let rows = route.dead_letters(1).await;
     let took = started.elapsed();
     assert!(
         took >= Duration::from_millis(600),
@@ -183,35 +144,23 @@ async fn retries_back_off_then_exhaust_into_the_dlq() {
     assert!(
         row.headers
             .iter()
-            .any(|(k, v)| k == "x-carteiro-original-exchange" && v == &exchange)
+            .any(|(k, v)| k == "x-carteiro-original-exchange" && v == &route.exchange)
     );
-    gw.stop().await;
+    route.gw.stop().await;
 }
 
 #[tokio::test]
 async fn guards_and_traps_end_in_the_dlq_while_good_messages_flow() {
     let extra = "max_body_size = \"1KiB\"\n[routes.retry]\nmax_attempts = 2\nbackoff = [\"100ms\"]";
-    let Route {
-        client,
-        queue,
-        exchange,
-        gw,
-    } = Route::start("guards", "enrollment", extra, |toml| toml).await;
-    client
-        .publish(&exchange, "k", json_props("big"), &vec![b'x'; 4096])
+    let route = Route::start("guards", "enrollment", extra, None).await;
+    route.publish(json_props("big"), &vec![b'x'; 4096]).await;
+    route
+        .publish(lapin::BasicProperties::default(), &enrollment_body("M2"))
         .await;
-    client
-        .publish(
-            &exchange,
-            "k",
-            lapin::BasicProperties::default(),
-            &enrollment_body("M2"),
-        )
+    route
+        .publish(json_props("ok-3"), &enrollment_body("M3"))
         .await;
-    client
-        .publish(&exchange, "k", json_props("ok-3"), &enrollment_body("M3"))
-        .await;
-    let rows = dead_letters(&gw.store, &queue, 2).await;
+    let rows = route.dead_letters(2).await;
     let reasons: Vec<&str> = rows.iter().map(|r| r.reason.as_str()).collect();
     assert!(
         reasons.iter().any(|r| r.contains("max_body_size")),
@@ -223,30 +172,16 @@ async fn guards_and_traps_end_in_the_dlq_while_good_messages_flow() {
             .any(|r| r.contains("missing idempotency key")),
         "{reasons:?}"
     );
-    wait_for("good message committed", WAIT, || async {
-        gw.store
-            .kv_get("enrollment", "matricula/M3")
-            .await
-            .ok()
-            .flatten()
-    })
-    .await;
-    gw.stop().await;
+    committed(&route.gw.store, "enrollment", "matricula/M3").await;
+    route.gw.stop().await;
 }
 
 #[tokio::test]
 async fn a_trapping_plugin_is_dead_lettered_after_its_attempt_limit() {
     let extra = "[routes.retry]\nmax_attempts = 2\nbackoff = [\"100ms\"]";
-    let Route {
-        client,
-        queue,
-        exchange,
-        gw,
-    } = Route::start("trap", "fixture-trap", extra, |toml| toml).await;
-    client
-        .publish(&exchange, "k", json_props("t-1"), b"{}")
-        .await;
-    let rows = dead_letters(&gw.store, &queue, 1).await;
+    let route = Route::start("trap", "fixture-trap", extra, None).await;
+    route.publish(json_props("t-1"), b"{}").await;
+    let rows = route.dead_letters(1).await;
     assert!(
         rows[0]
             .reason
@@ -255,30 +190,16 @@ async fn a_trapping_plugin_is_dead_lettered_after_its_attempt_limit() {
         rows[0].reason
     );
     assert!(rows[0].reason.contains("panicked"), "{}", rows[0].reason);
-    gw.stop().await;
+    route.gw.stop().await;
 }
 
 #[tokio::test]
 async fn a_retried_message_succeeds_on_a_later_attempt_after_its_backoff() {
     let extra = "[routes.retry]\nmax_attempts = 5\nbackoff = [\"200ms\", \"1s\"]";
-    let Route {
-        client,
-        queue: _,
-        exchange,
-        gw,
-    } = Route::start("later", "fixture-mixed", extra, |toml| toml).await;
+    let route = Route::start("later", "fixture-mixed", extra, None).await;
     let started = Instant::now();
-    client
-        .publish(&exchange, "k", json_props("later-1"), b"retry-until-3")
-        .await;
-    let done = wait_for("success on attempt 3", WAIT, || async {
-        gw.store
-            .kv_get("fixture-mixed", "done/later-1")
-            .await
-            .ok()
-            .flatten()
-    })
-    .await;
+    route.publish(json_props("later-1"), b"retry-until-3").await;
+    let done = committed(&route.gw.store, "fixture-mixed", "done/later-1").await;
     let took = started.elapsed();
     assert_eq!(done.value, b"3", "acked on the third attempt");
     // The handler asked for 200 ms each time: the 200 ms tier, twice.
@@ -290,40 +211,26 @@ async fn a_retried_message_succeeds_on_a_later_attempt_after_its_backoff() {
         took < Duration::from_secs(5),
         "backoff far too long: {took:?}"
     );
-    gw.stop().await;
+    route.gw.stop().await;
 }
 
 #[tokio::test]
 async fn trapping_and_looping_messages_are_dead_lettered_while_others_flow() {
     let extra = "[routes.retry]\nmax_attempts = 2\nbackoff = [\"100ms\"]";
-    let Route {
-        client,
-        queue,
-        exchange,
-        gw,
-    } = Route::start("mixed", "fixture-mixed", extra, |toml| {
-        toml.replace("timeout = \"2s\"", "timeout = \"300ms\"")
+    let route = Route::start_from("mixed", Default::default(), |queue, exchange| {
+        route_config(queue, "fixture-mixed", exchange, "", extra)
+            .replace("timeout = \"2s\"", "timeout = \"300ms\"")
     })
     .await;
-    client
-        .publish(&exchange, "k", json_props("bad-trap"), b"trap")
-        .await;
-    client
-        .publish(&exchange, "k", json_props("bad-spin"), b"spin")
-        .await;
+    route.publish(json_props("bad-trap"), b"trap").await;
+    route.publish(json_props("bad-spin"), b"spin").await;
     for i in 0..20 {
-        client
-            .publish(&exchange, "k", json_props(&format!("good-{i}")), b"ok")
-            .await;
+        route.publish(json_props(&format!("good-{i}")), b"ok").await;
     }
     for i in 0..20 {
-        let key = format!("done/good-{i}");
-        wait_for(&key, WAIT, || async {
-            gw.store.kv_get("fixture-mixed", &key).await.ok().flatten()
-        })
-        .await;
+        committed(&route.gw.store, "fixture-mixed", &format!("done/good-{i}")).await;
     }
-    let rows = dead_letters(&gw.store, &queue, 2).await;
+    let rows = route.dead_letters(2).await;
     let reasons: Vec<&str> = rows.iter().map(|r| r.reason.as_str()).collect();
     assert!(
         reasons
@@ -338,5 +245,5 @@ async fn trapping_and_looping_messages_are_dead_lettered_while_others_flow() {
             .any(|r| r.contains("after 2 attempts: plugin exceeded its timeout")),
         "{reasons:?}"
     );
-    gw.stop().await;
+    route.gw.stop().await;
 }

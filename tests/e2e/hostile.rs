@@ -4,10 +4,7 @@
 //! hostile message ends somewhere visible with a reason, and good messages keep flowing
 //! within a latency bound meanwhile.
 
-use crate::support::dead_letters;
-use crate::support::{
-    Client, Gateway, json_props, pg_database, route_config, unique, wait_for, with_store,
-};
+use crate::support::{Route, committed, json_props, pg_database, unique, wait_for};
 use carteiro::metrics::Metrics;
 use carteiro::store::DeadLetter;
 use lapin::BasicProperties;
@@ -21,58 +18,7 @@ const WAIT: Duration = Duration::from_secs(30);
 /// hostile ones beside them do.
 const GOOD_LATENCY: Duration = Duration::from_secs(5);
 
-/// A route of the test's own on the `mixed` (or another) fixture.
-pub struct Route {
-    pub client: Client,
-    pub queue: String,
-    pub exchange: String,
-    pub gw: Gateway,
-}
-
 impl Route {
-    pub async fn start(prefix: &str, plugin: &str, extra: &str, store_url: Option<&str>) -> Self {
-        Self::start_on(prefix, plugin, extra, store_url, Arc::default()).await
-    }
-
-    /// [`Route::start`] on SQLite, recording into `metrics`.
-    pub async fn start_with_metrics(
-        prefix: &str,
-        plugin: &str,
-        extra: &str,
-        metrics: Arc<Metrics>,
-    ) -> Self {
-        Self::start_on(prefix, plugin, extra, None, metrics).await
-    }
-
-    async fn start_on(
-        prefix: &str,
-        plugin: &str,
-        extra: &str,
-        store_url: Option<&str>,
-        metrics: Arc<Metrics>,
-    ) -> Self {
-        let (queue, exchange) = (unique(prefix), unique("in"));
-        let client = Client::connect().await;
-        client.sink(&exchange).await;
-        let mut toml = route_config(&queue, plugin, &exchange, "", extra);
-        if let Some(url) = store_url {
-            toml = with_store(&toml, url);
-        }
-        let dir = tempfile::tempdir().expect("tempdir");
-        let gw = Gateway::start_in(dir, &toml, metrics).await;
-        client.wait_for_consumer(&queue).await;
-        Self {
-            client,
-            queue,
-            exchange,
-            gw,
-        }
-    }
-
-    pub async fn publish(&self, props: BasicProperties, body: &[u8]) {
-        self.client.publish(&self.exchange, "k", props, body).await;
-    }
-
     /// Publishes `n` good messages one after another and asserts each is committed (kv
     /// `done/<id>` or `ok/<id>` in `namespace`) within [`GOOD_LATENCY`].
     pub async fn good_messages_flow(&self, namespace: &str, prefix: &str, n: usize) {
@@ -87,10 +33,6 @@ impl Route {
             .await;
             assert!(started.elapsed() < GOOD_LATENCY);
         }
-    }
-
-    pub async fn dead_letters(&self, at_least: usize) -> Vec<DeadLetter> {
-        dead_letters(&self.gw.store, &self.queue, at_least).await
     }
 }
 
@@ -307,16 +249,7 @@ async fn a_forged_x_death_does_not_crash_the_retry_tier_into_duplicates() {
     route
         .publish(json_props("xd-1").with_headers(table), b"retry-until-2")
         .await;
-    let attempt = wait_for("the retried message committed", WAIT, || async {
-        route
-            .gw
-            .store
-            .kv_get("fixture-mixed", "done/xd-1")
-            .await
-            .ok()
-            .flatten()
-    })
-    .await;
+    let attempt = committed(&route.gw.store, "fixture-mixed", "done/xd-1").await;
     assert_eq!(attempt.value, b"2", "committed on its second attempt");
     route.good_messages_flow("fixture-mixed", "done", 2).await;
     // Two runs of the retried message, one of each good one: no run came back again.

@@ -8,8 +8,7 @@
 //! seed printed first (`CARTEIRO_PROPTEST_SEED=N` replays a run); the real gateway, broker
 //! and SQLite do the rest. Bounded: 48 messages a run.
 
-use crate::hostile::Route;
-use crate::support::{unique, wait_for};
+use crate::support::{Route, unique, wait_for};
 use carteiro::store::DeadLetterFilter;
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};

@@ -4,18 +4,12 @@
 
 use crate::resilience::Rabbit;
 use crate::support::{
-    Client, Gateway, json_props, load_config, route_config, seed_outbox, unique, wait_for,
-    with_store,
+    Client, Gateway, counter_config, json_props, load_config, migrated_store, repo, script,
+    script_quietly, seed_outbox, spawn_relay, sqlite_url, stop_relay, unique, wait_for, with_store,
 };
-use carteiro::metrics::Metrics;
-use carteiro::relay::Relay;
 use carteiro::store::Store;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(180);
 
@@ -23,28 +17,6 @@ const WAIT: Duration = Duration::from_secs(180);
 struct Postgres {
     name: String,
     port: u16,
-}
-
-fn postgres_sh(args: &[String]) -> String {
-    let script: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/postgres.sh");
-    let out = Command::new("bash")
-        .arg(script)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run scripts/postgres.sh");
-    assert!(
-        out.status.success(),
-        "scripts/postgres.sh {args:?} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
 }
 
 impl Postgres {
@@ -57,23 +29,25 @@ impl Postgres {
             name: unique("pg-outage"),
             port,
         };
-        let args = vec!["start".to_owned(), pg.name.clone(), port.to_string()];
-        let url = tokio::task::spawn_blocking(move || postgres_sh(&args))
-            .await
-            .expect("start");
+        let (name, port) = (pg.name.clone(), port.to_string());
+        let url = tokio::task::spawn_blocking(move || {
+            script("postgres.sh", &["start", &name, &port], &[])
+        })
+        .await
+        .expect("start");
         (pg, url)
     }
 
     async fn stop(&self) {
-        let args = vec!["stop".to_owned(), self.name.clone()];
-        tokio::task::spawn_blocking(move || postgres_sh(&args))
+        let name = self.name.clone();
+        tokio::task::spawn_blocking(move || script("postgres.sh", &["stop", &name], &[]))
             .await
             .expect("stop");
     }
 
     async fn start_again(&self) {
-        let args = vec!["start".to_owned(), self.name.clone(), self.port.to_string()];
-        tokio::task::spawn_blocking(move || postgres_sh(&args))
+        let (name, port) = (self.name.clone(), self.port.to_string());
+        tokio::task::spawn_blocking(move || script("postgres.sh", &["start", &name, &port], &[]))
             .await
             .expect("start");
     }
@@ -81,17 +55,8 @@ impl Postgres {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/postgres.sh");
-        let _ = Command::new("bash")
-            .arg(script)
-            .args(["stop", &self.name])
-            .stdin(Stdio::null())
-            .output();
-        let _ = std::fs::remove_dir_all(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../.local/postgres")
-                .join(&self.name),
-        );
+        script_quietly("postgres.sh", &["stop", &self.name]);
+        let _ = std::fs::remove_dir_all(repo().join(".local/postgres").join(&self.name));
     }
 }
 
@@ -114,13 +79,7 @@ async fn database_down_mid_run_pauses_and_resumes_without_loss() {
     let events = unique("events");
     client.sink(&exchange).await;
     client.sink(&events).await;
-    let toml = route_config(
-        &queue,
-        "counter",
-        &exchange,
-        &format!("out_exchange = \"{events}\""),
-        "",
-    );
+    let toml = counter_config(&queue, &exchange, &events);
     let gw = Gateway::start(&with_store(&toml, &url)).await;
     client.wait_for_consumer(&queue).await;
     for i in 0..100 {
@@ -184,9 +143,8 @@ async fn outbox_rows_wait_for_a_stopped_broker_and_are_published_when_it_returns
     drop(client);
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("sqlite://{}/relay.db", dir.path().display());
-    let store = Store::connect(&url, 4).await.expect("store");
-    store.migrate().await.expect("migrate");
+    let url = sqlite_url(dir.path());
+    let store = migrated_store(&url).await;
     seed_outbox(&store, &exchange, 20, 20).await;
 
     rabbit.stop().await;
@@ -197,10 +155,7 @@ async fn outbox_rows_wait_for_a_stopped_broker_and_are_published_when_it_returns
             rabbit.url()
         ),
     );
-    let stop = CancellationToken::new();
-    let relay = tokio::spawn(
-        Relay::new(&config, store.clone(), Arc::new(Metrics::default()), None).run(stop.clone()),
-    );
+    let relay = spawn_relay(&config, store.clone());
     tokio::time::sleep(Duration::from_secs(3)).await;
     let status = store.outbox_status().await.expect("status");
     assert_eq!(
@@ -213,12 +168,7 @@ async fn outbox_rows_wait_for_a_stopped_broker_and_are_published_when_it_returns
         (store.outbox_status().await.ok()?.pending == 0).then_some(())
     })
     .await;
-    stop.cancel();
-    tokio::time::timeout(Duration::from_secs(30), relay)
-        .await
-        .expect("relay stops")
-        .expect("join")
-        .expect("relay ok");
+    stop_relay(relay).await;
     let client = Client::connect_to(&rabbit.url()).await;
     let got = wait_for("20 messages in the sink", WAIT, || async {
         let n = crate::resilience::queue_depth(&client, &sink).await;

@@ -3,16 +3,15 @@
 //! unroutable rows, and two relays on PostgreSQL share one table without duplicates.
 
 use crate::support::{
-    Client, Gateway, amqp_url, crash_at_fault, json_props, load_config, pg_database, plugin,
-    seed_outbox, seed_request, unique, wait_for,
+    Client, Gateway, amqp_url, crash_at_fault, json_props, load_config, migrated_store,
+    pg_database, plugin, receive, seed_outbox, seed_request, spawn_relay, sqlite_url, stop_relay,
+    unique, wait_for,
 };
 use carteiro::metrics::Metrics;
-use carteiro::relay::Relay;
 use carteiro::store::Store;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -23,49 +22,6 @@ fn relay_config(dir: &std::path::Path, store_url: &str, amqp: &str) -> carteiro:
             "version = 1\n[broker]\nurl = \"{amqp}\"\n[store]\nurl = \"{store_url}\"\n[relay]\npoll_interval = \"100ms\"\nmax_in_flight = 128\n"
         ),
     )
-}
-
-fn spawn_relay(
-    config: &carteiro::config::Config,
-    store: Store,
-) -> (
-    CancellationToken,
-    tokio::task::JoinHandle<anyhow::Result<()>>,
-) {
-    let stop = CancellationToken::new();
-    let relay = Relay::new(config, store, Arc::new(Metrics::default()), None);
-    let task = tokio::spawn(relay.run(stop.clone()));
-    (stop, task)
-}
-
-async fn stop_relay(
-    relay: (
-        CancellationToken,
-        tokio::task::JoinHandle<anyhow::Result<()>>,
-    ),
-) {
-    relay.0.cancel();
-    tokio::time::timeout(Duration::from_secs(30), relay.1)
-        .await
-        .expect("relay stops")
-        .expect("join")
-        .expect("relay ok");
-}
-
-/// Drains `sink` until `n` messages arrived (bounded), then briefly for stragglers.
-async fn receive(client: &Client, sink: &str, n: usize) -> Vec<lapin::message::BasicGetMessage> {
-    let got = std::sync::Mutex::new(Vec::new());
-    wait_for(&format!("{n} messages on {sink}"), WAIT, || async {
-        let batch = client.drain(sink).await;
-        let mut all = got.lock().expect("lock");
-        all.extend(batch);
-        (all.len() >= n).then_some(())
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut all = got.into_inner().expect("lock");
-    all.extend(client.drain(sink).await);
-    all
 }
 
 fn message_id(m: &lapin::message::BasicGetMessage) -> String {
@@ -90,7 +46,7 @@ async fn two_relays_on_postgres_publish_each_row_once_in_key_order() {
     let config = relay_config(dir.path(), &url, &amqp_url());
     let a = spawn_relay(&config, store.clone());
     let b = spawn_relay(&config, Store::connect(&url, 8).await.expect("store"));
-    let all = receive(&client, &sink, 10_000).await;
+    let all = receive(&client, &sink, 10_000, WAIT).await;
     stop_relay(a).await;
     stop_relay(b).await;
 
@@ -117,19 +73,11 @@ async fn rows_wait_for_an_unroutable_destination_with_a_clear_error() {
     let client = Client::connect().await;
     let exchange = unique("nobody-bound");
     client
-        .channel
-        .exchange_declare(
-            exchange.as_str().into(),
-            lapin::ExchangeKind::Topic,
-            lapin::options::ExchangeDeclareOptions::default(),
-            Default::default(),
-        )
-        .await
-        .expect("declare");
+        .exchange(&exchange, lapin::ExchangeKind::Topic, false)
+        .await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("sqlite://{}/relay.db", dir.path().display());
-    let store = Store::connect(&url, 4).await.expect("store");
-    store.migrate().await.expect("migrate");
+    let url = sqlite_url(dir.path());
+    let store = migrated_store(&url).await;
     seed_outbox(&store, &exchange, 1, 1).await;
     let relay = spawn_relay(&relay_config(dir.path(), &url, &amqp_url()), store.clone());
     let status = wait_for("the row marked failed", WAIT, || async {
@@ -298,20 +246,9 @@ async fn failure_mid_chain_keeps_key_order(store_url: &str) {
     let sink = client.sink(&exchange).await;
     let unbound = unique("unbound");
     client
-        .channel
-        .exchange_declare(
-            unbound.as_str().into(),
-            lapin::ExchangeKind::Topic,
-            lapin::options::ExchangeDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            Default::default(),
-        )
-        .await
-        .expect("declare");
-    let store = Store::connect(store_url, 4).await.expect("store");
-    store.migrate().await.expect("migrate");
+        .exchange(&unbound, lapin::ExchangeKind::Topic, true)
+        .await;
+    let store = migrated_store(store_url).await;
     // Interleaved like real traffic: K's rows between other keys' rows.
     let mut rows = Vec::new();
     let k = chain_rows("K", 40, &exchange, Some((5, &unbound)));
@@ -337,7 +274,7 @@ async fn failure_mid_chain_keeps_key_order(store_url: &str) {
         (status.pending == 35 && status.with_errors == 1).then_some(())
     })
     .await;
-    let before = receive(&client, &sink, 165).await;
+    let before = receive(&client, &sink, 165, WAIT).await;
     assert_eq!(before.len(), 165, "only rows outside K/5.. were published");
     assert_eq!(arrivals_of(&before, "K"), (0..5).collect::<Vec<_>>());
     for o in 0..4 {
@@ -359,7 +296,7 @@ async fn failure_mid_chain_keeps_key_order(store_url: &str) {
         )
         .await
         .expect("bind");
-    let after = receive(&client, &sink, 35).await;
+    let after = receive(&client, &sink, 35, WAIT).await;
     stop_relay(relay).await;
     assert_eq!(arrivals_of(&after, "K"), (5..40).collect::<Vec<_>>());
     assert_eq!(after.len(), 35, "nothing published twice");
@@ -369,7 +306,7 @@ async fn failure_mid_chain_keeps_key_order(store_url: &str) {
 #[tokio::test]
 async fn failure_mid_chain_keeps_key_order_on_sqlite() {
     let dir = tempfile::tempdir().expect("tempdir");
-    failure_mid_chain_keeps_key_order(&format!("sqlite://{}/relay.db", dir.path().display())).await;
+    failure_mid_chain_keeps_key_order(&sqlite_url(dir.path())).await;
 }
 
 #[tokio::test]
@@ -387,8 +324,7 @@ async fn an_unroutable_row_mid_pipeline_neither_loops_nor_duplicates(store_url: 
         .unbound_sink(&exchange, lapin::ExchangeKind::Direct)
         .await;
     client.bind(&sink, &exchange, "seeded").await;
-    let store = Store::connect(store_url, 4).await.expect("store");
-    store.migrate().await.expect("migrate");
+    let store = migrated_store(store_url).await;
     let mut rows = chain_rows("K", 40, &exchange, None);
     rows[5].outbox[0].routing_key = "nowhere".into();
     store.commit_batch(&rows).await.expect("seed");
@@ -448,11 +384,7 @@ async fn an_unroutable_row_mid_pipeline_neither_loops_nor_duplicates(store_url: 
 #[tokio::test]
 async fn an_unroutable_row_mid_pipeline_neither_loops_nor_duplicates_on_sqlite() {
     let dir = tempfile::tempdir().expect("tempdir");
-    an_unroutable_row_mid_pipeline_neither_loops_nor_duplicates(&format!(
-        "sqlite://{}/relay.db",
-        dir.path().display()
-    ))
-    .await;
+    an_unroutable_row_mid_pipeline_neither_loops_nor_duplicates(&sqlite_url(dir.path())).await;
 }
 
 #[tokio::test]

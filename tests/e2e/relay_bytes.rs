@@ -3,14 +3,13 @@
 //! again as bytes free up, without waiting for the poll interval, so everything is published
 //! in key order.
 
-use crate::support::{Client, amqp_url, load_config, unique, wait_for};
-use carteiro::metrics::Metrics;
-use carteiro::relay::Relay;
-use carteiro::store::{CommitRequest, NewOutboxRow, Store};
+use crate::support::{
+    Client, amqp_url, load_config, migrated_store, receive, spawn_relay, sqlite_url, stop_relay,
+    unique, wait_for,
+};
+use carteiro::store::{CommitRequest, NewOutboxRow};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 const ROWS: usize = 24;
 const KEYS: usize = 3;
@@ -22,9 +21,8 @@ async fn large_rows_flow_through_a_small_byte_window_in_key_order() {
     let exchange = unique("bigrows");
     let sink = client.sink(&exchange).await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("sqlite://{}/relay.db", dir.path().display());
-    let store = Store::connect(&url, 4).await.expect("store");
-    store.migrate().await.expect("migrate");
+    let url = sqlite_url(dir.path());
+    let store = migrated_store(&url).await;
     let batch: Vec<CommitRequest> = (0..ROWS)
         .map(|i| CommitRequest {
             route: "seed".into(),
@@ -59,34 +57,14 @@ async fn large_rows_flow_through_a_small_byte_window_in_key_order() {
             amqp_url()
         ),
     );
-    let stop = CancellationToken::new();
-    let relay = tokio::spawn(
-        Relay::new(&config, store.clone(), Arc::new(Metrics::default()), None).run(stop.clone()),
-    );
+    let relay = spawn_relay(&config, store.clone());
     wait_for("every row published", Duration::from_secs(60), || async {
         (store.outbox_status().await.ok()?.pending == 0).then_some(())
     })
     .await;
-    stop.cancel();
-    tokio::time::timeout(Duration::from_secs(30), relay)
-        .await
-        .expect("relay stops")
-        .expect("join")
-        .expect("relay ok");
+    stop_relay(relay).await;
 
-    let got = std::sync::Mutex::new(Vec::new());
-    wait_for(
-        "every message in the sink",
-        Duration::from_secs(30),
-        || async {
-            let batch = client.drain(&sink).await;
-            let mut all = got.lock().expect("lock");
-            all.extend(batch);
-            (all.len() >= ROWS).then_some(())
-        },
-    )
-    .await;
-    let got = got.into_inner().expect("lock");
+    let got = receive(&client, &sink, ROWS, Duration::from_secs(30)).await;
     assert_eq!(got.len(), ROWS);
     let mut per_key: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     for m in &got {

@@ -5,7 +5,8 @@
 //! purged runs the handler again.
 
 use crate::support::{
-    Client, Gateway, json_props, pg_database, route_config, unique, wait_for, with_store,
+    Client, Gateway, counter_config, json_props, pg_database, route_config, unique, wait_for,
+    with_store,
 };
 use carteiro::metrics::Metrics;
 use carteiro::store::{DeadLetterFilter, NewDeadLetter, Store};
@@ -122,13 +123,7 @@ async fn dead_letters_then_fix(prefix: &str, traps: usize, others: usize, pg: bo
     .await;
     let dir = gw.stop().await;
 
-    let fixed = on(route_config(
-        &queue,
-        "counter",
-        &exchange,
-        &format!("out_exchange = \"{events}\""),
-        "",
-    ));
+    let fixed = on(counter_config(&queue, &exchange, &events));
     let metrics = Arc::new(Metrics::default());
     let gw = Gateway::start_in(dir, &fixed, metrics.clone()).await;
     client.wait_for_consumer(&queue).await;
@@ -402,13 +397,7 @@ async fn a_replay_after_the_inbox_retention_runs_the_handler_again() {
     let (queue, exchange, events) = (unique("replayret"), unique("in"), unique("events"));
     client.sink(&exchange).await;
     client.sink(&events).await;
-    let toml = route_config(
-        &queue,
-        "counter",
-        &exchange,
-        &format!("out_exchange = \"{events}\""),
-        "",
-    );
+    let toml = counter_config(&queue, &exchange, &events);
     let metrics = Arc::new(Metrics::default());
     let gw = Gateway::start_in(
         tempfile::tempdir().expect("tempdir"),

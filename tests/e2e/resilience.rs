@@ -11,12 +11,11 @@ mod broker;
 mod hostile;
 mod process;
 
-use crate::support::{Client, unique};
+use crate::support::{Client, repo, script, script_quietly, unique};
 use carteiro::config::RouteConfig;
 use carteiro::topology::RouteTopology;
 use std::io::Read;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,25 +26,12 @@ pub struct Rabbit {
     port: u16,
 }
 
-fn rabbitmq_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/rabbitmq.sh")
-}
-
 /// Runs `scripts/rabbitmq.sh ARGS` to completion (blocking), panicking with its output.
 fn rabbitmq_sh(args: &[&str]) {
-    let out = Command::new("bash")
-        .arg(rabbitmq_script())
-        .args(args)
-        .env("CARTEIRO_RABBITMQ_START_TIMEOUT", "90")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run scripts/rabbitmq.sh");
-    assert!(
-        out.status.success(),
-        "scripts/rabbitmq.sh {args:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    script(
+        "rabbitmq.sh",
+        args,
+        &[("CARTEIRO_RABBITMQ_START_TIMEOUT", "90".into())],
     );
 }
 
@@ -99,15 +85,8 @@ impl Rabbit {
 
 impl Drop for Rabbit {
     fn drop(&mut self) {
-        // Never panic in drop: a failing stop must not hide the test's own failure.
-        let _ = Command::new("bash")
-            .arg(rabbitmq_script())
-            .args(["stop", &self.name])
-            .stdin(Stdio::null())
-            .output();
-        let state = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../.local/rabbitmq")
-            .join(&self.name);
+        script_quietly("rabbitmq.sh", &["stop", &self.name]);
+        let state = repo().join(".local/rabbitmq").join(&self.name);
         let _ = std::fs::remove_dir_all(state);
     }
 }
@@ -243,19 +222,13 @@ pub async fn run_to_end(cmd: Command, timeout: Duration) -> Finished {
     Running::spawn(cmd).finish(timeout).await
 }
 
-/// Messages ready in `queue` (passive declare on a fresh channel: a failure closes it).
+/// Messages ready in `queue`.
 pub async fn queue_depth(client: &Client, queue: &str) -> u32 {
-    let channel = client.conn.create_channel().await.expect("channel");
-    let passive = lapin::options::QueueDeclareOptions {
-        passive: true,
-        ..Default::default()
-    };
-    let state = channel
-        .queue_declare(queue.into(), passive, Default::default())
+    client
+        .queue_state(queue)
         .await
-        .unwrap_or_else(|e| panic!("passive declare of {queue}: {e}"));
-    let _ = channel.close(200, "probe".into()).await;
-    state.message_count()
+        .unwrap_or_else(|e| panic!("passive declare of {queue}: {e}"))
+        .message_count()
 }
 
 /// Deletes a queue a test left messages in, so the shared broker does not keep them.

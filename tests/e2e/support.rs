@@ -4,6 +4,7 @@ use carteiro::config::{self, Config};
 use carteiro::metrics::Metrics;
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,50 @@ pub fn amqp_url() -> String {
     std::env::var("CARTEIRO_TEST_AMQP_URL").unwrap_or_else(|_| {
         panic!("CARTEIRO_TEST_AMQP_URL is not set: run `scripts/rabbitmq.sh start` and export the URL it prints (scripts/test.sh does both)")
     })
+}
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Runs `cmd` to completion without stdin, panicking with `what`, its status and its output
+/// unless it succeeds; returns its stdout.
+pub fn run_ok(what: &str, cmd: &mut Command) -> String {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `bash scripts/NAME ARGS` with `env` (see [`run_ok`]); returns its last line of stdout,
+/// where the service scripts print their URL.
+pub fn script(name: &str, args: &[&str], env: &[(&str, String)]) -> String {
+    let mut cmd = Command::new("bash");
+    cmd.arg(repo().join("scripts").join(name)).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = run_ok(&format!("scripts/{name} {args:?}"), &mut cmd);
+    out.lines().last().unwrap_or_default().trim().to_owned()
+}
+
+/// Runs `bash scripts/NAME ARGS` and ignores how it ends: for `Drop`, where a failing stop
+/// must not hide the test's own failure.
+pub fn script_quietly(name: &str, args: &[&str]) {
+    let _ = Command::new("bash")
+        .arg(repo().join("scripts").join(name))
+        .args(args)
+        .stdin(Stdio::null())
+        .output();
 }
 
 /// A unique, readable name for queues and files.
@@ -159,6 +204,96 @@ routing_key = "#"
     )
 }
 
+/// Waits (30 s at most) until `namespace`/`key` is in the kv store: the sign a handler committed.
+pub async fn committed(
+    store: &carteiro::store::Store,
+    namespace: &str,
+    key: &str,
+) -> carteiro::store::KvEntry {
+    wait_for(
+        &format!("{namespace}/{key} committed"),
+        Duration::from_secs(30),
+        || async { store.kv_get(namespace, key).await.ok().flatten() },
+    )
+    .await
+}
+
+/// A route of the test's own: its input exchange declared and a gateway consuming it.
+pub struct Route {
+    pub client: Client,
+    pub queue: String,
+    pub exchange: String,
+    pub gw: Gateway,
+}
+
+impl Route {
+    /// One [`route_config`] route on `plugin`, on SQLite or on the store at `store_url`.
+    pub async fn start(prefix: &str, plugin: &str, extra: &str, store_url: Option<&str>) -> Self {
+        Self::start_from(prefix, Arc::default(), |queue, exchange| {
+            let toml = route_config(queue, plugin, exchange, "", extra);
+            match store_url {
+                Some(url) => with_store(&toml, url),
+                None => toml,
+            }
+        })
+        .await
+    }
+
+    /// [`Route::start`] on SQLite, recording into `metrics`.
+    pub async fn start_with_metrics(
+        prefix: &str,
+        plugin: &str,
+        extra: &str,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self::start_from(prefix, metrics, |queue, exchange| {
+            route_config(queue, plugin, exchange, "", extra)
+        })
+        .await
+    }
+
+    /// A route on the config `toml(queue, exchange)` writes.
+    pub async fn start_from(
+        prefix: &str,
+        metrics: Arc<Metrics>,
+        toml: impl FnOnce(&str, &str) -> String,
+    ) -> Self {
+        let (queue, exchange) = (unique(prefix), unique("in"));
+        let client = Client::connect().await;
+        client.sink(&exchange).await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let gw = Gateway::start_in(dir, &toml(&queue, &exchange), metrics).await;
+        client.wait_for_consumer(&queue).await;
+        Self {
+            client,
+            queue,
+            exchange,
+            gw,
+        }
+    }
+
+    /// Publishes to the route's exchange with routing key `k`.
+    pub async fn publish(&self, props: lapin::BasicProperties, body: &[u8]) {
+        self.client.publish(&self.exchange, "k", props, body).await;
+    }
+
+    /// Waits (30 s at most) until the route has at least `at_least` dead letters.
+    pub async fn dead_letters(&self, at_least: usize) -> Vec<carteiro::store::DeadLetter> {
+        dead_letters(&self.gw.store, &self.queue, at_least).await
+    }
+}
+
+/// A [`route_config`] for the `counter` plugin, emitting its events to `events`.
+pub fn counter_config(queue: &str, exchange: &str, events: &str) -> String {
+    route_config(
+        queue,
+        "counter",
+        exchange,
+        &format!("out_exchange = \"{events}\""),
+        "",
+    )
+}
+
 /// A plain AMQP client for tests.
 pub struct Client {
     pub conn: lapin::Connection,
@@ -196,15 +331,8 @@ impl Client {
     /// Declares a durable exchange of `kind` and a durable queue bound to nothing yet (see
     /// [`Client::bind`]); returns the queue name.
     pub async fn unbound_sink(&self, exchange: &str, kind: lapin::ExchangeKind) -> String {
-        use lapin::options::{ExchangeDeclareOptions, QueueDeclareOptions};
-        let durable = ExchangeDeclareOptions {
-            durable: true,
-            ..Default::default()
-        };
-        self.channel
-            .exchange_declare(exchange.into(), kind, durable, Default::default())
-            .await
-            .expect("declare exchange");
+        use lapin::options::QueueDeclareOptions;
+        self.exchange(exchange, kind, true).await;
         let queue = unique("sink");
         self.channel
             .queue_declare(
@@ -218,6 +346,18 @@ impl Client {
             .await
             .expect("declare sink");
         queue
+    }
+
+    /// Declares an exchange of `kind` and no queue.
+    pub async fn exchange(&self, exchange: &str, kind: lapin::ExchangeKind, durable: bool) {
+        let options = lapin::options::ExchangeDeclareOptions {
+            durable,
+            ..Default::default()
+        };
+        self.channel
+            .exchange_declare(exchange.into(), kind, options, Default::default())
+            .await
+            .expect("declare exchange");
     }
 
     /// Binds `queue` to `exchange` with `key`.
@@ -234,23 +374,28 @@ impl Client {
             .expect("bind sink");
     }
 
-    /// Waits until the gateway consumes `queue` (a failed passive declare closes its
-    /// channel, so each probe uses a fresh one).
+    /// The broker's view of `queue`: a passive declare, on a fresh channel because a failed
+    /// one closes its channel.
+    pub async fn queue_state(&self, queue: &str) -> lapin::Result<lapin::Queue> {
+        let channel = self.conn.create_channel().await?;
+        let passive = lapin::options::QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        let state = channel
+            .queue_declare(queue.into(), passive, Default::default())
+            .await?;
+        let _ = channel.close(200, "probe".into()).await;
+        Ok(state)
+    }
+
+    /// Waits until the gateway consumes `queue`.
     pub async fn wait_for_consumer(&self, queue: &str) {
         wait_for(
             &format!("a consumer on {queue}"),
             Duration::from_secs(60),
             || async {
-                let channel = self.conn.create_channel().await.ok()?;
-                let passive = lapin::options::QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                };
-                let state = channel
-                    .queue_declare(queue.into(), passive, Default::default())
-                    .await
-                    .ok()?;
-                let _ = channel.close(200, "probe".into()).await;
+                let state = self.queue_state(queue).await.ok()?;
                 (state.consumer_count() > 0).then_some(())
             },
         )
@@ -323,6 +468,74 @@ pub async fn pg_database() -> String {
         Some(slash) => format!("{}/{name}", &admin[..slash]),
         None => panic!("unexpected PostgreSQL URL {admin}"),
     }
+}
+
+/// A store at `url` (4 connections), migrated.
+pub async fn migrated_store(url: &str) -> carteiro::store::Store {
+    let store = carteiro::store::Store::connect(url, 4)
+        .await
+        .expect("store");
+    store.migrate().await.expect("migrate");
+    store
+}
+
+/// The URL of a SQLite file `relay.db` in `dir`.
+pub fn sqlite_url(dir: &Path) -> String {
+    format!("sqlite://{}/relay.db", dir.display())
+}
+
+/// A relay running in the background and the token that stops it.
+pub type RelayTask = (
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+);
+
+/// Runs `relay` in the background until [`stop_relay`].
+pub fn run_relay(relay: carteiro::relay::Relay) -> RelayTask {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(relay.run(stop.clone()));
+    (stop, task)
+}
+
+/// Runs the relay of `config` on `store` in the background, recording into fresh metrics.
+pub fn spawn_relay(config: &Config, store: carteiro::store::Store) -> RelayTask {
+    run_relay(carteiro::relay::Relay::new(
+        config,
+        store,
+        Arc::new(Metrics::default()),
+        None,
+    ))
+}
+
+/// Stops a relay and waits (30 s at most) for it to end without error.
+pub async fn stop_relay((stop, task): RelayTask) {
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("relay stops")
+        .expect("join")
+        .expect("relay ok");
+}
+
+/// Drains `sink` until `n` messages arrived (within `timeout`), then briefly for stragglers.
+pub async fn receive(
+    client: &Client,
+    sink: &str,
+    n: usize,
+    timeout: Duration,
+) -> Vec<lapin::message::BasicGetMessage> {
+    let got = std::sync::Mutex::new(Vec::new());
+    wait_for(&format!("{n} messages on {sink}"), timeout, || async {
+        let batch = client.drain(sink).await;
+        let mut all = got.lock().expect("lock");
+        all.extend(batch);
+        (all.len() >= n).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut all = got.into_inner().expect("lock");
+    all.extend(client.drain(sink).await);
+    all
 }
 
 /// Replaces the SQLite store of a [`route_config`] with `url`.

@@ -5,8 +5,8 @@
 //! it emitted, linked to the delivery span. A dead-lettered message's span says why.
 
 use crate::support::{
-    Client, Gateway, amqp_url, json_props, load_config, route_config, seed_request, unique,
-    wait_for,
+    Client, Gateway, amqp_url, json_props, load_config, migrated_store, route_config, run_relay,
+    seed_request, sqlite_url, stop_relay, unique, wait_for,
 };
 use axum::body::Bytes;
 use axum::extract::State;
@@ -14,7 +14,6 @@ use axum::routing::post;
 use carteiro::broker::headers::to_text_pairs;
 use carteiro::metrics::Metrics;
 use carteiro::relay::Relay;
-use carteiro::store::Store;
 use carteiro::telemetry::Telemetry;
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use opentelemetry_proto::tonic::collector::trace::v1::{
@@ -403,17 +402,10 @@ async fn the_relay_alone_exports_its_publish_spans_with_links_and_failures() {
     let sink = client.sink(&events).await;
     let nobody = unique("otel-nobody-bound");
     client
-        .channel
-        .exchange_declare(
-            nobody.as_str().into(),
-            lapin::ExchangeKind::Topic,
-            lapin::options::ExchangeDeclareOptions::default(),
-            Default::default(),
-        )
-        .await
-        .expect("declare");
+        .exchange(&nobody, lapin::ExchangeKind::Topic, false)
+        .await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("sqlite://{}/relay.db", dir.path().display());
+    let url = sqlite_url(dir.path());
     let config = load_config(
         dir.path(),
         &format!(
@@ -422,8 +414,7 @@ async fn the_relay_alone_exports_its_publish_spans_with_links_and_failures() {
             telemetry_section(&endpoint)
         ),
     );
-    let store = Store::connect(&url, 4).await.expect("store");
-    store.migrate().await.expect("migrate");
+    let store = migrated_store(&url).await;
     // A row emitted by a traced delivery, and one nobody can receive (returned).
     let (trace_id, delivery_span) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
     let mut traced = seed_request(&events, "traced", 0);
@@ -439,10 +430,10 @@ async fn the_relay_alone_exports_its_publish_spans_with_links_and_failures() {
 
     let telemetry = Telemetry::start(&config.telemetry).expect("telemetry");
     assert!(telemetry.is_on());
-    let relay = Relay::new(&config, store.clone(), Arc::new(Metrics::default()), None)
-        .with_telemetry(telemetry.clone());
-    let stop = tokio_util::sync::CancellationToken::new();
-    let task = tokio::spawn(relay.run(stop.clone()));
+    let relay = run_relay(
+        Relay::new(&config, store.clone(), Arc::new(Metrics::default()), None)
+            .with_telemetry(telemetry.clone()),
+    );
 
     let ok_name = format!("{events} publish");
     let failed_name = format!("{nobody} publish");
@@ -461,12 +452,7 @@ async fn the_relay_alone_exports_its_publish_spans_with_links_and_failures() {
         Some((ok, failed))
     })
     .await;
-    stop.cancel();
-    tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .expect("relay stops")
-        .expect("join")
-        .expect("relay ok");
+    stop_relay(relay).await;
     telemetry.shutdown().await;
 
     assert_eq!(ok.kind, SpanKind::Producer as i32);

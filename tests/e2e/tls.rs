@@ -11,56 +11,19 @@
 mod end_to_end;
 mod refusals;
 
-use crate::support::unique;
+use crate::support::{repo, run_ok, script, script_quietly, unique};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Weak};
 
 /// The user name in the broker's client certificate (RabbitMQ logs it in by its CN).
 pub const BROKER_USER: &str = "carteiro-tls";
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// Runs `bash scripts/NAME ARGS` to completion with `env`, panicking with its output; returns
-/// its last line of stdout.
-fn script(name: &str, args: &[&str], env: &[(&str, String)]) -> String {
-    let mut cmd = Command::new("bash");
-    cmd.arg(repo().join("scripts").join(name))
-        .args(args)
-        .stdin(Stdio::null());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("run a script");
-    assert!(
-        out.status.success(),
-        "scripts/{name} {args:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
-}
-
 fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run openssl (apt-get install openssl)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        &format!("openssl {args:?} (apt-get install openssl)"),
+        Command::new("openssl").args(args).current_dir(dir),
     );
 }
 
@@ -267,15 +230,8 @@ impl Servers {
                 "-q",
                 "--no-table-headers",
             ])
-            .args(columns)
-            .stdin(Stdio::null());
-        let out = cmd.output().expect("list_connections");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
+            .args(columns);
+        run_ok("list_connections", &mut cmd)
             .lines()
             .map(str::to_owned)
             .filter(|l| !l.trim().is_empty())
@@ -328,16 +284,8 @@ impl Servers {
 
 impl Drop for Servers {
     fn drop(&mut self) {
-        // Never panic in drop: a failing stop must not hide the test's own failure.
-        let run = |name: &str, args: &[&str]| {
-            let _ = Command::new("bash")
-                .arg(repo().join("scripts").join(name))
-                .args(args)
-                .stdin(Stdio::null())
-                .output();
-        };
-        run("rabbitmq.sh", &["stop", &self.mq_name]);
-        run("postgres.sh", &["stop", &self.pg_name]);
+        script_quietly("rabbitmq.sh", &["stop", &self.mq_name]);
+        script_quietly("postgres.sh", &["stop", &self.pg_name]);
         let _ = std::fs::remove_dir_all(repo().join(".local/rabbitmq").join(&self.mq_name));
         let pg = repo().join(".local/postgres").join(&self.pg_name);
         let _ = std::fs::remove_dir_all(&pg);

@@ -15,6 +15,16 @@ use axum::response::Response;
 use maud::html;
 use std::sync::Arc;
 
+/// The config the gateway runs; 503 while it is still starting.
+fn running_config(s: &AdminState) -> Result<Arc<crate::config::Config>, Refusal> {
+    s.handle.live.status().config.ok_or_else(|| {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the gateway is still starting".to_owned(),
+        )
+    })
+}
+
 /// Starts a replay job on `target`.
 pub async fn start_replay(
     s: &AdminState,
@@ -22,12 +32,7 @@ pub async fn start_replay(
     options: ReplayOptions,
 ) -> Result<Arc<Job>, Refusal> {
     let resolved = target.resolve(&s.handle.store).await?;
-    let config = s.handle.live.status().config.ok_or_else(|| {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the gateway is still starting".to_owned(),
-        )
-    })?;
+    let config = running_config(s)?;
     let connection = s.probe.connection(&config).await.map_err(|e| {
         (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -103,12 +108,7 @@ pub async fn start_shadow(
     sha256: Option<&str>,
 ) -> Result<Arc<Job>, Refusal> {
     let resolved = target.resolve(&s.handle.store).await?;
-    let config = s.handle.live.status().config.ok_or_else(|| {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the gateway is still starting".to_owned(),
-        )
-    })?;
+    let config = running_config(s)?;
     let file = super::shadow_file::check(&config, path, sha256)?;
     s.jobs.start_shadow(
         config,

@@ -198,18 +198,12 @@ pub async fn run(config_path: &Path, command: DlqCommand) -> anyhow::Result<i32>
                 sha256: None,
             };
             if let Some(wasm) = shadow {
-                return shadow_report(
-                    &config,
-                    &store,
-                    &wasm,
-                    &filter.filter(),
-                    &shadow_options,
-                    json,
-                )
-                .await;
+                let run = ShadowRun::new(&config, &store, &wasm, filter.filter());
+                return shadow_report(&run, &shadow_options, json).await;
             }
             if let Some(wasm) = only_acked_by {
-                return replay_acked_by(&config, &store, &wasm, &filter.filter(), &options).await;
+                let run = ShadowRun::new(&config, &store, &wasm, filter.filter());
+                return replay_acked_by(&run, &options).await;
             }
             return replay(&config, &store, id, &filter.filter(), &options, dry_run).await;
         }
@@ -278,7 +272,7 @@ async fn replay(
         };
         let since = Some(crate::common::now_ms());
         return Ok(
-            match crate::dlq::replay(store, &publisher, &seal, &d, timeout, since).await? {
+            match crate::dlq::replay(store, &publisher, &seal, &d, timeout, since, None).await? {
                 crate::dlq::Replayed::Done => {
                     println!("replayed #{} to queue {}", d.id, d.route);
                     println!("1 replayed");
@@ -338,12 +332,52 @@ async fn replay(
     })
 }
 
+/// A candidate component and the dead letters a shadow run of it reads.
+struct ShadowRun<'a> {
+    config: &'a crate::config::Config,
+    store: &'a crate::store::Store,
+    wasm: &'a Path,
+    filter: DeadLetterFilter,
+}
+
+impl<'a> ShadowRun<'a> {
+    fn new(
+        config: &'a crate::config::Config,
+        store: &'a crate::store::Store,
+        wasm: &'a Path,
+        filter: DeadLetterFilter,
+    ) -> Self {
+        Self {
+            config,
+            store,
+            wasm,
+            filter,
+        }
+    }
+
+    /// Runs the candidate on a runtime of its own; nothing is committed or published.
+    async fn run(
+        &self,
+        options: &ShadowOptions,
+        each: &mut dyn FnMut(&Verdicts),
+    ) -> anyhow::Result<shadow::Summary> {
+        let runtime = services::new_runtime(self.config)?;
+        shadow::run(
+            self.config,
+            &runtime,
+            self.store,
+            self.wasm,
+            &self.filter,
+            options,
+            each,
+        )
+        .await
+    }
+}
+
 /// `dlq replay --shadow NEW.wasm`: the report; exit code 0 (the verdicts are the output).
 async fn shadow_report(
-    config: &crate::config::Config,
-    store: &crate::store::Store,
-    wasm: &Path,
-    filter: &DeadLetterFilter,
+    run: &ShadowRun<'_>,
     options: &ShadowOptions,
     json: bool,
 ) -> anyhow::Result<i32> {
@@ -354,22 +388,13 @@ async fn shadow_report(
             print_verdicts(v);
         }
     };
-    let summary = shadow::run(
-        config,
-        &crate::services::new_runtime(config)?,
-        store,
-        wasm,
-        filter,
-        options,
-        &mut print,
-    )
-    .await?;
+    let summary = run.run(options, &mut print).await?;
     if json {
         println!("{}", shadow::summary_json(&summary));
     } else {
         println!(
             "shadow of {} (sha256 {}): nothing was committed or published",
-            wasm.display(),
+            run.wasm.display(),
             summary.sha256
         );
         println!("{}", summary.line());
@@ -412,33 +437,26 @@ fn print_verdicts(v: &Verdicts) {
 
 /// `dlq replay --only-acked-by NEW.wasm`: a shadow run, then a real replay of exactly the
 /// dead letters it acked (each marked replayed after its confirm).
-async fn replay_acked_by(
-    config: &crate::config::Config,
-    store: &crate::store::Store,
-    wasm: &Path,
-    filter: &DeadLetterFilter,
-    options: &ReplayOptions,
-) -> anyhow::Result<i32> {
+async fn replay_acked_by(run: &ShadowRun<'_>, options: &ReplayOptions) -> anyhow::Result<i32> {
+    let ShadowRun {
+        config,
+        store,
+        wasm,
+        ..
+    } = *run;
     let mut acked = Vec::new();
     let shadow_options = ShadowOptions {
         include_replayed: options.include_replayed,
         limit: None,
         sha256: None,
     };
-    let summary = shadow::run(
-        config,
-        &crate::services::new_runtime(config)?,
-        store,
-        wasm,
-        filter,
-        &shadow_options,
-        &mut |v| {
+    let summary = run
+        .run(&shadow_options, &mut |v| {
             if v.now == Now::Ack {
                 acked.push(v.id);
             }
-        },
-    )
-    .await?;
+        })
+        .await?;
     println!("shadow: {}", summary.line());
     if let Some(limit) = options.limit {
         acked.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
@@ -453,7 +471,7 @@ async fn replay_acked_by(
             continue;
         };
         let timeout = config.broker.publish_timeout;
-        match crate::dlq::replay(store, &publisher, &seal, &d, timeout, None).await {
+        match crate::dlq::replay(store, &publisher, &seal, &d, timeout, None, None).await {
             Ok(crate::dlq::Replayed::Done) => replayed += 1,
             Ok(crate::dlq::Replayed::Skipped) => println!("#{id} skipped: another run has it"),
             Err(e) => {

@@ -27,7 +27,7 @@ use crate::broker::ConfirmedPublisher;
 use crate::broker::seal::SealKey;
 use crate::store::{DeadLetterFilter, DeadLetterStat, Store};
 
-use super::{ReplayError, Replayed, replay_as};
+use super::{ReplayError, Replayed, replay};
 
 /// Rows read per page.
 pub const PAGE: i64 = 100;
@@ -232,14 +232,14 @@ pub async fn replay_matching(
             }
             cursor = Some(d.id);
             let owner = &claims.owner;
-            match replay_as(
+            match replay(
                 store,
                 publisher,
                 seal,
                 &d,
                 publish_timeout,
                 replayed_before,
-                owner,
+                Some(owner),
             )
             .await
             {

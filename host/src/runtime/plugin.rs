@@ -311,8 +311,9 @@ impl Plugin {
         message: &types::Message,
         kv: Arc<dyn KvSource>,
     ) -> Result<Invocation, PluginFailure> {
-        if let Code::Native(handler) = &self.code {
-            return self.run_native(handler.as_ref(), message, kv).await;
+        // A native handler holds no guest code to move off this thread.
+        if matches!(self.code, Code::Native(_)) {
+            return self.handle_in_place(message, kv).await;
         }
         let plugin = self.clone();
         let message = message.clone();

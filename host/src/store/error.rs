@@ -166,112 +166,86 @@ mod tests {
         }
     }
 
+    /// Lost races: (code, message).
+    const CONFLICT: &[(&str, &str)] = &[
+        // PostgreSQL.
+        ("40001", ""),
+        ("40P01", ""),
+    ];
+
+    /// The store's trouble: (code, message).
+    const UNAVAILABLE: &[(&str, &str)] = &[
+        // PostgreSQL.
+        ("25006", "cannot execute INSERT in a read-only transaction"),
+        ("57014", "canceling statement due to statement timeout"),
+        ("55P03", "canceling statement due to lock timeout"),
+        ("42P01", "relation \"inbox\" does not exist"),
+        ("42703", "column \"lease_owner\" does not exist"),
+        ("42501", "permission denied for table kv"),
+        ("3D000", "database \"carteiro\" does not exist"),
+        ("28P01", "password authentication failed"),
+        ("08006", "connection failure"),
+        ("53100", "could not extend file: No space left on device"),
+        ("53300", "too many connections"),
+        (
+            "57P01",
+            "terminating connection due to administrator command",
+        ),
+        ("57P03", "the database system is starting up"),
+        ("58030", "could not write to file"),
+        ("XX001", "invalid page in block"),
+        ("XX002", "index is corrupted"),
+        // SQLite (primary and extended codes).
+        ("5", "database is locked"),
+        ("517", "database is locked"),
+        ("6", "database table is locked"),
+        ("8", "attempt to write a readonly database"),
+        ("1032", "attempt to write a readonly database"),
+        ("10", "disk I/O error"),
+        ("266", "disk I/O error"),
+        ("11", "database disk image is malformed"),
+        ("779", "database disk image is malformed"),
+        ("13", "database or disk is full"),
+        ("14", "unable to open database file"),
+        ("26", "file is not a database"),
+        ("1", "no such table: inbox"),
+        ("1", "no such column: lease_owner"),
+    ];
+
+    /// This request's data: (code, message).
+    const DATA: &[(&str, &str)] = &[
+        // PostgreSQL.
+        ("22021", "invalid byte sequence for encoding \"UTF8\": 0x00"),
+        ("22P05", "unsupported Unicode escape sequence"),
+        ("23505", "duplicate key value violates unique constraint"),
+        ("23502", "null value in column violates not-null constraint"),
+        (
+            "54000",
+            "index row size 3000 exceeds btree version 4 maximum 2704",
+        ),
+        ("22003", "value out of range"),
+        // SQLite.
+        ("19", "UNIQUE constraint failed"),
+        ("2067", "UNIQUE constraint failed: outbox.event_id"),
+        ("1299", "NOT NULL constraint failed"),
+        ("18", "string or blob too big"),
+        ("1", "near \"x\": syntax error"),
+    ];
+
     #[test]
     fn the_classification_table() {
-        let table = [
-            // PostgreSQL: lost races.
-            ("40001", "", "conflict"),
-            ("40P01", "", "conflict"),
-            // PostgreSQL: the store's trouble.
-            (
-                "25006",
-                "cannot execute INSERT in a read-only transaction",
-                "unavailable",
-            ),
-            (
-                "57014",
-                "canceling statement due to statement timeout",
-                "unavailable",
-            ),
-            (
-                "55P03",
-                "canceling statement due to lock timeout",
-                "unavailable",
-            ),
-            ("42P01", "relation \"inbox\" does not exist", "unavailable"),
-            (
-                "42703",
-                "column \"lease_owner\" does not exist",
-                "unavailable",
-            ),
-            ("42501", "permission denied for table kv", "unavailable"),
-            (
-                "3D000",
-                "database \"carteiro\" does not exist",
-                "unavailable",
-            ),
-            ("28P01", "password authentication failed", "unavailable"),
-            ("08006", "connection failure", "unavailable"),
-            (
-                "53100",
-                "could not extend file: No space left on device",
-                "unavailable",
-            ),
-            ("53300", "too many connections", "unavailable"),
-            (
-                "57P01",
-                "terminating connection due to administrator command",
-                "unavailable",
-            ),
-            ("57P03", "the database system is starting up", "unavailable"),
-            ("58030", "could not write to file", "unavailable"),
-            ("XX001", "invalid page in block", "unavailable"),
-            ("XX002", "index is corrupted", "unavailable"),
-            // PostgreSQL: this request's data.
-            (
-                "22021",
-                "invalid byte sequence for encoding \"UTF8\": 0x00",
-                "data",
-            ),
-            ("22P05", "unsupported Unicode escape sequence", "data"),
-            (
-                "23505",
-                "duplicate key value violates unique constraint",
-                "data",
-            ),
-            (
-                "23502",
-                "null value in column violates not-null constraint",
-                "data",
-            ),
-            (
-                "54000",
-                "index row size 3000 exceeds btree version 4 maximum 2704",
-                "data",
-            ),
-            ("22003", "value out of range", "data"),
-            // SQLite: the store's trouble (primary and extended codes).
-            ("5", "database is locked", "unavailable"),
-            ("517", "database is locked", "unavailable"),
-            ("6", "database table is locked", "unavailable"),
-            ("8", "attempt to write a readonly database", "unavailable"),
-            (
-                "1032",
-                "attempt to write a readonly database",
-                "unavailable",
-            ),
-            ("10", "disk I/O error", "unavailable"),
-            ("266", "disk I/O error", "unavailable"),
-            ("11", "database disk image is malformed", "unavailable"),
-            ("779", "database disk image is malformed", "unavailable"),
-            ("13", "database or disk is full", "unavailable"),
-            ("14", "unable to open database file", "unavailable"),
-            ("26", "file is not a database", "unavailable"),
-            ("1", "no such table: inbox", "unavailable"),
-            ("1", "no such column: lease_owner", "unavailable"),
-            // SQLite: this request's data.
-            ("19", "UNIQUE constraint failed", "data"),
-            ("2067", "UNIQUE constraint failed: outbox.event_id", "data"),
-            ("1299", "NOT NULL constraint failed", "data"),
-            ("18", "string or blob too big", "data"),
-            ("1", "near \"x\": syntax error", "data"),
-        ];
-        for (code, message, want) in table {
-            assert_eq!(
-                name(&classify_code(code, message)),
-                want,
-                "code {code} ({message})"
-            );
+        for (want, table) in [
+            ("conflict", CONFLICT),
+            ("unavailable", UNAVAILABLE),
+            ("data", DATA),
+        ] {
+            for (code, message) in table {
+                assert_eq!(
+                    name(&classify_code(code, message)),
+                    want,
+                    "code {code} ({message})"
+                );
+            }
         }
     }
 }

@@ -3,7 +3,7 @@
 use super::{free_port, http, plugin_version, sample, settled, sha256_of, spawn_gateway};
 use crate::live::ADMIN_TOKEN;
 use crate::resilience::{counter_value, delete_queue, queue_depth, topology_of};
-use crate::support::{Client, json_props, load_config, plugin, route_config, unique, wait_for};
+use crate::support::{Client, counter_config, json_props, load_config, plugin, unique, wait_for};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -17,21 +17,15 @@ fn counter_config(
     plugin_path: &Path,
     port: u16,
 ) -> String {
-    route_config(
-        queue,
-        "counter",
-        exchange,
-        &format!("out_exchange = \"{events}\""),
-        "",
-    )
-    .replace(
-        &plugin("counter").display().to_string(),
-        &plugin_path.display().to_string(),
-    )
-    .replace(
-        "listen = \"\"",
-        &format!("listen = \"127.0.0.1:{port}\"\ntoken = \"{ADMIN_TOKEN}\""),
-    )
+    counter_config(queue, exchange, events)
+        .replace(
+            &plugin("counter").display().to_string(),
+            &plugin_path.display().to_string(),
+        )
+        .replace(
+            "listen = \"\"",
+            &format!("listen = \"127.0.0.1:{port}\"\ntoken = \"{ADMIN_TOKEN}\""),
+        )
 }
 
 fn write(dir: &Path, toml: &str) -> PathBuf {
@@ -337,16 +331,7 @@ async fn a_reload_starts_an_added_route_and_stops_a_removed_one() {
     assert!(body.contains(&format!("route `{qa}`: stopped")), "{body}");
     gateway.wait_stderr("route removed by reload", WAIT).await;
     wait_for("no consumer on the removed route", WAIT, || async {
-        let channel = client.conn.create_channel().await.ok()?;
-        let passive = lapin::options::QueueDeclareOptions {
-            passive: true,
-            ..Default::default()
-        };
-        let state = channel
-            .queue_declare(qa.as_str().into(), passive, Default::default())
-            .await
-            .ok()?;
-        let _ = channel.close(200, "probe".into()).await;
+        let state = client.queue_state(&qa).await.ok()?;
         (state.consumer_count() == 0).then_some(())
     })
     .await;

@@ -1,6 +1,6 @@
 //! `commit_batch` semantics: committed, duplicate, conflict, rejected, delete.
 
-use super::{TestDb, both_backends, event, read, request, write};
+use super::{TestDb, both_backends, event, keys, read, request, write};
 use crate::store::{CommitOutcome, StoreError};
 
 both_backends!(
@@ -109,12 +109,7 @@ async fn conflict_when_read_version_changed(db: &TestDb) {
     assert!(s.kv_get("ns", "other").await.unwrap().is_none());
     assert_eq!(s.kv_get("ns", "c").await.unwrap().unwrap().value, b"11");
     let rows = s.outbox_pending(10, "t", 60_000).await.unwrap();
-    assert_eq!(
-        rows.iter()
-            .map(|r| r.routing_key.as_str())
-            .collect::<Vec<_>>(),
-        ["from-a"]
-    );
+    assert_eq!(keys(&rows), ["from-a"]);
 
     // A read of a key that was deleted since is a conflict too, even without a write.
     let mut del = request("r", "del");

@@ -1,7 +1,7 @@
 //! Dead-letter archive: insert, filters, stats, replay bookkeeping, purge.
 
 use super::{TestDb, both_backends};
-use crate::store::{DeadLetterFilter, NewDeadLetter, StoreError};
+use crate::store::{DeadLetter, DeadLetterFilter, NewDeadLetter, StoreError};
 
 both_backends!(
     archive_query_replay_purge,
@@ -9,6 +9,11 @@ both_backends!(
     oldest_first_pages_counts_and_groups,
     reason_and_id_lists_select_exactly
 );
+
+/// The ids of `rows`, in order.
+fn ids(rows: Vec<DeadLetter>) -> Vec<i64> {
+    rows.into_iter().map(|d| d.id).collect()
+}
 
 fn dl(route: &str, reason: &str, at: i64) -> NewDeadLetter {
     NewDeadLetter {
@@ -64,7 +69,6 @@ async fn archive_query_replay_purge(db: &TestDb) {
     assert!(odd.stored_encoded);
     assert!(s.dead_letter_get(9_999).await.unwrap().is_none());
 
-    let ids = |v: Vec<crate::store::DeadLetter>| v.into_iter().map(|d| d.id).collect::<Vec<_>>();
     let all = s
         .dead_letters_list(&DeadLetterFilter::default())
         .await
@@ -246,10 +250,10 @@ async fn any_text_is_archived_losslessly(db: &TestDb) {
 
 async fn oldest_first_pages_counts_and_groups(db: &TestDb) {
     let s = &db.store;
-    let mut ids = Vec::new();
+    let mut inserted = Vec::new();
     for i in 0..7 {
         let reason = if i % 3 == 0 { "timeout" } else { "bad json" };
-        ids.push(
+        inserted.push(
             s.dead_letter_insert(&dl("orders", reason, 1_000 + i))
                 .await
                 .unwrap(),
@@ -261,22 +265,19 @@ async fn oldest_first_pages_counts_and_groups(db: &TestDb) {
         ..Default::default()
     };
     assert_eq!(s.dead_letters_count(&f).await.unwrap(), 4);
-    let first = s.dead_letters_oldest_first(&f, 3).await.unwrap();
-    let first: Vec<i64> = first.iter().map(|d| d.id).collect();
-    assert_eq!(first, vec![ids[1], ids[2], ids[4]], "oldest first");
+    let first = ids(s.dead_letters_oldest_first(&f, 3).await.unwrap());
+    assert_eq!(
+        first,
+        vec![inserted[1], inserted[2], inserted[4]],
+        "oldest first"
+    );
     let next = DeadLetterFilter {
         after_id: first.last().copied(),
         ..f.clone()
     };
-    let rest: Vec<i64> = s
-        .dead_letters_oldest_first(&next, 3)
-        .await
-        .unwrap()
-        .iter()
-        .map(|d| d.id)
-        .collect();
-    assert_eq!(rest, vec![ids[5]]);
-    s.dead_letter_mark_replayed(ids[1]).await.unwrap();
+    let rest = ids(s.dead_letters_oldest_first(&next, 3).await.unwrap());
+    assert_eq!(rest, vec![inserted[5]]);
+    s.dead_letter_mark_replayed(inserted[1]).await.unwrap();
     assert_eq!(s.dead_letters_count(&f).await.unwrap(), 3);
     let groups = s
         .dead_letter_groups(&DeadLetterFilter::default())
@@ -299,11 +300,11 @@ async fn reason_and_id_lists_select_exactly(db: &TestDb) {
         "nul\0here",
         "other",
     ];
-    let mut ids = Vec::new();
+    let mut inserted = Vec::new();
     for (i, reason) in reasons.iter().enumerate() {
         for j in 0..2 {
             let at = 1_000 + (i as i64) * 10 + j;
-            ids.push(s.dead_letter_insert(&dl("r", reason, at)).await.unwrap());
+            inserted.push(s.dead_letter_insert(&dl("r", reason, at)).await.unwrap());
         }
     }
     let f = DeadLetterFilter {
@@ -327,17 +328,11 @@ async fn reason_and_id_lists_select_exactly(db: &TestDb) {
     };
     assert_eq!(s.dead_letters_count(&many).await.unwrap(), 2);
     let picked = DeadLetterFilter {
-        ids: Some(vec![ids[0], ids[5], 999_999]),
+        ids: Some(vec![inserted[0], inserted[5], 999_999]),
         ..Default::default()
     };
-    let got: Vec<i64> = s
-        .dead_letters_oldest_first(&picked, 10)
-        .await
-        .unwrap()
-        .iter()
-        .map(|d| d.id)
-        .collect();
-    assert_eq!(got, vec![ids[0], ids[5]]);
+    let got = ids(s.dead_letters_oldest_first(&picked, 10).await.unwrap());
+    assert_eq!(got, vec![inserted[0], inserted[5]]);
     assert_eq!(s.dead_letters_purge(&picked).await.unwrap(), 2);
     let groups = s
         .dead_letter_groups(&DeadLetterFilter::default())

@@ -48,14 +48,7 @@ impl TestDb {
             )
         });
         let name = format!("carteiro_t_{}", uuid::Uuid::now_v7().simple());
-        let admin_store = Store::connect(&admin, 1)
-            .await
-            .unwrap_or_else(|e| panic!("{e}: is PostgreSQL up? run scripts/postgres.sh start"));
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(admin_store.pool())
-            .await
-            .unwrap();
-        admin_store.pool().close().await;
+        on_server(&admin, format!("CREATE DATABASE {name}")).await;
         let url = with_database(&admin, &name);
         let store = Store::connect(&url, 8).await.unwrap();
         store.migrate().await.unwrap();
@@ -76,16 +69,22 @@ impl TestDb {
     pub async fn finish(self) {
         self.store.pool().close().await;
         if let Some((admin, name)) = self.pg {
-            let admin_store = Store::connect(&admin, 1).await.unwrap();
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "DROP DATABASE {name} WITH (FORCE)"
-            )))
-            .execute(admin_store.pool())
-            .await
-            .unwrap();
-            admin_store.pool().close().await;
+            on_server(&admin, format!("DROP DATABASE {name} WITH (FORCE)")).await;
         }
     }
+}
+
+/// Runs `sql` on the PostgreSQL server at `admin` over a connection of its own: CREATE and
+/// DROP DATABASE cannot run inside the database they name.
+pub(super) async fn on_server(admin: &str, sql: String) {
+    let admin_store = Store::connect(admin, 1)
+        .await
+        .unwrap_or_else(|e| panic!("{e}: is PostgreSQL up? run scripts/postgres.sh start"));
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+        .execute(admin_store.pool())
+        .await
+        .unwrap();
+    admin_store.pool().close().await;
 }
 
 /// `postgres://u@h:p/db?x` with `db` replaced.
@@ -164,6 +163,11 @@ pub(super) fn event(routing_key: &str, payload: &[u8]) -> NewOutboxRow {
         payload: payload.to_vec(),
         ordering_key: String::new(),
     }
+}
+
+/// The routing keys of `rows`, in order.
+pub(super) fn keys(rows: &[OutboxRow]) -> Vec<&str> {
+    rows.iter().map(|r| r.routing_key.as_str()).collect()
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use crate::store::{CommitOutcome, Store};
 
-use super::{request, write};
+use super::{on_server, request, write};
 
 fn script(args: &[&str]) -> String {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/postgres.sh");
@@ -36,12 +36,7 @@ async fn postgres_down_then_back() {
     let admin = script(&["start", name, port]);
     // A fresh database each run: the folder outlives runs (and schema changes).
     let db = format!("outage_{}", uuid::Uuid::now_v7().simple());
-    let admin_store = Store::connect(&admin, 1).await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {db}")))
-        .execute(admin_store.pool())
-        .await
-        .unwrap();
-    admin_store.pool().close().await;
+    on_server(&admin, format!("CREATE DATABASE {db}")).await;
     let url = super::with_database(&admin, &db);
     let store = Store::connect(&url, 2).await.unwrap();
     store.migrate().await.unwrap();
@@ -66,13 +61,6 @@ async fn postgres_down_then_back() {
         vec![CommitOutcome::Committed]
     );
     store.pool().close().await;
-    let admin_store = Store::connect(&admin, 1).await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "DROP DATABASE {db} WITH (FORCE)"
-    )))
-    .execute(admin_store.pool())
-    .await
-    .unwrap();
-    admin_store.pool().close().await;
+    on_server(&admin, format!("DROP DATABASE {db} WITH (FORCE)")).await;
     script(&["stop", name]);
 }

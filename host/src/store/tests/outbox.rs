@@ -1,6 +1,6 @@
 //! Outbox rows stored verbatim, leasing between relays, backoff, ordering keys, retention.
 
-use super::{TestDb, both_backends, event, request};
+use super::{TestDb, both_backends, event, keys, request};
 use crate::store::{CommitOutcome, NewOutboxRow, now_ms};
 
 both_backends!(
@@ -20,8 +20,11 @@ fn keyed(routing_key: &str, ordering_key: &str) -> NewOutboxRow {
     e
 }
 
-fn keys(rows: &[crate::store::OutboxRow]) -> Vec<&str> {
-    rows.iter().map(|r| r.routing_key.as_str()).collect()
+/// `n` events with routing keys `{prefix}0`, `{prefix}1`, ...
+fn numbered(prefix: &str, n: usize, payload: &[u8]) -> Vec<NewOutboxRow> {
+    (0..n)
+        .map(|i| event(&format!("{prefix}{i}"), payload))
+        .collect()
 }
 
 async fn commit_events(db: &TestDb, key: &str, events: Vec<NewOutboxRow>) {
@@ -80,12 +83,7 @@ async fn stored_verbatim(db: &TestDb) {
 
 async fn leases_and_backoff(db: &TestDb) {
     let s = &db.store;
-    commit_events(
-        db,
-        "m-1",
-        (0..5).map(|i| event(&format!("rk{i}"), b"p")).collect(),
-    )
-    .await;
+    commit_events(db, "m-1", numbered("rk", 5, b"p")).await;
 
     // Relay A takes three; relay B gets the other two, never the same rows.
     let a = s.outbox_pending(3, "relay-a", 60_000).await.unwrap();
@@ -157,31 +155,17 @@ async fn ordering_key_holds_back_later_rows(db: &TestDb) {
     let first = s.outbox_pending(10, "r1", 60_000).await.unwrap();
     assert_eq!(first.len(), 3);
     // a1 fails and backs off: a2 (same key) must wait behind it, b1 is not affected.
-    s.outbox_mark_failed(first[0].id, "r1", "nack", 60_000)
-        .await
-        .unwrap();
-    s.outbox_mark_failed(first[1].id, "r1", "nack", 0)
-        .await
-        .unwrap();
-    s.outbox_mark_failed(first[2].id, "r1", "nack", 0)
-        .await
-        .unwrap();
+    for (row, backoff_ms) in first.iter().zip([60_000, 0, 0]) {
+        s.outbox_mark_failed(row.id, "r1", "nack", backoff_ms)
+            .await
+            .unwrap();
+    }
     let next = s.outbox_pending(10, "r1", 60_000).await.unwrap();
-    assert_eq!(
-        next.iter()
-            .map(|r| r.routing_key.as_str())
-            .collect::<Vec<_>>(),
-        ["b1"]
-    );
+    assert_eq!(keys(&next), ["b1"]);
     // Once a1 is published, a2 flows.
     s.outbox_mark_published(first[0].id).await.unwrap();
     let last = s.outbox_pending(10, "r1", 60_000).await.unwrap();
-    assert_eq!(
-        last.iter()
-            .map(|r| r.routing_key.as_str())
-            .collect::<Vec<_>>(),
-        ["a2"]
-    );
+    assert_eq!(keys(&last), ["a2"]);
 }
 
 async fn an_owner_extends_its_own_chains_only(db: &TestDb) {
@@ -230,12 +214,7 @@ async fn an_owner_extends_its_own_chains_only(db: &TestDb) {
 
 async fn marks_and_releases_by_id(db: &TestDb) {
     let s = &db.store;
-    commit_events(
-        db,
-        "m-1",
-        (0..5).map(|i| event(&format!("rk{i}"), b"p")).collect(),
-    )
-    .await;
+    commit_events(db, "m-1", numbered("rk", 5, b"p")).await;
     let rows = s.outbox_pending(10, "r1", 60_000).await.unwrap();
     let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
     assert_eq!(s.outbox_mark_published_many(&[]).await.unwrap(), 0);
@@ -324,10 +303,7 @@ async fn leases_and_backoffs_are_stamped_by_the_database_clock(db: &TestDb) {
 
 async fn a_claim_is_bounded_by_bytes(db: &TestDb) {
     let s = &db.store;
-    let events: Vec<NewOutboxRow> = (0..5)
-        .map(|i| event(&format!("e{i}"), &[7u8; 1_000]))
-        .collect();
-    commit_events(db, "m", events).await;
+    commit_events(db, "m", numbered("e", 5, &[7u8; 1_000])).await;
     // Each row weighs 1,000 payload bytes plus 19 of header JSON: [["x-trace","abc"]].
     let two = s.outbox_claim(10, 2_500, "r1", 60_000).await.unwrap();
     assert_eq!(keys(&two), ["e0", "e1"]);

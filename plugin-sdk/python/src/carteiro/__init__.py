@@ -30,7 +30,8 @@ Layout:
   marked; ``_component.py``: the export glue and the trap on an uncaught exception
   (WebAssembly only).
 - ``_host/``: the backend — real imports under WebAssembly (``wasm.py``, the only user of
-  the generated bindings), an in-memory mock elsewhere (``mock.py``).
+  the generated bindings), an in-memory mock elsewhere (``mock.py``); both take the
+  ``Event`` of ``event.py``.
 - :mod:`carteiro.testing`: drive the mock from ``pytest`` (fixture ``mock_host``).
 """
 

@@ -12,6 +12,7 @@ import json as _json
 from typing import Any
 
 from carteiro._host import backend
+from carteiro._host.event import Event
 from carteiro.message import HeadersLike, _headers
 
 __all__ = ["JSON", "emit", "emit_json"]
@@ -37,7 +38,7 @@ def emit(
     """
     body = payload.encode("utf-8") if isinstance(payload, str) else bytes(payload)
     pairs = [(h.name, h.value) for h in _headers(headers or ())]
-    return backend.outbox_emit(exchange, routing_key, pairs, content_type, body)
+    return backend.outbox_emit(Event(exchange, routing_key, pairs, content_type, body))
 
 
 def emit_json(

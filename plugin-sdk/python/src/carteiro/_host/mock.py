@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from carteiro import rules
+from carteiro._host.event import Event
 from carteiro.errors import (
     InvalidEvent,
     InvalidKey,
@@ -135,13 +136,8 @@ def kv_delete(key: str) -> None:
     state.kv.pop(key, None)
 
 
-def outbox_emit(
-    exchange: str,
-    routing_key: str,
-    headers: list[tuple[str, str]],
-    content_type: str | None,
-    payload: bytes,
-) -> str:
+def outbox_emit(event: Event) -> str:
+    exchange, routing_key, headers, content_type, payload = event
     _host_call()
     if state.message_events >= state.limits.max_events:
         raise TooManyEvents(state.limits.max_events)

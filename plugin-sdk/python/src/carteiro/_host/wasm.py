@@ -7,6 +7,9 @@ exceptions here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from _carteiro_wit.imports import config as _config
 from _carteiro_wit.imports import kv as _kv
 from _carteiro_wit.imports import log as _log
@@ -14,79 +17,69 @@ from _carteiro_wit.imports import outbox as _outbox
 from _carteiro_wit.imports import types as _types
 from componentize_py_types import Err
 
-from carteiro.errors import (
-    InvalidEvent,
-    InvalidKey,
-    KvError,
-    OutboxError,
-    PayloadTooLarge,
-    StoreUnavailable,
-    TooManyEvents,
-    ValueTooLarge,
-)
+from carteiro import errors
+from carteiro._host.event import Event
+
+T = TypeVar("T")
 
 _LEVELS = [_log.Level.TRACE, _log.Level.DEBUG, _log.Level.INFO, _log.Level.WARN, _log.Level.ERROR]
 
+# Each WIT error case and the SDK exception it becomes.
+_KV_ERRORS = (
+    (_kv.KvError_InvalidKey, errors.InvalidKey),
+    (_kv.KvError_ValueTooLarge, errors.ValueTooLarge),
+    (_kv.KvError_Unavailable, errors.StoreUnavailable),
+)
+_OUTBOX_ERRORS = (
+    (_outbox.OutboxError_InvalidEvent, errors.InvalidEvent),
+    (_outbox.OutboxError_TooManyEvents, errors.TooManyEvents),
+    (_outbox.OutboxError_PayloadTooLarge, errors.PayloadTooLarge),
+)
 
-def _kv_error(err: object) -> KvError:
-    if isinstance(err, _kv.KvError_InvalidKey):
-        return InvalidKey(err.value)
-    if isinstance(err, _kv.KvError_ValueTooLarge):
-        return ValueTooLarge(err.value)
-    if isinstance(err, _kv.KvError_Unavailable):
-        return StoreUnavailable(err.value)
-    return KvError(f"kv: unexpected error {err!r}")
+
+def _typed(
+    err: object,
+    cases: tuple[tuple[type, type[errors.CarteiroError]], ...],
+    fallback: type[errors.CarteiroError],
+    what: str,
+) -> errors.CarteiroError:
+    for wit_case, exception in cases:
+        if isinstance(err, wit_case):
+            return exception(err.value)
+    return fallback(f"{what}: unexpected error {err!r}")
 
 
-def _outbox_error(err: object) -> OutboxError:
-    if isinstance(err, _outbox.OutboxError_InvalidEvent):
-        return InvalidEvent(err.value)
-    if isinstance(err, _outbox.OutboxError_TooManyEvents):
-        return TooManyEvents(err.value)
-    if isinstance(err, _outbox.OutboxError_PayloadTooLarge):
-        return PayloadTooLarge(err.value)
-    return OutboxError(f"outbox: unexpected error {err!r}")
+def _kv_call(call: Callable[..., T], *args: object) -> T:
+    try:
+        return call(*args)
+    except Err as e:
+        raise _typed(e.value, _KV_ERRORS, errors.KvError, "kv") from None
 
 
 def kv_get(key: str) -> bytes | None:
-    try:
-        return _kv.get(key)
-    except Err as e:
-        raise _kv_error(e.value) from None
+    return _kv_call(_kv.get, key)
 
 
 def kv_set(key: str, value: bytes) -> None:
-    try:
-        _kv.set(key, value)
-    except Err as e:
-        raise _kv_error(e.value) from None
+    _kv_call(_kv.set, key, value)
 
 
 def kv_delete(key: str) -> None:
-    try:
-        _kv.delete(key)
-    except Err as e:
-        raise _kv_error(e.value) from None
+    _kv_call(_kv.delete, key)
 
 
-def outbox_emit(
-    exchange: str,
-    routing_key: str,
-    headers: list[tuple[str, str]],
-    content_type: str | None,
-    payload: bytes,
-) -> str:
-    event = _outbox.Event(
-        exchange=exchange,
-        routing_key=routing_key,
-        headers=[_types.Header(name=n, value=v) for n, v in headers],
-        content_type=content_type,
-        payload=payload,
+def outbox_emit(event: Event) -> str:
+    wit_event = _outbox.Event(
+        exchange=event.exchange,
+        routing_key=event.routing_key,
+        headers=[_types.Header(name=n, value=v) for n, v in event.headers],
+        content_type=event.content_type,
+        payload=event.payload,
     )
     try:
-        return _outbox.emit(event)
+        return _outbox.emit(wit_event)
     except Err as e:
-        raise _outbox_error(e.value) from None
+        raise _typed(e.value, _OUTBOX_ERRORS, errors.OutboxError, "outbox") from None
 
 
 def log(level: int, message: str) -> None:
