@@ -5,16 +5,22 @@
 //!
 //! # Layout
 //! - [`config`]: the operator's TOML — types, validation, `${VAR}` interpolation.
-//! - [`cli`]: the `carteiro` command line.
+//! - [`cli`]: the `carteiro` command line. A command that drives a part is named apart from
+//!   it: `dlq_command`, `shadow_command`, `canary_command`, `seal_command`.
 //! - [`runtime`]: the wasmtime sandbox — engine, limits, host imports, one call of `handle`.
-//! - [`common`]: time, test-only fault points, Carteiro's header names (used by many).
-//! - [`broker`]: AMQP connections, confirmed publishing, backoff, header conversion, the
-//!   builder of everything Carteiro publishes, and the seal on Carteiro's own headers.
+//! - [`common`]: time, test-only fault points, Carteiro's header names (`header_names`), the
+//!   labels deliveries are counted by (used by many).
+//! - [`broker`]: AMQP connections, confirmed publishing, backoff, field tables as text
+//!   (`field_table`), the builder of everything Carteiro publishes, and the seal on
+//!   Carteiro's own headers.
 //! - [`topology`]: declare and verify a route's queues and exchanges.
-//! - [`pipeline`]: one delivery from receipt to ack, and the supervised consumers.
+//! - [`pipeline`]: one delivery from receipt to ack, and the supervised consumers; a new
+//!   plugin version beside the live one: `canary` (a share of deliveries), `live_shadow`
+//!   (sampled deliveries, compared).
 //! - [`store`]: sqlx on SQLite or PostgreSQL — inbox, kv, outbox, dead letters, group commit.
 //! - [`relay`]: the outbox publisher.
-//! - [`dlq`]: dead letters for people (JSON views, replay, shadow replay of a new version).
+//! - [`dlq`]: dead letters for people (JSON views, replay, `shadow_replay`: what a new
+//!   version would decide on archived dead letters).
 //! - [`gateway`]: `carteiro run` — everything wired together (on top: nothing imports it
 //!   but `cli`).
 //! - [`services`]: what the gateway wires, below it: plugin loading, the runtime factory, the

@@ -2,7 +2,7 @@
 //! - `reload`: SIGHUP and `POST /admin/reload` — a plugin swapped under load with nothing
 //!   lost or run twice; broken configs and mismatched digests refused while the old version
 //!   keeps serving; routes added and removed.
-//! - `shadow`: `dlq replay --shadow` over dead letters of a buggy version reports exactly what
+//! - `shadow_replay`: `dlq replay --shadow` over dead letters of a buggy version reports exactly what
 //!   the fixed one acks and changes nothing; `--only-acked-by` replays exactly those.
 //! - `canary`: a canary failing a fifth of its deliveries rolls back by itself; a healthy
 //!   one takes its share by key hash and is promoted by `carteiro canary promote`.
@@ -15,7 +15,7 @@
 
 mod canary;
 mod reload;
-mod shadow;
+mod shadow_replay;
 mod traffic;
 
 use crate::resilience::{Running, carteiro};

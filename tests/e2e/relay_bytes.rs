@@ -70,7 +70,7 @@ async fn large_rows_flow_through_a_small_byte_window_in_key_order() {
     for m in &got {
         assert_eq!(m.delivery.data.len(), PAYLOAD);
         let headers = m.delivery.properties.headers().clone().unwrap_or_default();
-        let pairs = carteiro::broker::headers::to_text_pairs(&headers);
+        let pairs = carteiro::broker::field_table::to_text_pairs(&headers);
         let get = |name: &str| {
             pairs
                 .iter()

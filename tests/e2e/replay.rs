@@ -8,13 +8,13 @@ use crate::support::{
     Client, Gateway, counter_config, json_props, pg_database, route_config, unique, wait_for,
     with_store,
 };
+use carteiro::common::labels::Outcome;
 use carteiro::metrics::Metrics;
 use carteiro::store::{DeadLetterFilter, NewDeadLetter, Store};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use carteiro::common::labels::Outcome;
 
 const WAIT: Duration = Duration::from_secs(120);
 const TRAP_REASON: &str = "plugin trapped";
@@ -502,7 +502,7 @@ async fn two_replays_at_once_split_the_rows_and_publish_each_once() {
             plugin: Some("counter".to_owned()),
             attempts: 1,
             headers: vec![(
-                carteiro::common::headers::PROP_MESSAGE_ID.to_owned(),
+                carteiro::common::header_names::PROP_MESSAGE_ID.to_owned(),
                 format!("twice-{i}"),
             )],
             body: b"x".to_vec(),

@@ -11,7 +11,7 @@ use crate::support::{
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::post;
-use carteiro::broker::headers::to_text_pairs;
+use carteiro::broker::field_table::to_text_pairs;
 use carteiro::metrics::Metrics;
 use carteiro::relay::Relay;
 use carteiro::telemetry::Telemetry;

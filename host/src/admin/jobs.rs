@@ -7,7 +7,7 @@
 use super::Refusal;
 use crate::config::Config;
 use crate::dlq::run::{Progress, ReplayOptions, ReplayReport};
-use crate::dlq::shadow::{self, Now, ShadowOptions, Verdicts};
+use crate::dlq::shadow_replay::{self, Now, ShadowOptions, Verdicts};
 use crate::runtime::Runtime;
 use crate::store::{DeadLetterFilter, Store};
 use serde::Serialize;
@@ -329,13 +329,13 @@ impl Jobs {
                         }
                     });
                 };
-                let outcome = shadow::run(
+                let outcome = shadow_replay::run(
                     &config, &runtime, &store, &file.path, &filter, &options, &mut each,
                 )
                 .await;
                 running.update(|s| {
                     match outcome {
-                        Ok(summary) => s.summary = Some(shadow::summary_json(&summary)),
+                        Ok(summary) => s.summary = Some(shadow_replay::summary_json(&summary)),
                         Err(e) => s.error = Some(format!("{e:#}")),
                     }
                     s.finished = true;

@@ -12,7 +12,7 @@
 //! - `target`: what an action applies to (a group, a selection, a route) as a store filter.
 //! - `jobs`: background replays and shadow runs, with progress, capped per kind.
 //! - `shadow_file`: which plugin file a shadow run may load.
-//! - `reads`: how many admin requests may use the store at once.
+//! - `read_limit`: how many admin requests may use the store at once.
 //! - `page`, `pages`, `actions`: the console's HTML (maud), read-only pages, and forms.
 
 mod actions;
@@ -24,7 +24,7 @@ mod origin;
 mod overview;
 mod page;
 mod pages;
-mod reads;
+mod read_limit;
 mod shadow_file;
 mod target;
 
@@ -87,7 +87,7 @@ pub fn router(handle: GatewayHandle, admin: &AdminConfig) -> (Router, AdminState
         probe: Arc::default(),
     };
     let credentials = Arc::new(auth::Credentials::new(admin, state.handle.live.clone()));
-    let reads = Arc::new(reads::ReadLimit::for_pool(
+    let reads = Arc::new(read_limit::ReadLimit::for_pool(
         state.handle.live.config().map(|c| c.store.max_connections),
     ));
     let app = Router::new()
@@ -128,7 +128,10 @@ pub fn router(handle: GatewayHandle, admin: &AdminConfig) -> (Router, AdminState
         .route("/api/jobs/{id}/stop", post(api::stop))
         .with_state(state.clone())
         // Inside the guard: a refused request never waits for, nor takes, a turn.
-        .layer(axum::middleware::from_fn_with_state(reads, reads::limit))
+        .layer(axum::middleware::from_fn_with_state(
+            reads,
+            read_limit::limit,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             credentials,
             auth::guard,

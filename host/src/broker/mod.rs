@@ -5,14 +5,14 @@
 //! - [`ConfirmedPublisher`]: publish and await this message's own publisher confirm.
 //! - [`JitteredBackoff`]: delays for the supervisors that reconnect and resubscribe, since
 //!   lapin does not recover consumers for us.
-//! - [`headers`]: AMQP field tables to text pairs and back.
+//! - [`field_table`]: AMQP field tables to text pairs and back.
 //! - [`outgoing`]: the one builder of what Carteiro publishes, and AMQP's limits on it.
 //! - [`seal`]: which `x-carteiro-*` headers to believe (HMAC-sealed copies only).
 //! - `tls`: [`BrokerTlsConfig`] (`[broker.tls]`) and the rustls connector built from it.
 
 mod backoff;
 mod connection;
-pub mod headers;
+pub mod field_table;
 pub mod outgoing;
 mod publisher;
 pub mod seal;

@@ -16,7 +16,7 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use sha2::{Digest, Sha256};
 use std::sync::{Arc, PoisonError, RwLock};
 
-use super::headers::value_to_text;
+use super::field_table::value_to_text;
 
 /// Prefix of Carteiro's own headers.
 pub const PREFIX: &str = "x-carteiro-";

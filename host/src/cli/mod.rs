@@ -1,19 +1,21 @@
 //! The `carteiro` command line: argument types and dispatch. Each command lives in its own
 //! module; `main.rs` only sets up tracing and signals and calls [`run`].
 //!
-//! `ops` (run, check, migrate, relay, publish, outbox), `dlq`, `shadow`, `canary`, `seal`, `plugin_test`; for handler
+//! `ops` (run, check, migrate, relay, publish, outbox), `dlq_command`, `shadow_command`,
+//! `canary_command`, `seal_command` (named apart from the parts they drive: `dlq`,
+//! `pipeline::live_shadow`, `pipeline::canary`, `broker::seal`), `plugin_test`; for handler
 //! authors `scaffold` (`plugin new`), `plugin_build` (`plugin build`), `sdk` (the embedded
 //! SDKs, vendoring, `plugin sdk`) and `toolchain` (pinned build tools, missing-tool errors).
 
-mod canary;
-mod dlq;
+mod canary_command;
+mod dlq_command;
 mod ops;
 mod plugin_build;
 mod plugin_test;
 mod scaffold;
 mod sdk;
-mod seal;
-mod shadow;
+mod seal_command;
+mod shadow_command;
 mod toolchain;
 
 use clap::{Parser, Subcommand};
@@ -79,7 +81,7 @@ pub enum Command {
         #[command(flatten)]
         config: ConfigArg,
         #[command(subcommand)]
-        command: dlq::DlqCommand,
+        command: dlq_command::DlqCommand,
     },
     /// Work with handler plugins.
     #[command(subcommand)]
@@ -89,21 +91,21 @@ pub enum Command {
         #[command(flatten)]
         config: ConfigArg,
         #[command(subcommand)]
-        command: canary::CanaryCommand,
+        command: canary_command::CanaryCommand,
     },
     /// The key that seals Carteiro's own headers on retry, dead-letter and replay copies.
     Seal {
         #[command(flatten)]
         config: ConfigArg,
         #[command(subcommand)]
-        command: seal::SealCommand,
+        command: seal_command::SealCommand,
     },
     /// Live shadows (`[plugins.NAME] shadow = "new.wasm"`) of the running gateway.
     Shadow {
         #[command(flatten)]
         config: ConfigArg,
         #[command(subcommand)]
-        command: shadow::ShadowCommand,
+        command: shadow_command::ShadowCommand,
     },
 }
 
@@ -167,10 +169,10 @@ pub async fn run(
         Command::Relay(c) => ops::relay(&c.config, shutdown).await,
         Command::Publish { config, args } => ops::publish(&config.config, args).await,
         Command::Outbox(OutboxCommand::Status(c)) => ops::outbox_status(&c.config).await,
-        Command::Dlq { config, command } => dlq::run(&config.config, command).await,
-        Command::Shadow { config, command } => shadow::run(&config.config, command).await,
-        Command::Canary { config, command } => canary::run(&config.config, command).await,
-        Command::Seal { config, command } => seal::run(&config.config, command).await,
+        Command::Dlq { config, command } => dlq_command::run(&config.config, command).await,
+        Command::Shadow { config, command } => shadow_command::run(&config.config, command).await,
+        Command::Canary { config, command } => canary_command::run(&config.config, command).await,
+        Command::Seal { config, command } => seal_command::run(&config.config, command).await,
         Command::Plugin(PluginCommand::Test(args)) => plugin_test::run(args).await,
         Command::Plugin(PluginCommand::New(args)) => scaffold::run(args),
         Command::Plugin(PluginCommand::Build(args)) => plugin_build::run(args),

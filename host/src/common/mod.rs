@@ -1,10 +1,10 @@
 //! Small pieces shared by the pipeline, the relay, the dead-letter tools and housekeeping,
 //! kept below all of them so none imports another for a utility: time, test-only fault
-//! injection, Carteiro's own AMQP header names ([`headers`]), the labels deliveries are
+//! injection, Carteiro's own AMQP header names ([`header_names`]), the labels deliveries are
 //! counted by ([`labels`]), PEM files for TLS ([`pem`]),
 //! and file permissions of secrets.
 
-pub mod headers;
+pub mod header_names;
 pub mod labels;
 pub mod pem;
 
@@ -18,7 +18,8 @@ pub fn now_ms() -> i64 {
 
 /// `2026-12-02T10:00:00Z`: milliseconds since the epoch, to the second, for people.
 pub fn rfc3339(ms: i64) -> String {
-    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    let at =
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
     humantime::format_rfc3339_seconds(at).to_string()
 }
 

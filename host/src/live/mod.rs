@@ -12,7 +12,7 @@ mod reload;
 pub use reload::{Shared, Supervisor};
 
 use crate::pipeline::canary::Canary;
-use crate::pipeline::shadow::ShadowLog;
+use crate::pipeline::live_shadow::ShadowLog;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -23,7 +23,7 @@ use crate::broker::seal::SealKey;
 use crate::config::{self, AdminConfig, Config, PluginConfig, RouteConfig};
 use crate::metrics::Metrics;
 use crate::pipeline::canary::Canary;
-use crate::pipeline::shadow::Shadow;
+use crate::pipeline::live_shadow::Shadow;
 use crate::pipeline::{RouteContext, RouteError, StoreGate, run_route};
 use crate::runtime::{Plugin, Runtime};
 use crate::services::{Plugins, broker_settings, load_canary, load_plugin, load_shadow};

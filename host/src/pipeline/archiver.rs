@@ -13,9 +13,9 @@
 
 use super::context::RouteContext;
 use crate::broker::JitteredBackoff;
-use crate::broker::headers::{header_int, header_text, to_text_pairs};
+use crate::broker::field_table::{header_int, header_text, to_text_pairs};
 use crate::broker::seal;
-use crate::common::{headers as h, now_ms};
+use crate::common::{header_names as h, now_ms};
 use crate::store::NewDeadLetter;
 use crate::topology::{QueueType, dlq_name, parked_name};
 use futures::StreamExt;

@@ -2,7 +2,7 @@
 
 use super::canary::Canary;
 use super::gate::StoreGate;
-use super::shadow::Shadow;
+use super::live_shadow::Shadow;
 use crate::broker::seal::SealKey;
 use crate::common::FaultPoint;
 use crate::config::{FailurePolicy, KeySource, MissingKeyPolicy, RetryConfig, RouteConfig};
@@ -67,7 +67,7 @@ impl RouteContext {
         let topology = RouteTopology::for_route(route);
         Ok(Self {
             queue: route.queue.clone(),
-            kv: Arc::new(StoreKv(reads.clone())),
+            kv: Arc::new(BatchedKv(reads.clone())),
             reads,
             plugin: Mutex::new(plugin),
             shadow: Mutex::new(None),
@@ -170,9 +170,9 @@ pub(crate) fn kv_answer(
 }
 
 /// kv reads for handlers, from the store (batched with other deliveries' reads).
-struct StoreKv(BatchedReads);
+struct BatchedKv(BatchedReads);
 
-impl KvSource for StoreKv {
+impl KvSource for BatchedKv {
     fn get<'a>(&'a self, namespace: &'a str, key: &'a str) -> KvFuture<'a> {
         Box::pin(async move { kv_answer(self.0.kv_get(namespace, key).await) })
     }

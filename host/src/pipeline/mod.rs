@@ -12,7 +12,8 @@
 //! - `key`: idempotency keys.
 //! - `canary`: a new plugin version on a share of the deliveries, rolled back on failures;
 //!   `canary_decisions`: how canaries ended, kept in the store.
-//! - `shadow`: a new plugin version compared with the live one on sampled deliveries.
+//! - `live_shadow`: a new plugin version compared with the live one on sampled deliveries
+//!   (the dead-letter kind, over archived messages, is `dlq::shadow_replay`).
 
 mod acks;
 mod archiver;
@@ -22,10 +23,10 @@ mod context;
 mod disposition;
 mod gate;
 mod key;
+pub mod live_shadow;
 pub mod plan;
 mod process;
 mod received;
-pub mod shadow;
 mod worker;
 
 pub use context::RouteContext;

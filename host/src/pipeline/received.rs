@@ -2,9 +2,9 @@
 //! sealed for this route (see `broker::seal`), renamed `x-untrusted-carteiro-*` otherwise.
 
 use super::context::RouteContext;
-use crate::broker::headers::{header_int, header_text, to_text_pairs};
+use crate::broker::field_table::{header_int, header_text, to_text_pairs};
 use crate::broker::seal;
-use crate::common::headers as h;
+use crate::common::header_names as h;
 use crate::runtime::{Header, Message};
 use lapin::message::Delivery;
 use lapin::types::FieldTable;

@@ -195,7 +195,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use crate::broker::headers::to_text_pairs;
+    use crate::broker::field_table::to_text_pairs;
 
     #[test]
     fn a_row_goes_out_with_its_event_id_headers_content_type_and_commit_time() {

@@ -1,6 +1,6 @@
 //! Canary decisions shared by every gateway on one store (`pipeline::canary`).
 
-use super::{Store, StoreError, now_ms, validate};
+use super::{Store, StoreError, now_ms, nul_free};
 
 /// How a canary ended, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,7 +18,7 @@ impl Store {
     /// gateway deciding the same a moment later changes nothing).
     pub async fn canary_decide(&self, d: &CanaryDecision) -> Result<(), StoreError> {
         self.bounded("canary decision", async {
-            validate::text("plugin", &d.plugin)?;
+            nul_free::text("plugin", &d.plugin)?;
             let mut tx = self.begin_write().await?;
             sqlx::query(
                 "INSERT INTO canary_decisions (plugin, canary_digest, decision, reason, decided_at) \
@@ -27,7 +27,7 @@ impl Store {
             .bind(&d.plugin)
             .bind(&d.canary_digest)
             .bind(&d.decision)
-            .bind(validate::lossy(&d.reason))
+            .bind(nul_free::lossy(&d.reason))
             .bind(now_ms())
             .execute(&mut *tx)
             .await?;

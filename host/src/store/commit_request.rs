@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use sqlx::{AnyConnection, AssertSqlSafe};
 
 use super::sql::{Placeholders, shaped_chunks};
-use super::{Backend, StoreError, headers_to_json, validate};
+use super::{Backend, StoreError, headers_to_json, nul_free};
 
 /// One kv key the handler read, and the version it saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,23 +109,23 @@ pub(super) fn check(req: &CommitRequest) -> Result<(), StoreError> {
              most {MAX_KV_KEYS_PER_COMMIT}"
         )));
     }
-    validate::text("route", &req.route)?;
-    validate::text("inbox_key", &req.inbox_key)?;
-    validate::text("namespace", &req.namespace)?;
+    nul_free::text("route", &req.route)?;
+    nul_free::text("inbox_key", &req.inbox_key)?;
+    nul_free::text("namespace", &req.namespace)?;
     for (i, r) in req.reads.iter().enumerate() {
-        validate::text(&format!("reads[{i}].key"), &r.key)?;
+        nul_free::text(&format!("reads[{i}].key"), &r.key)?;
     }
     for (i, w) in req.writes.iter().enumerate() {
-        validate::text(&format!("writes[{i}].key"), &w.key)?;
+        nul_free::text(&format!("writes[{i}].key"), &w.key)?;
     }
     for (i, o) in req.outbox.iter().enumerate() {
-        validate::text(&format!("outbox[{i}].route"), &o.route)?;
-        validate::text(&format!("outbox[{i}].plugin"), &o.plugin)?;
-        validate::text(&format!("outbox[{i}].exchange"), &o.exchange)?;
-        validate::text(&format!("outbox[{i}].routing_key"), &o.routing_key)?;
-        validate::text(&format!("outbox[{i}].ordering_key"), &o.ordering_key)?;
+        nul_free::text(&format!("outbox[{i}].route"), &o.route)?;
+        nul_free::text(&format!("outbox[{i}].plugin"), &o.plugin)?;
+        nul_free::text(&format!("outbox[{i}].exchange"), &o.exchange)?;
+        nul_free::text(&format!("outbox[{i}].routing_key"), &o.routing_key)?;
+        nul_free::text(&format!("outbox[{i}].ordering_key"), &o.ordering_key)?;
         if let Some(ct) = &o.content_type {
-            validate::text(&format!("outbox[{i}].content_type"), ct)?;
+            nul_free::text(&format!("outbox[{i}].content_type"), ct)?;
         }
     }
     Ok(())

@@ -6,7 +6,7 @@ use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::{Arguments, AssertSqlSafe, Row};
 
 use super::dead_letter_text::{self, NewDeadLetter, SHORT_MAX, TEXT_MAX, stand_in};
-use super::{Backend, PURGE_CHUNK, Store, StoreError, headers_from_json, now_ms, validate};
+use super::{Backend, PURGE_CHUNK, Store, StoreError, headers_from_json, now_ms, nul_free};
 
 /// An archived dead letter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -301,7 +301,7 @@ impl Store {
         replayed_before: Option<i64>,
     ) -> Result<bool, StoreError> {
         self.bounded("dead letter claim for replay", async {
-            validate::text("replay owner", owner)?;
+            nul_free::text("replay owner", owner)?;
             let clock = super::outbox::db_clock_ms(self.backend);
             let sql = format!(
                 "UPDATE dead_letters SET replaying_by = $2, replaying_until = {clock} + $3 \

@@ -5,15 +5,15 @@ use std::collections::HashSet;
 use sqlx::{AnyConnection, AssertSqlSafe};
 
 use super::sql::{Placeholders, shaped_chunks};
-use super::{Backend, Store, StoreError, validate};
+use super::{Backend, Store, StoreError, nul_free};
 
 impl Store {
     /// Has a delivery with this (route, idempotency key) already committed its effects?
     /// A fast pre-check for the pipeline; `commit_batch` re-checks inside its transaction.
     pub async fn inbox_contains(&self, route: &str, key: &str) -> Result<bool, StoreError> {
         self.bounded("inbox contains", async {
-            validate::text("route", route)?;
-            validate::text("inbox key", key)?;
+            nul_free::text("route", route)?;
+            nul_free::text("inbox key", key)?;
             let found: Option<i64> =
                 sqlx::query_scalar("SELECT 1 FROM inbox WHERE route = $1 AND key = $2")
                     .bind(route)

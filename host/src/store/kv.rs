@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use sqlx::AssertSqlSafe;
 
 use super::sql::{Placeholders, shaped_chunks};
-use super::{Store, StoreError, validate};
+use super::{Store, StoreError, nul_free};
 
 /// A stored value and its version (1 on creation, +1 per write).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,8 +22,8 @@ impl Store {
     /// later commit safe).
     pub async fn kv_get(&self, namespace: &str, key: &str) -> Result<Option<KvEntry>, StoreError> {
         self.bounded("kv get", async {
-            validate::text("namespace", namespace)?;
-            validate::text("kv key", key)?;
+            nul_free::text("namespace", namespace)?;
+            nul_free::text("kv key", key)?;
             let row: Option<(Vec<u8>, i64)> = sqlx::query_as(
                 "SELECT value, version FROM kv \
                      WHERE namespace = $1 AND key = $2 AND value IS NOT NULL",

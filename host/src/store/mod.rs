@@ -15,7 +15,7 @@
 //!   them be archived.
 //! - `reads`: [`BatchedReads`], the pipeline's inbox and kv point reads, batched.
 //! - `sql`: placeholder lists for statements built per batch.
-//! - `validate`: text checks shared by every write (no NUL bytes on either backend).
+//! - `nul_free`: the text check shared by every write (no NUL bytes on either backend).
 //! - `tls`: the libpq-style `sslmode`/`sslrootcert`/`sslcert`/`sslkey` of a PostgreSQL URL.
 
 mod canaries;
@@ -29,12 +29,12 @@ mod error;
 mod inbox;
 mod kv;
 mod migrations;
+mod nul_free;
 mod outbox;
 mod reads;
 mod secrets;
 mod sql;
 mod tls;
-mod validate;
 
 #[cfg(test)]
 mod tests;

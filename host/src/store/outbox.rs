@@ -10,7 +10,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::sql::{Placeholders, shaped_chunks};
-use super::{Backend, Store, StoreError, headers_from_json, now_ms, validate};
+use super::{Backend, Store, StoreError, headers_from_json, now_ms, nul_free};
 
 /// PostgreSQL `NOTIFY` channel signalled by every commit that inserted outbox rows.
 pub const OUTBOX_NOTIFY_CHANNEL: &str = "carteiro_outbox";
@@ -109,7 +109,7 @@ impl Store {
         lease_ms: i64,
     ) -> Result<Vec<OutboxRow>, StoreError> {
         self.bounded("outbox claim", async {
-            validate::text("lease owner", owner)?;
+            nul_free::text("lease owner", owner)?;
             // PostgreSQL: `= ANY(ARRAY(...))` updates the claimed rows through the primary key
             // instead of hash-joining the whole table; SQLite has no arrays and needs neither.
             // SQLite: without statistics its planner may scan the table in rowid order (walking
@@ -250,7 +250,7 @@ impl Store {
         retry_after_ms: i64,
     ) -> Result<bool, StoreError> {
         self.bounded("outbox mark failed", async {
-            validate::text("lease owner", owner)?;
+            nul_free::text("lease owner", owner)?;
             let mut tx = self.begin_write().await?;
             let sql = format!(
                 "UPDATE outbox SET attempts = attempts + 1, last_error = $2, \
@@ -260,7 +260,7 @@ impl Store {
             );
             let done = sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(id)
-                .bind(validate::lossy(error))
+                .bind(nul_free::lossy(error))
                 .bind(retry_after_ms)
                 .bind(owner)
                 .execute(&mut *tx)
@@ -275,7 +275,7 @@ impl Store {
     /// another relay need not wait for the leases to expire.
     pub async fn outbox_release(&self, owner: &str) -> Result<u64, StoreError> {
         self.bounded("outbox release", async {
-            validate::text("lease owner", owner)?;
+            nul_free::text("lease owner", owner)?;
             let mut tx = self.begin_write().await?;
             let done = sqlx::query(
                 "UPDATE outbox SET lease_owner = NULL, lease_until = NULL \
@@ -294,7 +294,7 @@ impl Store {
     /// relay dropping the rest of a chain after a failure). Returns how many it released.
     pub async fn outbox_release_rows(&self, owner: &str, ids: &[i64]) -> Result<u64, StoreError> {
         self.bounded("outbox release rows", async {
-            validate::text("lease owner", owner)?;
+            nul_free::text("lease owner", owner)?;
             if ids.is_empty() {
                 return Ok(0);
             }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-use super::{KvEntry, Store, StoreError, validate};
+use super::{KvEntry, Store, StoreError, nul_free};
 
 /// Lookups answered by one batch at most.
 const MAX_BATCH: usize = 1_024;
@@ -47,8 +47,8 @@ impl BatchedReads {
 
     /// [`Store::inbox_contains`], batched with concurrent callers.
     pub async fn inbox_contains(&self, route: &str, key: &str) -> Result<bool, StoreError> {
-        validate::text("route", route)?;
-        validate::text("inbox key", key)?;
+        nul_free::text("route", route)?;
+        nul_free::text("inbox key", key)?;
         let (reply, answer) = oneshot::channel();
         self.ask(
             Lookup::Inbox {
@@ -63,8 +63,8 @@ impl BatchedReads {
 
     /// [`Store::kv_get`], batched with concurrent callers.
     pub async fn kv_get(&self, namespace: &str, key: &str) -> Result<Option<KvEntry>, StoreError> {
-        validate::text("namespace", namespace)?;
-        validate::text("kv key", key)?;
+        nul_free::text("namespace", namespace)?;
+        nul_free::text("kv key", key)?;
         let (reply, answer) = oneshot::channel();
         self.ask(
             Lookup::Kv {

@@ -242,7 +242,7 @@ async fn expired_retry_message_returns_to_the_work_queue() {
     );
     let headers = message.delivery.properties.headers().clone();
     let death =
-        crate::broker::headers::header_text(headers.as_ref(), "x-death").unwrap_or_default();
+        crate::broker::field_table::header_text(headers.as_ref(), "x-death").unwrap_or_default();
     assert!(
         death.contains("expired") && death.contains(tier.as_str()),
         "x-death: {death}"

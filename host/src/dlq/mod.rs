@@ -1,17 +1,17 @@
 //! Dead letters for people: JSON views and replay (back onto the route's work queue with a
 //! fresh attempt counter, via a confirmed publish, then marked replayed). `run`: a replay
-//! of everything a filter selects, resumable. `shadow`: what a new plugin version would
+//! of everything a filter selects, resumable. `shadow_replay`: what a new plugin version would
 //! decide on dead letters, in a throwaway store (nothing committed or published). `unpark`:
 //! a quorum route's parked dead letters back into its DLQ.
 
 pub mod run;
-pub mod shadow;
+pub mod shadow_replay;
 pub mod unpark;
 
 use crate::broker::outgoing::replay_properties;
 use crate::broker::seal::SealKey;
 use crate::broker::{ConfirmedPublisher, Outgoing, PublisherOptions};
-use crate::common::headers::{PROP_CONTENT_TYPE, PROP_CORRELATION_ID, PROP_MESSAGE_ID};
+use crate::common::header_names::{PROP_CONTENT_TYPE, PROP_CORRELATION_ID, PROP_MESSAGE_ID};
 use crate::store::{DeadLetter, Store, StoreError};
 use std::time::Duration;
 
@@ -47,7 +47,7 @@ pub fn detail_json(d: &DeadLetter) -> serde_json::Value {
     value["plugin_sha256"] = serde_json::json!(
         d.headers
             .iter()
-            .find(|(k, _)| k == crate::common::headers::PLUGIN_SHA256)
+            .find(|(k, _)| k == crate::common::header_names::PLUGIN_SHA256)
             .map(|(_, v)| v)
     );
     value["replayed_at"] = serde_json::json!(d.replayed_at);
@@ -58,8 +58,8 @@ pub fn detail_json(d: &DeadLetter) -> serde_json::Value {
 /// Headers a replay must not carry: our failure story and the broker's death records.
 fn is_failure_header(name: &str) -> bool {
     (name.starts_with("x-carteiro-")
-        && name != crate::common::headers::ORIGINAL_EXCHANGE
-        && name != crate::common::headers::ORIGINAL_ROUTING_KEY)
+        && name != crate::common::header_names::ORIGINAL_EXCHANGE
+        && name != crate::common::header_names::ORIGINAL_ROUTING_KEY)
         || name.starts_with("x-death")
         || name.starts_with("x-first-death")
         || name.starts_with("x-last-death")

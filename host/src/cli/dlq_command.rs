@@ -3,7 +3,7 @@
 use super::ops::load_config;
 use crate::broker::connect_any;
 use crate::dlq::run::{Progress, ReplayOptions};
-use crate::dlq::shadow::{self, Now, ShadowOptions, Verdicts};
+use crate::dlq::shadow_replay::{self, Now, ShadowOptions, Verdicts};
 use crate::services;
 use crate::services::broker_settings;
 use crate::store::DeadLetterFilter;
@@ -198,11 +198,11 @@ pub async fn run(config_path: &Path, command: DlqCommand) -> anyhow::Result<i32>
                 sha256: None,
             };
             if let Some(wasm) = shadow {
-                let run = ShadowRun::new(&config, &store, &wasm, filter.filter());
+                let run = ShadowReplayRun::new(&config, &store, &wasm, filter.filter());
                 return shadow_report(&run, &shadow_options, json).await;
             }
             if let Some(wasm) = only_acked_by {
-                let run = ShadowRun::new(&config, &store, &wasm, filter.filter());
+                let run = ShadowReplayRun::new(&config, &store, &wasm, filter.filter());
                 return replay_acked_by(&run, &options).await;
             }
             return replay(&config, &store, id, &filter.filter(), &options, dry_run).await;
@@ -333,14 +333,14 @@ async fn replay(
 }
 
 /// A candidate component and the dead letters a shadow run of it reads.
-struct ShadowRun<'a> {
+struct ShadowReplayRun<'a> {
     config: &'a crate::config::Config,
     store: &'a crate::store::Store,
     wasm: &'a Path,
     filter: DeadLetterFilter,
 }
 
-impl<'a> ShadowRun<'a> {
+impl<'a> ShadowReplayRun<'a> {
     fn new(
         config: &'a crate::config::Config,
         store: &'a crate::store::Store,
@@ -360,9 +360,9 @@ impl<'a> ShadowRun<'a> {
         &self,
         options: &ShadowOptions,
         each: &mut dyn FnMut(&Verdicts),
-    ) -> anyhow::Result<shadow::Summary> {
+    ) -> anyhow::Result<shadow_replay::Summary> {
         let runtime = services::new_runtime(self.config)?;
-        shadow::run(
+        shadow_replay::run(
             self.config,
             &runtime,
             self.store,
@@ -377,20 +377,20 @@ impl<'a> ShadowRun<'a> {
 
 /// `dlq replay --shadow NEW.wasm`: the report; exit code 0 (the verdicts are the output).
 async fn shadow_report(
-    run: &ShadowRun<'_>,
+    run: &ShadowReplayRun<'_>,
     options: &ShadowOptions,
     json: bool,
 ) -> anyhow::Result<i32> {
     let mut print = |v: &Verdicts| {
         if json {
-            println!("{}", shadow::verdicts_json(v));
+            println!("{}", shadow_replay::verdicts_json(v));
         } else {
             print_verdicts(v);
         }
     };
     let summary = run.run(options, &mut print).await?;
     if json {
-        println!("{}", shadow::summary_json(&summary));
+        println!("{}", shadow_replay::summary_json(&summary));
     } else {
         println!(
             "shadow of {} (sha256 {}): nothing was committed or published",
@@ -437,8 +437,11 @@ fn print_verdicts(v: &Verdicts) {
 
 /// `dlq replay --only-acked-by NEW.wasm`: a shadow run, then a real replay of exactly the
 /// dead letters it acked (each marked replayed after its confirm).
-async fn replay_acked_by(run: &ShadowRun<'_>, options: &ReplayOptions) -> anyhow::Result<i32> {
-    let ShadowRun {
+async fn replay_acked_by(
+    run: &ShadowReplayRun<'_>,
+    options: &ReplayOptions,
+) -> anyhow::Result<i32> {
+    let ShadowReplayRun {
         config,
         store,
         wasm,

@@ -11,7 +11,7 @@
 //! outbox. Not simulated: the route's guards (body size, content type) and inbox
 //! deduplication, which a real replay would apply first.
 
-use crate::common::headers::{ORIGINAL_EXCHANGE, ORIGINAL_ROUTING_KEY};
+use crate::common::header_names::{ORIGINAL_EXCHANGE, ORIGINAL_ROUTING_KEY};
 use crate::config::Config;
 use crate::runtime::{
     EmittedEvent, Header, KvFuture, KvSource, MemoryKv, Message, Plugin, Verdict,
@@ -101,10 +101,11 @@ pub struct ShadowOptions {
     pub sha256: Option<String>,
 }
 
-/// Reads the real kv; never writes (the [`KvSource`] trait has no write).
-struct StoreKv(Store);
+/// Reads the real kv straight from the store, one read at a time; never writes (the
+/// [`KvSource`] trait has no write).
+struct DirectKv(Store);
 
-impl KvSource for StoreKv {
+impl KvSource for DirectKv {
     fn get<'a>(&'a self, namespace: &'a str, key: &'a str) -> KvFuture<'a> {
         Box::pin(async move { crate::pipeline::kv_answer(self.0.kv_get(namespace, key).await) })
     }
@@ -122,7 +123,7 @@ pub fn message_of(d: &DeadLetter) -> anyhow::Result<Message> {
     let headers = properties
         .headers()
         .as_ref()
-        .map(crate::broker::headers::to_text_pairs)
+        .map(crate::broker::field_table::to_text_pairs)
         .unwrap_or_default();
     Ok(Message {
         id: properties
@@ -163,7 +164,7 @@ pub async fn run(
         sha256: hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes)),
         ..Summary::default()
     };
-    let kv = Arc::new(MemoryKv::over(Arc::new(StoreKv(store.clone()))));
+    let kv = Arc::new(MemoryKv::over(Arc::new(DirectKv(store.clone()))));
     // The new version loaded once per plugin name (each has its own limits and variables).
     let mut versions: BTreeMap<String, Arc<Plugin>> = BTreeMap::new();
     let selection = super::run::selection(filter, options.include_replayed);
@@ -216,7 +217,7 @@ async fn shadow_one(
         then_sha256: d
             .headers
             .iter()
-            .find(|(k, _)| k == crate::common::headers::PLUGIN_SHA256)
+            .find(|(k, _)| k == crate::common::header_names::PLUGIN_SHA256)
             .map(|(_, v)| v.clone()),
         now: Now::Failure {
             kind: "not-run".into(),

@@ -33,7 +33,7 @@ pub async fn run(config_path: &Path, command: CanaryCommand) -> anyhow::Result<i
         CanaryCommand::Abort { plugin } => (plugin, "abort"),
     };
     let path = format!("/admin/canary/{plugin}/{action}");
-    let (status, body) = super::shadow::request(&config.admin, "POST", &path).await?;
+    let (status, body) = super::shadow_command::request(&config.admin, "POST", &path).await?;
     if status == 200 {
         println!("plugin {plugin}: {body}");
         Ok(0)
