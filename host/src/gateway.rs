@@ -6,7 +6,7 @@ use crate::broker::redact_url;
 use crate::config::Config;
 use crate::live::{Shared, Supervisor};
 use crate::metrics::Metrics;
-use crate::pipeline::StoreGate;
+use crate::pipeline::{RouteDeps, StoreGate};
 use crate::runtime::Plugin;
 use crate::runtime::native::NativeHandler;
 use crate::services::load_plugins;
@@ -126,17 +126,20 @@ pub async fn run_live(
             Ok(())
         });
     }
+    let deps = RouteDeps::new(
+        store.clone(),
+        committer.clone(),
+        reads.clone(),
+        gate.clone(),
+        metrics.clone(),
+        seal.clone(),
+    )
+    .with_telemetry(telemetry.clone());
     let shared = Shared {
         canaries,
         alerts: alerts.clone(),
         runtime,
-        store: store.clone(),
-        committer: committer.clone(),
-        reads: reads.clone(),
-        gate: gate.clone(),
-        seal: seal.clone(),
-        metrics: metrics.clone(),
-        telemetry: telemetry.clone(),
+        deps,
     };
     let (supervisor, live) =
         Supervisor::start(shared, config.clone(), plugins, options.config_path, &stop)?;

@@ -8,7 +8,7 @@
 //! 3. build the contexts of added and changed routes and declare their topology on the
 //!    broker (a queue that exists with other arguments refuses it);
 //! 4. only then: swap the plugin version of routes that keep running (a delivery keeps the
-//!    version it started with — see `RouteContext::plugin`), stop removed and changed routes
+//!    version it started with — see `PluginSlot::plugin`), stop removed and changed routes
 //!    (no new deliveries; in-flight ones finish and ack), and start added and changed ones.
 //!
 //! Sections only a restart applies (`[broker]`, `[store]`, `[runtime]`, `[relay]`,
@@ -19,15 +19,12 @@
 
 use super::{LiveHandle, ReloadReport, Request, RunningPlugin};
 use crate::broker::connect_any;
-use crate::broker::seal::SealKey;
 use crate::config::{self, AdminConfig, Config, PluginConfig, RouteConfig};
-use crate::metrics::Metrics;
 use crate::pipeline::canary::Canary;
 use crate::pipeline::live_shadow::Shadow;
-use crate::pipeline::{RouteContext, RouteError, StoreGate, run_route};
+use crate::pipeline::{PluginSlot, RouteContext, RouteDeps, RouteError, RouteSettings, run_route};
 use crate::runtime::{Plugin, Runtime};
 use crate::services::{Plugins, broker_settings, load_canary, load_plugin, load_shadow};
-use crate::store::{BatchedReads, CommitterHandle, Store};
 use crate::topology::declare_route;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -46,13 +43,8 @@ pub struct Shared {
     /// Told the routes' alert rules after each applied reload.
     pub alerts: Arc<crate::alerts::DeadLetterAlerts>,
     pub runtime: Arc<Runtime>,
-    pub store: Store,
-    pub committer: CommitterHandle,
-    pub reads: BatchedReads,
-    pub gate: StoreGate,
-    pub seal: SealKey,
-    pub metrics: Arc<Metrics>,
-    pub telemetry: crate::telemetry::Telemetry,
+    /// What each route's deliveries use: the store, metrics, seal, spans.
+    pub deps: RouteDeps,
     /// How canaries ended, shared through the store.
     pub canaries: Arc<crate::pipeline::canary_decisions::CanaryDecisions>,
 }
@@ -211,7 +203,7 @@ fn shadow_of(shared: &Shared, live: &LiveHandle, plugin: Plugin, p: &PluginConfi
         p.shadow_sample,
         p.shadow_max_in_flight,
         live.shadows.clone(),
-        shared.metrics.clone(),
+        shared.deps.metrics.clone(),
     ))
 }
 
@@ -226,7 +218,7 @@ fn canary_of(shared: &Shared, stable: &Plugin, canary: Plugin, p: &PluginConfig)
         stable,
         percent,
         rule,
-        shared.metrics.clone(),
+        shared.deps.metrics.clone(),
         shared.canaries.clone(),
     ))
 }
@@ -282,10 +274,11 @@ impl Supervisor {
             supervisor.spawn_route(&route, ctx);
         }
         for (name, loaded) in &supervisor.plugins {
-            supervisor
-                .shared
-                .metrics
-                .plugin_version(name, None, Some(loaded.plugin.version()));
+            supervisor.shared.deps.metrics.plugin_version(
+                name,
+                None,
+                Some(loaded.plugin.version()),
+            );
         }
         supervisor.publish_status(None);
         Ok((supervisor, live))
@@ -303,23 +296,14 @@ impl Supervisor {
                 route.plugin_name()
             )
         })?;
-        let s = &self.shared;
-        let ctx = RouteContext::new(
-            route,
+        let settings = RouteSettings::new(route, self.config.broker.publish_timeout)
+            .map_err(|e| format!("route `{}`: {e}", route.queue))?;
+        let slot = PluginSlot::new(
             loaded.plugin.clone(),
-            s.store.clone(),
-            s.committer.clone(),
-            s.reads.clone(),
-            s.gate.clone(),
-            self.config.broker.publish_timeout,
-            s.metrics.clone(),
-            s.seal.clone(),
-        )
-        .map_err(|e| format!("route `{}`: {e}", route.queue))?
-        .with_telemetry(s.telemetry.clone());
-        ctx.set_shadow(loaded.shadow.clone());
-        ctx.set_canary(loaded.canary.clone());
-        Ok(ctx)
+            loaded.shadow.clone(),
+            loaded.canary.clone(),
+        );
+        Ok(RouteContext::new(settings, self.shared.deps.clone(), slot))
     }
 
     fn spawn_route(&mut self, route: &RouteConfig, ctx: RouteContext) {
@@ -419,16 +403,16 @@ impl Supervisor {
         match self.try_reload(&mut report).await {
             Ok(()) => {
                 report.applied = true;
-                self.shared.metrics.reloads.inc();
-                self.shared.metrics.config_reload_success.set(1);
+                self.shared.deps.metrics.reloads.inc();
+                self.shared.deps.metrics.config_reload_success.set(1);
                 tracing::info!(source, changes = %report.changes.join("; "), "reload applied");
                 if !report.needs_restart.is_empty() {
                     tracing::warn!(source, sections = %report.needs_restart.join(", "), "these config sections changed but apply only on a restart");
                 }
             }
             Err(why) => {
-                self.shared.metrics.reload_failures.inc();
-                self.shared.metrics.config_reload_success.set(0);
+                self.shared.deps.metrics.reload_failures.inc();
+                self.shared.deps.metrics.config_reload_success.set(0);
                 tracing::error!(source, error = %why, "reload refused; still running the previous config and plugins");
                 report.error = Some(why);
                 report.changes.clear();
@@ -563,11 +547,11 @@ impl Supervisor {
             let Some(next) = plugins.get(route.plugin_name()) else {
                 continue;
             };
-            let current = running.ctx.plugin();
-            running.ctx.set_shadow(next.shadow.clone());
-            running.ctx.set_canary(next.canary.clone());
+            let current = running.ctx.slot.plugin();
+            running.ctx.slot.set_shadow(next.shadow.clone());
+            running.ctx.slot.set_canary(next.canary.clone());
             if !Arc::ptr_eq(&current, &next.plugin) {
-                running.ctx.swap_plugin(next.plugin.clone());
+                running.ctx.slot.swap_plugin(next.plugin.clone());
                 tracing::info!(queue = %queue, plugin = next.plugin.name(), from = current.version(), to = next.plugin.version(), sha256 = next.plugin.digest(), "route swapped to a new plugin version; deliveries in flight finish on the old one");
                 report.changes.push(format!(
                     "route `{queue}`: plugin `{}` version {} -> `{}` version {}",
@@ -595,14 +579,17 @@ impl Supervisor {
         for (previous, loaded) in self.plugins.iter() {
             let next = plugins.get(previous).map(|l| l.plugin.version());
             if next != Some(loaded.plugin.version()) {
-                self.shared
-                    .metrics
-                    .plugin_version(previous, Some(loaded.plugin.version()), next);
+                self.shared.deps.metrics.plugin_version(
+                    previous,
+                    Some(loaded.plugin.version()),
+                    next,
+                );
             }
         }
         for (name, loaded) in &plugins {
             if !self.plugins.contains_key(name) {
                 self.shared
+                    .deps
                     .metrics
                     .plugin_version(name, None, Some(loaded.plugin.version()));
             }
@@ -633,7 +620,7 @@ impl Supervisor {
             .map_err(|e| format!("cannot declare the new routes' topology: {e}"))?;
         let mut result = Ok(());
         for (route, ctx) in routes {
-            if let Err(e) = declare_route(&conn, &ctx.topology).await {
+            if let Err(e) = declare_route(&conn, &ctx.settings.topology).await {
                 result = Err(format!("route `{}`: {e}", route.queue));
                 break;
             }

@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Consumes the route's DLQ until `stop` or until the connection dies.
 pub async fn run(ctx: Arc<RouteContext>, conn: Arc<lapin::Connection>, stop: CancellationToken) {
-    let queue = dlq_name(&ctx.queue);
+    let queue = dlq_name(&ctx.settings.queue);
     let consume = async {
         let channel = conn.create_channel().await?;
         channel.basic_qos(64, BasicQosOptions::default()).await?;
@@ -107,7 +107,7 @@ pub fn record(
         }
     }
     NewDeadLetter {
-        route: ctx.queue.clone(),
+        route: ctx.settings.queue.clone(),
         queue,
         reason,
         plugin,
@@ -121,19 +121,22 @@ pub fn record(
 
 fn record_of(ctx: &RouteContext, delivery: &Delivery) -> NewDeadLetter {
     let props = &delivery.properties;
-    let trusted = seal::has_ours(props) && ctx.seal.verify(&ctx.queue, props, &delivery.data);
+    let trusted = seal::has_ours(props)
+        && ctx
+            .deps
+            .seal
+            .verify(&ctx.settings.queue, props, &delivery.data);
     let table = seal::sanitize(&props.headers().clone().unwrap_or_default(), trusted);
     // After `sanitize`, Carteiro headers are left only on a sealed copy.
     let ours = header_text(Some(&table), h::REASON);
     // Our own dead letters failed on the route's queue; the broker's name the queue they
     // died in (retry tiers add `x-death` records too, so only trust them for the broker's).
     let queue = match ours {
-        Some(_) => ctx.queue.clone(),
-        None => {
-            header_text(Some(&table), "x-first-death-queue").unwrap_or_else(|| ctx.queue.clone())
-        }
+        Some(_) => ctx.settings.queue.clone(),
+        None => header_text(Some(&table), "x-first-death-queue")
+            .unwrap_or_else(|| ctx.settings.queue.clone()),
     };
-    let reason = ours.unwrap_or_else(|| broker_reason(&table, &ctx.dlx()));
+    let reason = ours.unwrap_or_else(|| broker_reason(&table, &ctx.settings.dlx()));
     let attempts = header_int(Some(&table), h::ATTEMPTS)
         .or_else(|| header_int(Some(&table), h::ATTEMPT))
         .unwrap_or(0);
@@ -158,13 +161,13 @@ async fn archive(ctx: &RouteContext, delivery: Delivery, stop: &CancellationToke
     // requeue loop during an outage only burns CPU. Unacked on shutdown, it stays in Q.dlq.
     loop {
         tokio::select! {
-            () = ctx.gate.wait_healthy() => {}
+            () = ctx.deps.gate.wait_healthy() => {}
             () = stop.cancelled() => return,
         }
-        match ctx.store.dead_letter_insert(&record).await {
+        match ctx.deps.store.dead_letter_insert(&record).await {
             Ok(id) => {
-                ctx.metrics.dead_letter_archived(&ctx.queue);
-                tracing::info!(id, route = %ctx.queue, reason = %record.reason, "dead letter archived");
+                ctx.deps.metrics.dead_letter_archived(&ctx.settings.queue);
+                tracing::info!(id, route = %ctx.settings.queue, reason = %record.reason, "dead letter archived");
                 if let Err(e) = delivery.acker.ack(BasicAckOptions::default()).await {
                     tracing::warn!(error = %e, "dead letter archived but not acked; it may be archived twice");
                 }
@@ -172,8 +175,8 @@ async fn archive(ctx: &RouteContext, delivery: Delivery, stop: &CancellationToke
             }
             // Only store trouble is left: hold it and wait for the store.
             Err(e) => {
-                ctx.gate.report_failure(&e.to_string());
-                tracing::warn!(route = %ctx.queue, error = %e, "dead letter not archived yet: holding it in Q.dlq until the store takes writes");
+                ctx.deps.gate.report_failure(&e.to_string());
+                tracing::warn!(route = %ctx.settings.queue, error = %e, "dead letter not archived yet: holding it in Q.dlq until the store takes writes");
                 tokio::select! {
                     () = tokio::time::sleep(backoff.next_delay()) => {}
                     () = stop.cancelled() => return,
@@ -193,10 +196,10 @@ pub async fn watch_parked(
     conn: Arc<lapin::Connection>,
     stop: CancellationToken,
 ) {
-    if ctx.topology.queue_type != QueueType::Quorum {
+    if ctx.settings.topology.queue_type != QueueType::Quorum {
         return;
     }
-    let parked = parked_name(&ctx.queue);
+    let parked = parked_name(&ctx.settings.queue);
     let mut last = 0;
     let mut tick = tokio::time::interval(PARKED_CHECK);
     loop {
@@ -218,9 +221,9 @@ pub async fn watch_parked(
         let _ = channel.close(200, "looked".into()).await;
         let Ok(queue) = declared else { continue };
         let count = queue.message_count();
-        ctx.metrics.set_parked(&ctx.queue, count);
+        ctx.deps.metrics.set_parked(&ctx.settings.queue, count);
         if count > last {
-            tracing::error!(route = %ctx.queue, queue = %parked, parked = count, "dead letters parked: the archiver could not take them within Q.dlq's delivery limit; move them back with `carteiro dlq unpark --route {}`", ctx.queue);
+            tracing::error!(route = %ctx.settings.queue, queue = %parked, parked = count, "dead letters parked: the archiver could not take them within Q.dlq's delivery limit; move them back with `carteiro dlq unpark --route {}`", ctx.settings.queue);
         }
         last = count;
     }

@@ -66,9 +66,12 @@ async fn publish(
     } else {
         "dead-letter"
     };
-    let mut span = ctx.telemetry.republish_span(kind, &exchange, &routing_key);
-    let properties = ctx.seal.seal(
-        &ctx.queue,
+    let mut span = ctx
+        .deps
+        .telemetry
+        .republish_span(kind, &exchange, &routing_key);
+    let properties = ctx.deps.seal.seal(
+        &ctx.settings.queue,
         copy_properties(&copy.delivery.properties, headers),
         &copy.delivery.data,
     );
@@ -82,7 +85,7 @@ async fn publish(
                 body: copy.delivery.data.clone(),
                 mandatory: true,
             },
-            ctx.publish_timeout,
+            ctx.settings.publish_timeout,
         )
         .await;
     if published.is_err() {
@@ -103,7 +106,7 @@ pub async fn to_retry(
         h::ATTEMPT,
         i64::from(copy.received.attempt) + 1,
     );
-    let queue = copy.ctx.retry_queue(delay);
+    let queue = copy.ctx.settings.retry_queue(delay);
     match publish(copy, String::new(), queue, headers).await {
         Ok(()) => Ok(Outcome::Retried),
         Err(PublishError::Invalid(why)) => {
@@ -130,9 +133,16 @@ pub async fn to_dead_letter(
     set_text(&mut headers, h::PLUGIN, copy.plugin.name());
     set_text(&mut headers, h::PLUGIN_SHA256, copy.plugin.digest());
     set_int(&mut headers, h::ATTEMPTS, i64::from(copy.received.attempt));
-    set_text(&mut headers, h::ROUTE, &ctx.queue);
+    set_text(&mut headers, h::ROUTE, &ctx.settings.queue);
     set_int(&mut headers, h::DEAD_LETTERED_AT, now_ms());
-    match publish(copy, ctx.dlx(), ctx.queue.clone(), headers).await {
+    match publish(
+        copy,
+        ctx.settings.dlx(),
+        ctx.settings.queue.clone(),
+        headers,
+    )
+    .await
+    {
         Ok(()) => Ok(Outcome::DeadLettered),
         Err(PublishError::Invalid(why)) => {
             let reason = format!(
@@ -154,7 +164,7 @@ async fn archive_directly(
     tracing::warn!(%reason, %kind, "archiving the dead letter directly into the store");
     let record = archiver::record(
         ctx,
-        ctx.queue.clone(),
+        ctx.settings.queue.clone(),
         crate::broker::outgoing::cap_reason(reason),
         Some(copy.plugin.name().to_owned()),
         i64::from(copy.received.attempt),
@@ -164,15 +174,15 @@ async fn archive_directly(
         header_int(Some(&copy.received.table), h::FIRST_FAILURE_AT),
         now_ms(),
     );
-    match ctx.store.dead_letter_insert(&record).await {
+    match ctx.deps.store.dead_letter_insert(&record).await {
         Ok(id) => {
-            ctx.metrics.dead_letter_archived(&ctx.queue);
-            tracing::info!(id, route = %ctx.queue, "dead letter archived directly");
+            ctx.deps.metrics.dead_letter_archived(&ctx.settings.queue);
+            tracing::info!(id, route = %ctx.settings.queue, "dead letter archived directly");
             Ok(Outcome::Archived)
         }
         // The store keeps any text: only store trouble is left.
         Err(e) => {
-            ctx.gate.report_failure(&e.to_string());
+            ctx.deps.gate.report_failure(&e.to_string());
             Err(HandOnError::Archive(e))
         }
     }

@@ -1,6 +1,7 @@
 //! The per-delivery pipeline and the supervised consumers that feed it.
 //!
-//! - `context`: a route's settings, plugin, store handles, built once.
+//! - `context`: what a route's deliveries need: its settings, its dependencies and the plugin
+//!   slot a reload swaps.
 //! - `worker`: connect, declare, consume, reconnect — one supervisor per route.
 //! - `received`: what a delivery says, its Carteiro headers believed only when sealed.
 //! - `plan`: what to do with a delivery, decided as data (pure, unit-tested).
@@ -29,7 +30,7 @@ mod process;
 mod received;
 mod worker;
 
-pub use context::RouteContext;
 pub(crate) use context::kv_answer;
+pub use context::{PluginSlot, RouteContext, RouteDeps, RouteSettings};
 pub use gate::StoreGate;
 pub use worker::{BrokerSettings, RouteError, run_route};

@@ -71,9 +71,9 @@ pub async fn process(
     // The version this delivery runs on, whatever a reload swaps in meanwhile: the stable
     // one, or the canary when its key's hash falls in the canary's share.
     let received = Received::new(&ctx, &delivery);
-    let canary = ctx.canary().and_then(|c| {
+    let canary = ctx.slot.canary().and_then(|c| {
         let key = key::extract(
-            &ctx.key_source,
+            &ctx.settings.key_source,
             received.message_id.as_deref(),
             &received.headers,
             &delivery.data,
@@ -83,21 +83,21 @@ pub async fn process(
     });
     let plugin = match &canary {
         Some(c) => c.plugin.clone(),
-        None => ctx.plugin(),
+        None => ctx.slot.plugin(),
     };
     // Every handler outcome of a plugin with a canary counts towards its rollback rule.
-    let tally = ctx.canary().map(|c| (c, canary.is_some()));
+    let tally = ctx.slot.canary().map(|c| (c, canary.is_some()));
     let span = tracing::info_span!(
         "delivery",
         messaging.system = "rabbitmq",
-        messaging.destination.name = %ctx.queue,
+        messaging.destination.name = %ctx.settings.queue,
         messaging.rabbitmq.destination.routing_key = %delivery.routing_key,
         messaging.message.id = delivery.properties.message_id().as_ref().map(|s| s.as_str()).unwrap_or(""),
         plugin = plugin.name(),
         plugin.version = plugin.version(),
     );
-    let otel = ctx.telemetry.delivery(&DeliveryFacts {
-        queue: &ctx.queue,
+    let otel = ctx.deps.telemetry.delivery(&DeliveryFacts {
+        queue: &ctx.settings.queue,
         exchange: &received.exchange,
         routing_key: &received.routing_key,
         message_id: received.message_id.as_deref(),
@@ -121,7 +121,7 @@ pub async fn process(
         Ok(settle) => settle,
         Err(panic) => {
             let what = panic_text(panic.as_ref());
-            ctx.metrics.panic(&ctx.queue);
+            ctx.deps.metrics.panic(&ctx.settings.queue);
             if delivery.redelivered {
                 tracing::error!(parent: &span, panic = %what, "the gateway panicked processing this delivery again; dead-lettering it");
                 let copied = dead_letter_after_panic(&ctx, &plugin, &publisher, &delivery, &what);
@@ -141,11 +141,11 @@ pub async fn process(
         Settle::Requeue(_) => otel.end(Outcome::Requeued, Some("requeued")),
         Settle::Reject(_) => otel.end(Outcome::DeadLettered, Some("rejected")),
     }
+    let (queue, metrics) = (&ctx.settings.queue, &ctx.deps.metrics);
     match settle {
         Settle::Ack(outcome) => {
-            ctx.metrics.delivery(&ctx.queue, outcome, started.elapsed());
-            ctx.metrics
-                .version_delivery(&ctx.queue, plugin.version(), outcome);
+            metrics.delivery(queue, outcome, started.elapsed());
+            metrics.version_delivery(queue, plugin.version(), outcome);
             tracing::debug!(
                 outcome = outcome.label(),
                 sha256 = plugin.digest(),
@@ -154,10 +154,8 @@ pub async fn process(
             acks.ack(tag);
         }
         Settle::Requeue(why) => {
-            ctx.metrics
-                .delivery(&ctx.queue, Outcome::Requeued, started.elapsed());
-            ctx.metrics
-                .version_delivery(&ctx.queue, plugin.version(), Outcome::Requeued);
+            metrics.delivery(queue, Outcome::Requeued, started.elapsed());
+            metrics.version_delivery(queue, plugin.version(), Outcome::Requeued);
             tracing::warn!(reason = %why, "requeueing delivery; nothing was committed");
             tokio::time::sleep(REQUEUE_DELAY).await;
             let requeue = BasicNackOptions {
@@ -170,10 +168,8 @@ pub async fn process(
             acks.settled_elsewhere(tag);
         }
         Settle::Reject(why) => {
-            ctx.metrics
-                .delivery(&ctx.queue, Outcome::DeadLettered, started.elapsed());
-            ctx.metrics
-                .version_delivery(&ctx.queue, plugin.version(), Outcome::DeadLettered);
+            metrics.delivery(queue, Outcome::DeadLettered, started.elapsed());
+            metrics.version_delivery(queue, plugin.version(), Outcome::DeadLettered);
             tracing::warn!(reason = %why, "rejecting delivery to the dead-letter exchange");
             if let Err(e) = delivery
                 .acker
@@ -200,7 +196,7 @@ async fn dead_letter_after_panic(
     let reason = cap_reason(&format!(
         "the gateway panicked twice processing this message: {what}"
     ));
-    ctx.telemetry.delivery_failed(FailureKind::Panic);
+    ctx.deps.telemetry.delivery_failed(FailureKind::Panic);
     let copied = AssertUnwindSafe(async {
         let received = Received::new(ctx, delivery);
         let copy = Copy {
@@ -221,7 +217,9 @@ async fn dead_letter_after_panic(
         }
         // Rejected to the broker's dead-letter exchange: still a dead letter of ours.
         _ => {
-            ctx.metrics.dead_letter(&ctx.queue, ReasonClass::Panic);
+            ctx.deps
+                .metrics
+                .dead_letter(&ctx.settings.queue, ReasonClass::Panic);
             Settle::Reject(reason)
         }
     }
@@ -244,7 +242,7 @@ async fn settle(
     delivery: &Delivery,
     received: Received,
 ) -> Settle {
-    if ctx.fault == Some(FaultPoint::PanicOnBody) && delivery.data.starts_with(b"panic") {
+    if ctx.deps.fault == Some(FaultPoint::PanicOnBody) && delivery.data.starts_with(b"panic") {
         panic!("fault injection: panic while processing a delivery");
     }
     let mut round = 0;
@@ -256,13 +254,13 @@ async fn settle(
         match step(ctx, plugin, tally, publisher, delivery, &received).await {
             Step::Done(settle) => return settle,
             Step::StoreTrouble(why) => {
-                ctx.gate.report_failure(&why);
+                ctx.deps.gate.report_failure(&why);
                 if round == STUBBORN_STORE_ROUNDS {
                     tracing::error!(reason = %why, round, "the store keeps refusing this delivery's writes although its write probe succeeds; still holding it (check the database's grants and locks on the carteiro tables)");
                 } else {
                     tracing::warn!(reason = %why, round, "store trouble: holding the delivery until the store takes writes");
                 }
-                ctx.gate.wait_healthy().await;
+                ctx.deps.gate.wait_healthy().await;
                 if round > 1 {
                     tokio::time::sleep(pause.next_delay()).await;
                 }
@@ -295,13 +293,13 @@ async fn step(
 
     // 2-3. Attempt (in `received`) and idempotency key.
     let inbox_key = match key::extract(
-        &ctx.key_source,
+        &ctx.settings.key_source,
         received.message_id.as_deref(),
         &received.headers,
         &delivery.data,
     ) {
         Ok(key) => key,
-        Err(why) => match ctx.on_missing_key {
+        Err(why) => match ctx.settings.on_missing_key {
             MissingKeyPolicy::DeadLetter => {
                 return Step::Done(
                     carry_out(&copy, plan::dead_letter(why, FailureKind::MissingKey)).await,
@@ -312,8 +310,13 @@ async fn step(
     };
 
     // 4. Duplicate check (the commit re-checks it atomically).
-    ctx.gate.wait_healthy().await;
-    match ctx.reads.inbox_contains(&ctx.queue, &inbox_key).await {
+    ctx.deps.gate.wait_healthy().await;
+    match ctx
+        .deps
+        .reads
+        .inbox_contains(&ctx.settings.queue, &inbox_key)
+        .await
+    {
         Ok(true) => {
             tracing::info!(key = %inbox_key, "duplicate: already processed, acking without running the handler");
             return Step::Done(Settle::Ack(Outcome::Duplicate));
@@ -325,7 +328,7 @@ async fn step(
     // 5-6. Run the handler; re-run it if its reads conflict at commit.
     let message = received.message(delivery);
     // A live shadow compares its decision with the one that settles this delivery.
-    let shadow = ctx.shadow().filter(|s| s.sampled());
+    let shadow = ctx.slot.shadow().filter(|s| s.sampled());
     // Held from the first conflict on: re-runs of contended deliveries take turns, so a hot
     // key makes progress one commit at a time instead of livelocking in optimistic retries.
     let mut serialized = None;
@@ -333,22 +336,35 @@ async fn step(
         let started = Instant::now();
         let recording = shadow
             .as_ref()
-            .map(|_| Arc::new(RecordingKv::new(ctx.kv.clone())));
+            .map(|_| Arc::new(RecordingKv::new(ctx.deps.kv.clone())));
         let kv: Arc<dyn KvSource> = match &recording {
             Some(r) => r.clone(),
-            None => ctx.kv.clone(),
+            None => ctx.deps.kv.clone(),
         };
-        let mut handler_span = ctx.telemetry.handler_span(plugin.name(), plugin.version());
+        let mut handler_span = ctx
+            .deps
+            .telemetry
+            .handler_span(plugin.name(), plugin.version());
         let result = plugin.handle(&message, kv).await;
         let compare = |live: Decision| {
             if let (Some(shadow), Some(recording)) = (&shadow, &recording) {
-                shadow.compare_later(&ctx.queue, &message, recording.take(), ctx.kv.clone(), live);
+                shadow.compare_later(
+                    &ctx.settings.queue,
+                    &message,
+                    recording.take(),
+                    ctx.deps.kv.clone(),
+                    live,
+                );
             }
         };
         let live = shadow.as_ref().map(|_| Decision::of(&result));
-        ctx.metrics.handler_duration(&ctx.queue, started.elapsed());
+        ctx.deps
+            .metrics
+            .handler_duration(&ctx.settings.queue, started.elapsed());
         if let Err(failure) = &result {
-            ctx.metrics.plugin_failure(&ctx.queue, failure.kind());
+            ctx.deps
+                .metrics
+                .plugin_failure(&ctx.settings.queue, failure.kind());
             handler_span.fail(failure.kind().label());
         }
         drop(handler_span);
@@ -357,8 +373,8 @@ async fn step(
                 let facts = Ok((invocation.verdict.clone(), invocation.store_error.clone()));
                 let plan = plan::after_handler(
                     received.attempt,
-                    &ctx.retry,
-                    ctx.on_plugin_failure,
+                    &ctx.settings.retry,
+                    ctx.settings.on_plugin_failure,
                     &facts,
                 );
                 (plan, Some(invocation))
@@ -366,8 +382,8 @@ async fn step(
             Err(failure) => (
                 plan::after_handler(
                     received.attempt,
-                    &ctx.retry,
-                    ctx.on_plugin_failure,
+                    &ctx.settings.retry,
+                    ctx.settings.on_plugin_failure,
                     &Err(failure),
                 ),
                 None,
@@ -393,11 +409,12 @@ async fn step(
         // The delivery span's own context when telemetry is on (the relay's publish span
         // links to it), else the incoming one, carried on.
         let trace = ctx
+            .deps
             .telemetry
             .traceparent()
             .map(|t| ("traceparent".to_owned(), t))
             .or_else(|| trace_context(&message));
-        let mut commit_span = ctx.telemetry.commit_span();
+        let mut commit_span = ctx.deps.telemetry.commit_span();
         let committed = commit(ctx, plugin, &inbox_key, trace, invocation).await;
         match &committed {
             Ok(outcome) => commit_span.set("carteiro.commit.outcome", commit_label(outcome)),
@@ -416,7 +433,7 @@ async fn step(
             }
             Ok(CommitOutcome::Duplicate) => return Step::Done(Settle::Ack(Outcome::Duplicate)),
             Ok(CommitOutcome::Conflict) => {
-                ctx.metrics.conflict(&ctx.queue);
+                ctx.deps.metrics.conflict(&ctx.settings.queue);
                 if serialized.is_none() {
                     serialized = Some(ctx.rerun_turn.lock().await);
                 }
@@ -444,7 +461,7 @@ async fn carry_out(copy: &Copy<'_>, plan: Plan) -> Settle {
             reason,
             class,
         } => {
-            copy.ctx.telemetry.delivery_failed(FailureKind::Retry);
+            copy.ctx.deps.telemetry.delivery_failed(FailureKind::Retry);
             tracing::info!(attempt = copy.received.attempt, ?delay, %reason, "scheduling retry");
             match to_retry(copy, delay, &reason).await {
                 Ok(outcome) => {
@@ -465,7 +482,7 @@ async fn carry_out(copy: &Copy<'_>, plan: Plan) -> Settle {
             kind,
             class,
         } => {
-            copy.ctx.telemetry.delivery_failed(kind);
+            copy.ctx.deps.telemetry.delivery_failed(kind);
             tracing::warn!(%reason, %kind, "dead-lettering");
             match to_dead_letter(copy, &reason, kind).await {
                 Ok(outcome) => {
@@ -486,8 +503,10 @@ async fn carry_out(copy: &Copy<'_>, plan: Plan) -> Settle {
 /// its reason class.
 fn count_handed_on(ctx: &RouteContext, outcome: Outcome, class: ReasonClass) {
     match outcome {
-        Outcome::Retried => ctx.metrics.retry(&ctx.queue, class),
-        Outcome::DeadLettered | Outcome::Archived => ctx.metrics.dead_letter(&ctx.queue, class),
+        Outcome::Retried => ctx.deps.metrics.retry(&ctx.settings.queue, class),
+        Outcome::DeadLettered | Outcome::Archived => {
+            ctx.deps.metrics.dead_letter(&ctx.settings.queue, class)
+        }
         _ => {}
     }
 }
@@ -522,7 +541,7 @@ async fn commit(
     let effects = invocation.effects;
     let plugin = plugin.name().to_owned();
     let request = CommitRequest {
-        route: ctx.queue.clone(),
+        route: ctx.settings.queue.clone(),
         inbox_key: inbox_key.to_owned(),
         namespace: plugin.clone(),
         reads: effects
@@ -554,19 +573,19 @@ async fn commit(
             })
             .map(|e| NewOutboxRow {
                 event_id: e.event_id,
-                route: ctx.queue.clone(),
+                route: ctx.settings.queue.clone(),
                 plugin: plugin.clone(),
                 exchange: e.exchange,
                 routing_key: e.routing_key,
                 headers: e.headers,
                 content_type: e.content_type,
                 payload: e.payload,
-                ordering_key: format!("{}/{inbox_key}", ctx.queue),
+                ordering_key: format!("{}/{inbox_key}", ctx.settings.queue),
             })
             .collect(),
     };
-    hang_if(ctx.fault, FaultPoint::HangBeforeCommit).await;
-    let outcome = ctx.committer.commit(request).await?;
-    hang_if(ctx.fault, FaultPoint::HangAfterCommit).await;
+    hang_if(ctx.deps.fault, FaultPoint::HangBeforeCommit).await;
+    let outcome = ctx.deps.committer.commit(request).await?;
+    hang_if(ctx.deps.fault, FaultPoint::HangAfterCommit).await;
     Ok(outcome)
 }

@@ -57,7 +57,11 @@ impl Received {
     pub fn new(ctx: &RouteContext, delivery: &Delivery) -> Self {
         let props = &delivery.properties;
         let original = props.headers().clone().unwrap_or_default();
-        let trusted = seal::has_ours(props) && ctx.seal.verify(&ctx.queue, props, &delivery.data);
+        let trusted = seal::has_ours(props)
+            && ctx
+                .deps
+                .seal
+                .verify(&ctx.settings.queue, props, &delivery.data);
         if seal::has_ours(props) && !trusted {
             tracing::warn!(
                 "delivery carries x-carteiro-* headers without a valid seal for this route; \
@@ -68,7 +72,7 @@ impl Received {
         let sealed_attempt = attempt_in(&table).unwrap_or(1);
         let attempt = match trusted {
             true => sealed_attempt,
-            false => unsealed_from_own_tier(&ctx.queue, &original).unwrap_or(1),
+            false => unsealed_from_own_tier(&ctx.settings.queue, &original).unwrap_or(1),
         };
         let exchange = header_text(Some(&table), h::ORIGINAL_EXCHANGE)
             .unwrap_or_else(|| delivery.exchange.as_str().to_owned());
@@ -90,13 +94,13 @@ impl Received {
     /// Why the route refuses this delivery before any plugin code runs, if it does.
     pub fn guard(&self, ctx: &RouteContext) -> Option<String> {
         let size = self.body_len;
-        if size > ctx.max_body_size {
+        if size > ctx.settings.max_body_size {
             return Some(format!(
                 "body of {size} bytes exceeds the route's max_body_size of {}",
-                ctx.max_body_size
+                ctx.settings.max_body_size
             ));
         }
-        if let Some(required) = &ctx.content_type
+        if let Some(required) = &ctx.settings.content_type
             && self.content_type.as_deref() != Some(required.as_str())
         {
             return Some(format!(

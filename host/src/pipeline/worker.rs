@@ -52,10 +52,10 @@ pub async fn run_route(
             Ok(()) => {}
             Err(SessionError::Fatal(e)) => return Err(e),
             Err(SessionError::Lost(why)) => {
-                ctx.metrics.set_connected(&ctx.queue, false);
-                ctx.metrics.broker_reconnect(&ctx.queue);
+                ctx.deps.metrics.set_connected(&ctx.settings.queue, false);
+                ctx.deps.metrics.broker_reconnect(&ctx.settings.queue);
                 let delay = backoff.next_delay();
-                tracing::warn!(queue = %ctx.queue, reason = %why, ?delay, "broker session lost; reconnecting");
+                tracing::warn!(queue = %ctx.settings.queue, reason = %why, ?delay, "broker session lost; reconnecting");
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
                     _ = shutdown.cancelled() => {}
@@ -87,38 +87,42 @@ async fn session(
             .await
             .map_err(|e| SessionError::Lost(e.to_string()))?,
     );
-    declare_route(&conn, &ctx.topology)
+    declare_route(&conn, &ctx.settings.topology)
         .await
         .map_err(|source| {
             if source.is_permanent() {
                 SessionError::Fatal(RouteError::Topology {
-                    queue: ctx.queue.clone(),
+                    queue: ctx.settings.queue.clone(),
                     source,
                 })
             } else {
                 SessionError::Lost(source.to_string())
             }
         })?;
-    let lanes = PublisherOptions::for_in_flight(usize::from(ctx.prefetch));
+    let lanes = PublisherOptions::for_in_flight(usize::from(ctx.settings.prefetch));
     let publisher = ConfirmedPublisher::open(conn.clone(), lanes)
         .await
         .map_err(|e| SessionError::Lost(e.to_string()))?;
     let channel = conn.create_channel().await.map_err(lost("open channel"))?;
     channel
-        .basic_qos(ctx.prefetch, BasicQosOptions::default())
+        .basic_qos(ctx.settings.prefetch, BasicQosOptions::default())
         .await
         .map_err(lost("basic.qos"))?;
-    let tag = format!("carteiro-{}-{}", ctx.queue, uuid::Uuid::now_v7().simple());
+    let tag = format!(
+        "carteiro-{}-{}",
+        ctx.settings.queue,
+        uuid::Uuid::now_v7().simple()
+    );
     let mut consumer = channel
         .basic_consume(
-            ctx.queue.as_str().into(),
+            ctx.settings.queue.as_str().into(),
             tag.as_str().into(),
             BasicConsumeOptions::default(),
             FieldTable::default(),
         )
         .await
         .map_err(lost("basic.consume"))?;
-    let (acks, acker) = Acks::start(channel.clone(), ctx.queue.clone());
+    let (acks, acker) = Acks::start(channel.clone(), ctx.settings.queue.clone());
     let archiver_stop = shutdown.child_token();
     let archiver = tokio::spawn(archiver::run(
         ctx.clone(),
@@ -130,9 +134,9 @@ async fn session(
         conn.clone(),
         archiver_stop.clone(),
     ));
-    ctx.metrics.set_connected(&ctx.queue, true);
+    ctx.deps.metrics.set_connected(&ctx.settings.queue, true);
     backoff.reset();
-    tracing::info!(queue = %ctx.queue, plugin = ctx.plugin().name(), version = ctx.plugin().version(), prefetch = ctx.prefetch, "consumer started");
+    tracing::info!(queue = %ctx.settings.queue, plugin = ctx.slot.plugin().name(), version = ctx.slot.plugin().version(), prefetch = ctx.settings.prefetch, "consumer started");
 
     let mut in_flight = JoinSet::new();
     let mut health = tokio::time::interval(Duration::from_millis(500));
@@ -171,7 +175,7 @@ async fn session(
         })
         .await;
         if drained.is_err() {
-            tracing::warn!(queue = %ctx.queue, left = in_flight.len(), "grace period over; unfinished deliveries return to the queue");
+            tracing::warn!(queue = %ctx.settings.queue, left = in_flight.len(), "grace period over; unfinished deliveries return to the queue");
             in_flight.abort_all();
             while in_flight.join_next().await.is_some() {}
         }
@@ -180,11 +184,11 @@ async fn session(
             .await
             .is_err()
         {
-            tracing::warn!(queue = %ctx.queue, "acks not sent within 5 s; those deliveries return to the queue");
+            tracing::warn!(queue = %ctx.settings.queue, "acks not sent within 5 s; those deliveries return to the queue");
         }
         let _ = channel.close(200, "shutdown".into()).await;
         let _ = conn.close(200, "shutdown".into()).await;
-        tracing::info!(queue = %ctx.queue, "consumer stopped");
+        tracing::info!(queue = %ctx.settings.queue, "consumer stopped");
     } else {
         // The channel is dead: its unacked deliveries are back in the queue already, so
         // in-flight work can only fail to ack. Stop it now rather than race redeliveries.
@@ -193,6 +197,6 @@ async fn session(
     }
     let _ = archiver.await;
     let _ = parked.await;
-    ctx.metrics.set_connected(&ctx.queue, false);
+    ctx.deps.metrics.set_connected(&ctx.settings.queue, false);
     outcome
 }
