@@ -1,12 +1,13 @@
 //! Small pieces shared by the pipeline, the relay, the dead-letter tools and housekeeping,
 //! kept below all of them so none imports another for a utility: time, test-only fault
 //! injection, Carteiro's own AMQP header names ([`headers`]), the labels deliveries are
-//! counted by ([`labels`]), PEM files for TLS ([`pem`]),
-//! and file permissions of secrets.
+//! counted by ([`labels`]), PEM files for TLS ([`pem`]), units in config and on the command
+//! line ([`units`]: sizes like `64MiB`, durations), and file permissions of secrets.
 
 pub mod headers;
 pub mod labels;
 pub mod pem;
+pub mod units;
 
 /// Milliseconds since the Unix epoch (this process's clock).
 pub fn now_ms() -> i64 {
@@ -18,7 +19,8 @@ pub fn now_ms() -> i64 {
 
 /// `2026-12-02T10:00:00Z`: milliseconds since the epoch, to the second, for people.
 pub fn rfc3339(ms: i64) -> String {
-    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    let at =
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
     humantime::format_rfc3339_seconds(at).to_string()
 }
 

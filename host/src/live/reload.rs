@@ -20,12 +20,12 @@
 use super::{LiveHandle, ReloadReport, Request, RunningPlugin};
 use crate::broker::connect_any;
 use crate::broker::seal::SealKey;
-use crate::config::{self, AdminConfig, Config, PluginConfig, RouteConfig};
+use crate::config::{self, AdminConfig, Config};
 use crate::metrics::Metrics;
 use crate::pipeline::canary::Canary;
 use crate::pipeline::shadow::Shadow;
-use crate::pipeline::{RouteContext, RouteError, StoreGate, run_route};
-use crate::runtime::{Plugin, Runtime};
+use crate::pipeline::{RouteConfig, RouteContext, RouteError, StoreGate, run_route};
+use crate::runtime::{Plugin, PluginConfig, Runtime};
 use crate::services::{Plugins, broker_settings, load_canary, load_plugin, load_shadow};
 use crate::store::{BatchedReads, CommitterHandle, Store};
 use crate::topology::declare_route;

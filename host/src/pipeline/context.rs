@@ -1,11 +1,11 @@
 //! Everything one route's deliveries need, built once at start-up.
 
 use super::canary::Canary;
+use super::config::{FailurePolicy, KeySource, MissingKeyPolicy, RetryConfig, RouteConfig};
 use super::gate::StoreGate;
 use super::shadow::Shadow;
 use crate::broker::seal::SealKey;
 use crate::common::FaultPoint;
-use crate::config::{FailurePolicy, KeySource, MissingKeyPolicy, RetryConfig, RouteConfig};
 use crate::metrics::Metrics;
 use crate::runtime::{KvFuture, KvSource, KvValue, Plugin};
 use crate::store::{BatchedReads, CommitterHandle, KvEntry, Store, StoreError};
@@ -64,7 +64,7 @@ impl RouteContext {
         seal: SealKey,
     ) -> Result<Self, String> {
         let key_source = KeySource::parse(&route.idempotency_key)?;
-        let topology = RouteTopology::for_route(route);
+        let topology = route.topology();
         Ok(Self {
             queue: route.queue.clone(),
             kv: Arc::new(StoreKv(reads.clone())),

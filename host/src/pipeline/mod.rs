@@ -1,5 +1,8 @@
 //! The per-delivery pipeline and the supervised consumers that feed it.
 //!
+//! - `config`: [`RouteConfig`] (`[[routes]]`): what a route consumes and how its deliveries
+//!   are treated, its own checks, and the [`RouteTopology`](crate::topology::RouteTopology)
+//!   it needs.
 //! - `context`: a route's settings, plugin, store handles, built once.
 //! - `worker`: connect, declare, consume, reconnect — one supervisor per route.
 //! - `received`: what a delivery says, its Carteiro headers believed only when sealed.
@@ -18,6 +21,7 @@ mod acks;
 mod archiver;
 pub mod canary;
 pub mod canary_decisions;
+mod config;
 mod context;
 mod disposition;
 mod gate;
@@ -28,6 +32,10 @@ mod received;
 pub mod shadow;
 mod worker;
 
+pub use config::{
+    BindingConfig, DeadLetterAlertConfig, FailurePolicy, KeySource, MissingKeyPolicy, QueueKind,
+    RetryConfig, RouteConfig,
+};
 pub use context::RouteContext;
 pub(crate) use context::kv_answer;
 pub use gate::StoreGate;

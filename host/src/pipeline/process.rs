@@ -13,6 +13,7 @@
 
 use super::acks::Acks;
 use super::canary::Canary;
+use super::config::MissingKeyPolicy;
 use super::context::RouteContext;
 use super::disposition::{Copy, to_dead_letter, to_retry};
 use super::key;
@@ -22,7 +23,6 @@ use super::shadow::{Decision, RecordingKv};
 use crate::broker::outgoing::cap_reason;
 use crate::broker::{ConfirmedPublisher, JitteredBackoff};
 use crate::common::{FaultPoint, hang_if};
-use crate::config::MissingKeyPolicy;
 use crate::runtime::{Invocation, KvSource, Message, Plugin};
 use crate::store::{CommitOutcome, CommitRequest, KvRead, KvWrite, NewOutboxRow, StoreError};
 use crate::telemetry::{self, DeliveryFacts};
@@ -288,7 +288,9 @@ async fn step(
     };
     // 1. Guards, before any plugin code runs.
     if let Some(reason) = received.guard(ctx) {
-        return Step::Done(carry_out(&copy, plan::dead_letter(reason, FailureKind::Rejected)).await);
+        return Step::Done(
+            carry_out(&copy, plan::dead_letter(reason, FailureKind::Rejected)).await,
+        );
     }
 
     // 2-3. Attempt (in `received`) and idempotency key.
@@ -301,7 +303,9 @@ async fn step(
         Ok(key) => key,
         Err(why) => match ctx.on_missing_key {
             MissingKeyPolicy::DeadLetter => {
-                return Step::Done(carry_out(&copy, plan::dead_letter(why, FailureKind::MissingKey)).await);
+                return Step::Done(
+                    carry_out(&copy, plan::dead_letter(why, FailureKind::MissingKey)).await,
+                );
             }
             MissingKeyPolicy::Process => format!("unkeyed:{}", uuid::Uuid::now_v7()),
         },
