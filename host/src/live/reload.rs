@@ -419,16 +419,16 @@ impl Supervisor {
         match self.try_reload(&mut report).await {
             Ok(()) => {
                 report.applied = true;
-                self.shared.metrics.reloads.inc();
-                self.shared.metrics.config_reload_success.set(1);
+                self.shared.metrics.reload.applied.inc();
+                self.shared.metrics.reload.success.set(1);
                 tracing::info!(source, changes = %report.changes.join("; "), "reload applied");
                 if !report.needs_restart.is_empty() {
                     tracing::warn!(source, sections = %report.needs_restart.join(", "), "these config sections changed but apply only on a restart");
                 }
             }
             Err(why) => {
-                self.shared.metrics.reload_failures.inc();
-                self.shared.metrics.config_reload_success.set(0);
+                self.shared.metrics.reload.failures.inc();
+                self.shared.metrics.reload.success.set(0);
                 tracing::error!(source, error = %why, "reload refused; still running the previous config and plugins");
                 report.error = Some(why);
                 report.changes.clear();
