@@ -17,6 +17,7 @@
 mod common;
 mod native_enrollment;
 
+use carteiro::common::labels::Outcome;
 use carteiro::config::{self, Config};
 use carteiro::metrics::Metrics;
 use carteiro::runtime::native::NativeHandler;
@@ -33,7 +34,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use carteiro::common::labels::Outcome;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum System {
@@ -127,7 +127,7 @@ async fn connect(url: &str) -> Connection {
 
 /// The same topology the gateway declares for `route` (so its own declare is a no-op).
 fn route_topology(config: &Config) -> RouteTopology {
-    RouteTopology::for_route(&config.routes[0])
+    config.routes[0].topology()
 }
 
 /// Publishes `n` enrollment messages to `queue` through the default exchange, with confirms
@@ -345,8 +345,8 @@ async fn baseline_run(s: &Settings) -> Run {
         queue: queue.clone(),
         queue_type: QueueType::Classic,
         bindings: Vec::new(),
-        retry_delays: config::RetryConfig::default().backoff,
-        max_attempts: config::RetryConfig::default().max_attempts,
+        retry_delays: carteiro::pipeline::RetryConfig::default().backoff,
+        max_attempts: carteiro::pipeline::RetryConfig::default().max_attempts,
         message_ttl: None,
         max_length: None,
     };

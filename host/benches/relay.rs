@@ -540,7 +540,9 @@ fn start(
     let task = match which {
         Publisher::Relay => {
             let relay = Relay::new(
-                &f.config,
+                &f.config.broker,
+                &f.config.relay,
+                &f.config.store.url,
                 f.store.clone(),
                 Arc::new(Metrics::default()),
                 wake,

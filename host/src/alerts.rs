@@ -9,8 +9,8 @@
 //! its own alert.
 
 use crate::common::now_ms;
-use crate::config::{DeadLetterAlertConfig, RouteConfig};
 use crate::metrics::Metrics;
+use crate::pipeline::{DeadLetterAlertConfig, RouteConfig};
 use crate::store::{DeadLetterFilter, Store};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -285,7 +285,6 @@ fn shorten(text: &str, max: usize) -> String {
     let cut: String = text.chars().take(max).collect();
     format!("{cut}…")
 }
-
 
 #[cfg(test)]
 mod tests {

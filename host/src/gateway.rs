@@ -156,7 +156,9 @@ pub async fn run_live(
     }
     if config.relay.enabled {
         let relay = crate::relay::Relay::new(
-            &config,
+            &config.broker,
+            &config.relay,
+            &config.store.url,
             store.clone(),
             metrics.clone(),
             Some(committer.outbox_committed()),

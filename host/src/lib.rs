@@ -4,19 +4,25 @@
 //! components. See `DESIGN.md` (shared) and the README for the whole picture.
 //!
 //! # Layout
-//! - [`config`]: the operator's TOML — types, validation, `${VAR}` interpolation.
+//! - [`config`]: the operator's TOML assembled — [`Config`](config::Config) names each
+//!   part's section, loading with file:line errors, `${VAR}` interpolation, the checks across
+//!   sections; and `[admin]` and `[security]`, whose users sit above it. Every other section
+//!   lives beside its code as `PART/config.rs` (struct, defaults, its own checks): `broker`,
+//!   `store`, `runtime` (`[runtime]`, `[plugins]`), `relay`, `telemetry`, `pipeline`
+//!   (`[[routes]]`).
 //! - [`cli`]: the `carteiro` command line. A command that drives a part is named apart from
 //!   it: `dlq_command`, `shadow_command`, `canary_command`, `seal_command`.
 //! - [`runtime`]: the wasmtime sandbox — engine, limits, host imports, one call of `handle`.
 //! - [`common`]: time, test-only fault points, Carteiro's header names (`header_names`), the
-//!   labels deliveries are counted by (used by many).
+//!   labels deliveries are counted by, units such as `64MiB` (used by many, config included).
 //! - [`broker`]: AMQP connections, confirmed publishing, backoff, field tables as text
 //!   (`field_table`), the builder of everything Carteiro publishes, and the seal on
 //!   Carteiro's own headers.
-//! - [`topology`]: declare and verify a route's queues and exchanges.
-//! - [`pipeline`]: one delivery from receipt to ack, and the supervised consumers; a new
-//!   plugin version beside the live one: `canary` (a share of deliveries), `live_shadow`
-//!   (sampled deliveries, compared).
+//! - [`topology`]: declare and verify a route's queues and exchanges (it knows no config:
+//!   `RouteConfig::topology` says what a route needs).
+//! - [`pipeline`]: one delivery from receipt to ack, the supervised consumers, a route's
+//!   config; a new plugin version beside the live one: `canary` (a share of deliveries),
+//!   `live_shadow` (sampled deliveries, compared).
 //! - [`store`]: sqlx on SQLite or PostgreSQL — inbox, kv, outbox, dead letters, group commit.
 //! - [`relay`]: the outbox publisher.
 //! - [`dlq`]: dead letters for people (JSON views, replay, `shadow_replay`: what a new
@@ -29,7 +35,10 @@
 //! - [`live`]: changing handlers while running — reload (SIGHUP, `POST /admin/reload`).
 //! - [`admin`]: health, readiness, metrics, the console and DLQ over HTTP; `GatewayHandle`,
 //!   what a running gateway exposes to it.
-//! - [`metrics`], [`housekeeping`]: Prometheus metrics, retention cleanup.
+//! - [`metrics`]: Prometheus metrics, one file per part (deliveries, versions, reload,
+//!   outbox, broker, alerts, store gate, replay), each registering its own families; below
+//!   every part, which all share one `Arc<Metrics>`.
+//! - [`housekeeping`]: retention cleanup.
 //! - [`alerts`]: dead-letter alerts per route (an ERROR log, a gauge, a `/readyz` line).
 //! - [`telemetry`]: OpenTelemetry spans of deliveries and relay publishes (`[telemetry]`).
 //! - [`redact`]: the one redaction for URLs that may hold a password (broker and store).

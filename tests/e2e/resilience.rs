@@ -12,7 +12,7 @@ mod hostile;
 mod process;
 
 use crate::support::{Client, repo, script, script_quietly, unique};
-use carteiro::config::RouteConfig;
+use carteiro::pipeline::RouteConfig;
 use carteiro::topology::RouteTopology;
 use std::io::Read;
 use std::net::TcpListener;
@@ -253,5 +253,5 @@ pub async fn counter_value(store: &carteiro::store::Store, key: &str) -> u64 {
 
 /// The route's topology exactly as the gateway declares it.
 pub fn topology_of(route: &RouteConfig) -> RouteTopology {
-    RouteTopology::for_route(route)
+    route.topology()
 }

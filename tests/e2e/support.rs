@@ -500,7 +500,9 @@ pub fn run_relay(relay: carteiro::relay::Relay) -> RelayTask {
 /// Runs the relay of `config` on `store` in the background, recording into fresh metrics.
 pub fn spawn_relay(config: &Config, store: carteiro::store::Store) -> RelayTask {
     run_relay(carteiro::relay::Relay::new(
-        config,
+        &config.broker,
+        &config.relay,
+        &config.store.url,
         store,
         Arc::new(Metrics::default()),
         None,

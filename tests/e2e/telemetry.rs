@@ -431,8 +431,15 @@ async fn the_relay_alone_exports_its_publish_spans_with_links_and_failures() {
     let telemetry = Telemetry::start(&config.telemetry).expect("telemetry");
     assert!(telemetry.is_on());
     let relay = run_relay(
-        Relay::new(&config, store.clone(), Arc::new(Metrics::default()), None)
-            .with_telemetry(telemetry.clone()),
+        Relay::new(
+            &config.broker,
+            &config.relay,
+            &config.store.url,
+            store.clone(),
+            Arc::new(Metrics::default()),
+            None,
+        )
+        .with_telemetry(telemetry.clone()),
     );
 
     let ok_name = format!("{events} publish");

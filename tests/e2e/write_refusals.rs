@@ -6,12 +6,12 @@
 use crate::live::{free_port, http};
 use crate::resilience::{Running, carteiro, queue_depth};
 use crate::support::{Client, Gateway, json_props, route_config, unique, wait_for, with_store};
+use carteiro::common::labels::Outcome;
 use carteiro::metrics::Metrics;
 use carteiro::store::{DeadLetterFilter, Store};
 use sqlx::Connection;
 use std::sync::Arc;
 use std::time::Duration;
-use carteiro::common::labels::Outcome;
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -121,13 +121,13 @@ async fn a_revoked_grant_holds_quorum_deliveries_and_dead_letters_without_spendi
     }
     // The gate must stay closed the whole time: a read-only probe would reopen it at once.
     wait_for("the store gate to close", WAIT, || async {
-        (metrics.store_available.get() == 0).then_some(())
+        (metrics.store.available.get() == 0).then_some(())
     })
     .await;
     let refused_until = tokio::time::Instant::now() + REFUSED_FOR;
     while tokio::time::Instant::now() < refused_until {
         assert_eq!(
-            metrics.store_available.get(),
+            metrics.store.available.get(),
             0,
             "the gate reopened while every write is refused"
         );

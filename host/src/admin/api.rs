@@ -77,11 +77,12 @@ pub async fn reload(State(h): State<GatewayHandle>) -> Response {
 /// not answer leaves their last values).
 pub async fn metrics(State(h): State<GatewayHandle>) -> Response {
     if let Ok(status) = h.store.outbox_status().await {
-        h.metrics.outbox_pending.set(status.pending);
-        h.metrics.outbox_with_errors.set(status.with_errors);
+        h.metrics.outbox.pending.set(status.pending);
+        h.metrics.outbox.with_errors.set(status.with_errors);
         let age_ms = status.oldest_pending_age_ms.unwrap_or(0);
         h.metrics
-            .outbox_oldest_pending_seconds
+            .outbox
+            .oldest_pending_seconds
             .set(age_ms as f64 / 1000.0);
     }
     (

@@ -9,8 +9,10 @@
 //! - [`outgoing`]: the one builder of what Carteiro publishes, and AMQP's limits on it.
 //! - [`seal`]: which `x-carteiro-*` headers to believe (HMAC-sealed copies only).
 //! - `tls`: [`BrokerTlsConfig`] (`[broker.tls]`) and the rustls connector built from it.
+//! - `config`: [`BrokerConfig`] (`[broker]`) and its checks.
 
 mod backoff;
+mod config;
 mod connection;
 pub mod field_table;
 pub mod outgoing;
@@ -21,6 +23,8 @@ pub(crate) mod testing;
 mod tls;
 
 pub use backoff::JitteredBackoff;
+pub use config::BrokerConfig;
+pub(crate) use config::is_amqps;
 pub use connection::{BrokerError, ConnectOptions, connect, connect_any, redact_url};
 pub use publisher::{ConfirmedPublisher, MAX_BATCH, Outgoing, PublishError, PublisherOptions};
 pub use tls::BrokerTlsConfig;

@@ -24,11 +24,11 @@ pub struct FilterArgs {
     pub reason: Option<String>,
     /// Only dead letters dead-lettered within this long before now (at or after now − D),
     /// e.g. `1h`: the newest ones.
-    #[arg(long, value_parser = crate::config::units::parse_duration)]
+    #[arg(long, value_parser = crate::common::units::parse_duration)]
     pub since: Option<std::time::Duration>,
     /// Only dead letters dead-lettered more than this long before now (before now − D),
     /// e.g. `7d`: the oldest ones.
-    #[arg(long, value_parser = crate::config::units::parse_duration)]
+    #[arg(long, value_parser = crate::common::units::parse_duration)]
     pub older_than: Option<std::time::Duration>,
 }
 

@@ -8,7 +8,7 @@ use crate::relay::Relay;
 use crate::services;
 use crate::services::broker_settings;
 use crate::telemetry::Telemetry;
-use crate::topology::{RouteTopology, declare_route};
+use crate::topology::declare_route;
 use anyhow::Context;
 use std::future::Future;
 use std::path::Path;
@@ -88,7 +88,7 @@ pub async fn check(path: &Path, no_environment: bool) -> anyhow::Result<i32> {
     // BrokerError already names the (redacted) URL; adding it again printed it twice.
     let conn = connect_any(&settings.urls, &settings.connect).await?;
     for route in &config.routes {
-        declare_route(&conn, &RouteTopology::for_route(route))
+        declare_route(&conn, &route.topology())
             .await
             .with_context(|| format!("route `{}`", route.queue))?;
         println!("route    {}: topology declared and verified", route.queue);
@@ -117,8 +117,15 @@ pub async fn relay(path: &Path, shutdown: impl Future<Output = ()>) -> anyhow::R
         return Ok(0);
     };
     let telemetry = Telemetry::start(&config.telemetry)?;
-    let relay = Relay::new(&config, store, Arc::new(Metrics::default()), None)
-        .with_telemetry(telemetry.clone());
+    let relay = Relay::new(
+        &config.broker,
+        &config.relay,
+        &config.store.url,
+        store,
+        Arc::new(Metrics::default()),
+        None,
+    )
+    .with_telemetry(telemetry.clone());
     let stop = CancellationToken::new();
     let task = tokio::spawn(relay.run(stop.clone()));
     shutdown.await;

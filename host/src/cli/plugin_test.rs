@@ -32,10 +32,10 @@ pub struct PluginTestArgs {
     #[arg(long)]
     pub expect: Option<Expected>,
     /// Wall-clock budget for the call.
-    #[arg(long, default_value = "5s", value_parser = crate::config::units::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = crate::common::units::parse_duration)]
     pub timeout: Duration,
     /// Memory cap, e.g. 64MiB.
-    #[arg(long, default_value = "64MiB", value_parser = crate::config::units::parse_size)]
+    #[arg(long, default_value = "64MiB", value_parser = crate::common::units::parse_size)]
     pub memory: u64,
 }
 

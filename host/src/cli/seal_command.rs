@@ -15,7 +15,7 @@ pub enum SealCommand {
     Rotate {
         /// How long the old key still verifies: at least the longest retry delay of any
         /// route, plus the time dead letters may wait before they are archived.
-        #[arg(long, default_value = "7d", value_parser = crate::config::units::parse_duration)]
+        #[arg(long, default_value = "7d", value_parser = crate::common::units::parse_duration)]
         accept_old_for: Duration,
     },
     /// The id of the key that seals now, and how many retired keys still verify.

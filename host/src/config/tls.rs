@@ -1,8 +1,9 @@
-//! Validation of the TLS settings of both connections: `[broker.tls]` against the broker
-//! URLs, and the libpq-style `ssl*` parameters of a PostgreSQL `[store] url`.
+//! Connections whose TLS does not authenticate the server, across `[broker]` and `[store]`
+//! (a cross-section warning). Each section's own TLS checks live with it:
+//! `BrokerConfig::validate_tls`, `store::check_tls_params`.
 
-use super::{BrokerConfig, Config};
-use std::path::Path;
+use super::Config;
+use crate::broker::is_amqps;
 
 /// Connections to a host off loopback whose TLS does not authenticate the server, or that
 /// have none: each a sentence for the start-up log and `carteiro check`, so a production
@@ -69,57 +70,6 @@ fn is_loopback(host: &str) -> bool {
         || bare
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
-}
-
-/// `[broker.tls]` checked (files readable, relative paths resolved) and held against every
-/// broker URL. `Err((key, message))` with the key under `broker`.
-pub(super) fn validate_broker(
-    broker: &mut BrokerConfig,
-    base_dir: &Path,
-) -> Result<(), (String, String)> {
-    let addresses = broker.addresses();
-    if let Some(tls) = broker.tls.as_mut() {
-        tls.validate(base_dir)
-            .map_err(|(key, m)| (format!("tls.{key}"), m))?;
-        if let Some(plain) = addresses.iter().find(|u| !is_amqps(u)) {
-            return Err((
-                "tls".into(),
-                format!(
-                    "[broker.tls] is set but `{}` is plain AMQP; use amqps:// (the broker's TLS \
-                     listener, usually port 5671) so nothing is sent in clear, or remove \
-                     [broker.tls]",
-                    crate::redact::redact_url(plain)
-                ),
-            ));
-        }
-    }
-    let has_client_cert = broker.tls.as_ref().is_some_and(|t| t.cert_file.is_some());
-    if let Some(external) = addresses.iter().find(|u| asks_external(u))
-        && (!is_amqps(external) || !has_client_cert)
-    {
-        return Err((
-            "url".into(),
-            format!(
-                "`{}` logs in with auth_mechanism=external, which needs amqps:// and a client \
-                 certificate: set [broker.tls] cert_file and key_file",
-                crate::redact::redact_url(external)
-            ),
-        ));
-    }
-    Ok(())
-}
-
-fn is_amqps(url: &str) -> bool {
-    url.get(..8)
-        .is_some_and(|s| s.eq_ignore_ascii_case("amqps://"))
-}
-
-fn asks_external(url: &str) -> bool {
-    url.split_once('?').is_some_and(|(_, query)| {
-        query
-            .split('&')
-            .any(|kv| kv.eq_ignore_ascii_case("auth_mechanism=external"))
-    })
 }
 
 #[cfg(test)]

@@ -35,34 +35,6 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// Where a route's idempotency key comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeySource {
-    /// The AMQP `message_id` property.
-    MessageId,
-    /// A header, by name.
-    Header(String),
-    /// A JSON pointer (RFC 6901) into the body.
-    JsonPointer(String),
-}
-
-impl KeySource {
-    /// Parses `message_id`, `header:NAME` or `json:/pointer`.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        if text == "message_id" {
-            Ok(Self::MessageId)
-        } else if let Some(name) = text.strip_prefix("header:").filter(|n| !n.is_empty()) {
-            Ok(Self::Header(name.to_owned()))
-        } else if let Some(pointer) = text.strip_prefix("json:").filter(|p| p.starts_with('/')) {
-            Ok(Self::JsonPointer(pointer.to_owned()))
-        } else {
-            Err(format!(
-                "`{text}` is not a key source; use `message_id`, `header:NAME` or `json:/pointer`"
-            ))
-        }
-    }
-}
-
 /// Reads, parses and validates a config file. Relative paths resolve against its folder.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
@@ -92,7 +64,7 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
         let key = line.map(|l| key_at_line(text, l)).unwrap_or_default();
         let mut message = e.message().to_owned();
         if message.ends_with("expected a duration") {
-            message = format!("{message}; {}", super::units::DURATION_HINT);
+            message = format!("{message}; {}", crate::common::units::DURATION_HINT);
         }
         err(line, &key, message)
     })?;
@@ -137,44 +109,34 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
         // The first node names the broker in logs and single-connection commands.
         config.broker.url = config.broker.urls[0].clone();
     }
-    super::tls::validate_broker(&mut config.broker, base_dir)
+    config
+        .broker
+        .validate_tls(base_dir)
         .map_err(|(key, m)| err(line_of_key(tls_line(&key)), &format!("broker.{key}"), m))?;
     config.store.url =
         interpolate(&config.store.url).map_err(|m| err(line_of_key("url"), "store.url", m))?;
-    config.store.url = resolve_sqlite_path(&config.store.url, base_dir);
-    config.store.url = crate::store::check_tls_params(&config.store.url, base_dir)
-        .map_err(|m| err(line_of_key("url"), "store.url", m))?;
-    if let Some(cache) = config.runtime.compile_cache.as_mut()
-        && !cache.as_os_str().is_empty()
-        && cache.is_relative()
-    {
-        *cache = base_dir.join(&*cache);
+    config
+        .store
+        .validate(base_dir)
+        .map_err(|(key, m)| err(line_of_key(key), &format!("store.{key}"), m))?;
+    config.runtime.resolve_paths(base_dir);
+    config
+        .relay
+        .validate()
+        .map_err(|(key, m)| err(line_of_key(key), &format!("relay.{key}"), m))?;
+    if let Some(endpoint) = config.telemetry.otlp_endpoint.as_mut() {
+        *endpoint = interpolate(endpoint)
+            .map_err(|m| err(line_of_key("otlp_endpoint"), "telemetry.otlp_endpoint", m))?;
     }
-    if config.store.commit_batch == 0 {
-        return Err(err(
-            line_of_key("commit_batch"),
-            "store.commit_batch",
-            "must be at least 1".into(),
-        ));
-    }
-    if config.store.statement_timeout.is_zero() {
-        return Err(err(
-            line_of_key("statement_timeout"),
-            "store.statement_timeout",
-            "must be above zero (it also bounds every store operation client-side)".into(),
-        ));
-    }
-    if config.relay.max_in_flight_bytes == 0 {
-        return Err(err(
-            line_of_key("max_in_flight_bytes"),
-            "relay.max_in_flight_bytes",
-            "must be at least 1 byte (a claim always takes one row anyway)".into(),
-        ));
-    }
-    validate_telemetry(&mut config.telemetry)
+    config
+        .telemetry
+        .validate()
         .map_err(|(key, m)| err(line_of_key(key), &format!("telemetry.{key}"), m))?;
-
-    validate_admin(&mut config.admin, &err, &line_of_key)?;
+    config.admin.validate().map_err(|(key, m)| {
+        // `basic.password` is on the `basic = { .. }` line.
+        let line = line_of_key(key.split('.').next().unwrap_or(key));
+        err(line, &format!("admin.{key}"), m)
+    })?;
     config
         .security
         .validate(base_dir)
@@ -186,81 +148,22 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
             *value = interpolate(value)
                 .map_err(|m| err(line_of_key(var), &format!("{key}.variables.{var}"), m))?;
         }
-        if let Some(digest) = &plugin.sha256
-            && (digest.len() != 64 || !digest.chars().all(|c| c.is_ascii_hexdigit()))
-        {
-            return Err(err(
-                line_of_key("sha256"),
-                &format!("{key}.sha256"),
-                "must be 64 hex characters (run `sha256sum FILE.wasm`)".into(),
-            ));
-        }
-        if plugin.path.is_relative() {
-            plugin.path = base_dir.join(&plugin.path);
-        }
-        if let Some(shadow) = &mut plugin.shadow {
-            if shadow.is_relative() {
-                *shadow = base_dir.join(&*shadow);
-            }
-            if !shadow.is_file() {
-                return Err(err(
-                    line_of_key("shadow"),
-                    &format!("{key}.shadow"),
-                    format!("no shadow plugin file at {}", shadow.display()),
-                ));
-            }
-        }
-        if let Some(canary) = &mut plugin.canary {
-            if canary.path.is_relative() {
-                canary.path = base_dir.join(&canary.path);
-            }
-            let rule = &canary.rollback_on;
-            let problem = if !canary.path.is_file() {
-                Some(format!(
-                    "no canary plugin file at {}",
-                    canary.path.display()
-                ))
-            } else if !(0.0..=100.0).contains(&canary.percent) {
-                Some("percent must be within 0..=100".to_owned())
-            } else if !(0.0..=1.0).contains(&rule.failure_rate) || rule.window.is_zero() {
-                Some("rollback_on: failure_rate within 0.0..=1.0 and a window above zero".into())
-            } else {
-                None
+        plugin.validate(base_dir).map_err(|(field, m)| {
+            let needle = match field {
+                "canary" => format!("[plugins.{name}.canary]"),
+                "path" | "" => format!("[plugins.{name}]"),
+                other => other.to_owned(),
             };
-            if let Some(problem) = problem {
-                return Err(err(
-                    line_of_key(&format!("[plugins.{name}.canary]")),
-                    &format!("{key}.canary"),
-                    problem,
-                ));
-            }
-        }
-        if !(0.0..=1.0).contains(&plugin.shadow_sample) || plugin.shadow_max_in_flight == 0 {
-            return Err(err(
-                line_of_key("shadow_sample"),
-                &format!("{key}.shadow_sample"),
-                "shadow_sample must be within 0.0..=1.0 and shadow_max_in_flight above zero".into(),
-            ));
-        }
-        if !plugin.path.is_file() {
-            return Err(err(
-                line_of_key(&format!("[plugins.{name}]")),
-                &format!("{key}.path"),
-                format!(
-                    "no plugin file at {}; build plugins with scripts/build-plugins.sh or fix the path",
-                    plugin.path.display()
-                ),
-            ));
-        }
-        if plugin.timeout.is_zero() || plugin.memory < (1 << 20) {
-            return Err(err(
-                line_of_key(&format!("[plugins.{name}]")),
-                &key,
-                "timeout must be above zero and memory at least 1MiB".into(),
-            ));
-        }
+            let key = if field.is_empty() {
+                key.clone()
+            } else {
+                format!("{key}.{field}")
+            };
+            err(line_of_key(&needle), &key, m)
+        })?;
     }
 
+    // Across sections and routes: each route names a known plugin and its own queue.
     let mut queues = BTreeSet::new();
     for (i, route) in config.routes.iter().enumerate() {
         let key = format!("routes[{i}]");
@@ -292,87 +195,11 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
                 format!("queue `{}` is routed twice", route.queue),
             ));
         }
-        KeySource::parse(&route.idempotency_key)
-            .map_err(|m| err(plugin_line, &format!("{key}.idempotency_key"), m))?;
-        if route.prefetch == 0 {
-            return Err(err(
-                plugin_line,
-                &format!("{key}.prefetch"),
-                "must be at least 1".into(),
-            ));
-        }
-        if route.retry.max_attempts == 0 || route.retry.backoff.is_empty() {
-            return Err(err(
-                plugin_line,
-                &format!("{key}.retry"),
-                "max_attempts must be at least 1 and backoff must list at least one delay".into(),
-            ));
-        }
-        if let Some(alert) = &route.dead_letter_alert
-            && (alert.count == 0 || alert.window < std::time::Duration::from_secs(1))
-        {
-            return Err(err(
-                plugin_line,
-                &format!("{key}.dead_letter_alert"),
-                format!(
-                    "count must be at least 1 and window at least 1s (got count = {}, window = {:?}); \
-                     e.g. dead_letter_alert = {{ count = 10, window = \"1h\" }}",
-                    alert.count, alert.window
-                ),
-            ));
-        }
-        if route.retry.backoff.iter().any(|d| d.is_zero()) {
-            return Err(err(
-                plugin_line,
-                &format!("{key}.retry.backoff"),
-                "delays must be above zero".into(),
-            ));
-        }
+        route
+            .validate()
+            .map_err(|(field, m)| err(plugin_line, &format!("{key}.{field}"), m))?;
     }
     Ok(config)
-}
-
-/// `[telemetry]`: the endpoint interpolated and checked. `Err((key, message))`.
-fn validate_telemetry(t: &mut super::TelemetryConfig) -> Result<(), (&'static str, String)> {
-    if let Some(endpoint) = t.otlp_endpoint.as_mut() {
-        *endpoint = interpolate(endpoint).map_err(|m| ("otlp_endpoint", m))?;
-        let url = endpoint.trim();
-        if url.is_empty() {
-            t.otlp_endpoint = None;
-        } else if url.starts_with("https://") {
-            return Err((
-                "otlp_endpoint",
-                "https is not supported by this build; point it at a collector on a trusted \
-                 network or on loopback over plain http, e.g. `http://127.0.0.1:4318`"
-                    .into(),
-            ));
-        } else {
-            let host = url.strip_prefix("http://").unwrap_or("");
-            let authority = host.split('/').next().unwrap_or("");
-            if authority.is_empty() || url.parse::<axum::http::Uri>().is_err() {
-                return Err((
-                    "otlp_endpoint",
-                    format!(
-                        "`{}` is not an OTLP/HTTP URL; write it like `http://HOST:4318`",
-                        crate::redact::redact_url(url)
-                    ),
-                ));
-            }
-        }
-    }
-    if t.service_name.trim().is_empty() {
-        return Err((
-            "service_name",
-            "must not be empty (it names Carteiro in the trace backend)".into(),
-        ));
-    }
-    if t.export_interval.is_zero() || t.export_timeout.is_zero() {
-        return Err((
-            "export_interval",
-            "export_interval and export_timeout must be above zero".into(),
-        ));
-    }
-    Ok(())
 }
 
 /// The line to point at for a `[broker]` TLS problem.
@@ -381,19 +208,6 @@ fn tls_line(key: &str) -> &str {
         Some(field) => field,
         None if key == "tls" => "[broker.tls]",
         None => key,
-    }
-}
-
-/// `sqlite://relative.db` is relative to the config file, like plugin paths.
-fn resolve_sqlite_path(url: &str, base_dir: &Path) -> String {
-    match url.strip_prefix("sqlite://") {
-        Some(rest) if !rest.starts_with('/') && !rest.starts_with(':') => {
-            let path = base_dir.join(rest);
-            // Absolute, so the URL means the same file whatever the working directory.
-            let path = std::path::absolute(&path).unwrap_or(path);
-            format!("sqlite://{}", path.display())
-        }
-        _ => url.to_owned(),
     }
 }
 
@@ -428,75 +242,6 @@ fn find_line(text: &str, needle: &str) -> Option<usize> {
     text.lines()
         .position(|l| l.trim_start().starts_with(needle) || l.contains(needle))
         .map(|i| i + 1)
-}
-
-/// `[admin]`: secrets interpolated; an address off loopback needs credentials.
-fn validate_admin(
-    admin: &mut super::AdminConfig,
-    err: &impl Fn(Option<usize>, &str, String) -> ConfigError,
-    line_of_key: &impl Fn(&str) -> Option<usize>,
-) -> Result<(), ConfigError> {
-    if let Some(token) = &mut admin.token {
-        token.0 = interpolate(&token.0).map_err(|m| err(line_of_key("token"), "admin.token", m))?;
-        if token.0.is_empty() {
-            return Err(err(
-                line_of_key("token"),
-                "admin.token",
-                "is empty; set a long random token or remove the key".into(),
-            ));
-        }
-    }
-    if let Some(basic) = &mut admin.basic {
-        basic.password.0 = interpolate(&basic.password.0)
-            .map_err(|m| err(line_of_key("basic"), "admin.basic.password", m))?;
-        if basic.user.is_empty() || basic.user.contains(':') || basic.password.0.is_empty() {
-            return Err(err(
-                line_of_key("basic"),
-                "admin.basic",
-                "needs a user (without `:`) and a non-empty password".into(),
-            ));
-        }
-    }
-    for host in &admin.allowed_hosts {
-        let bad = host.is_empty()
-            || host.contains(':')
-            || !host
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-');
-        if bad {
-            return Err(err(
-                line_of_key("allowed_hosts"),
-                "admin.allowed_hosts",
-                format!(
-                    "`{host}` is not a host name: give names like `carteiro.internal`, \
-                     without a scheme or port"
-                ),
-            ));
-        }
-    }
-    if admin.require_auth == super::RequireAuth::All && !admin.has_credentials() {
-        return Err(err(
-            line_of_key("require_auth"),
-            "admin.require_auth",
-            "is \"all\" but [admin] has no `token` or `basic`: nothing could be read; set \
-             credentials or use \"writes\""
-                .into(),
-        ));
-    }
-    if !admin.listen.is_empty() && !admin.is_loopback() && !admin.has_credentials() {
-        return Err(err(
-            line_of_key("listen"),
-            "admin.listen",
-            format!(
-                "`{}` is not a loopback address, so the admin server and its console need \
-                 credentials: set `token = \"${{CARTEIRO_ADMIN_TOKEN}}\"` and/or \
-                 `basic = {{ user = \"...\", password = \"${{CARTEIRO_ADMIN_PASSWORD}}\" }}` \
-                 in [admin], or listen on 127.0.0.1",
-                admin.listen
-            ),
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -578,7 +323,8 @@ plugin = "p"
         let bad = GOOD.replace("path = \"p.wasm\"", "path = \"p.wasm\"\ntimeout = \"soon\"");
         let err = parse(&bad).unwrap_err();
         assert!(
-            err.message.contains("\"soon\", expected a duration; write e.g."),
+            err.message
+                .contains("\"soon\", expected a duration; write e.g."),
             "{err}"
         );
         assert_eq!(err.key, "plugins.p.timeout");
@@ -679,19 +425,5 @@ plugin = "p"
             err.message.contains("CARTEIRO_TEST_UNSET_TOKEN_VAR"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn key_sources_parse() {
-        assert_eq!(KeySource::parse("message_id"), Ok(KeySource::MessageId));
-        assert_eq!(
-            KeySource::parse("header:x-id"),
-            Ok(KeySource::Header("x-id".into()))
-        );
-        assert_eq!(
-            KeySource::parse("json:/a/b"),
-            Ok(KeySource::JsonPointer("/a/b".into()))
-        );
-        assert!(KeySource::parse("json:a").is_err());
     }
 }

@@ -114,8 +114,8 @@ impl<'a> Metered<'a> {
     fn leave(&mut self) {
         self.running = false;
         let left = self.planned.saturating_sub(self.done);
-        self.metrics.replay_remaining.dec_by(saturating_i64(left));
-        self.metrics.replay_running.dec();
+        self.metrics.replay.remaining.dec_by(saturating_i64(left));
+        self.metrics.replay.running.dec();
     }
 }
 
@@ -131,9 +131,10 @@ impl Progress for Metered<'_> {
     fn start(&mut self, planned: u64) {
         self.planned = planned;
         self.running = true;
-        self.metrics.replay_running.inc();
+        self.metrics.replay.running.inc();
         self.metrics
-            .replay_remaining
+            .replay
+            .remaining
             .inc_by(saturating_i64(planned));
         self.inner.start(planned);
     }
@@ -141,14 +142,15 @@ impl Progress for Metered<'_> {
     fn advance(&mut self, done: u64) {
         let step = done.saturating_sub(self.done);
         self.done = done;
-        self.metrics.replay_replayed.inc_by(step);
-        self.metrics.replay_remaining.dec_by(saturating_i64(step));
+        self.metrics.replay.replayed.inc_by(step);
+        self.metrics.replay.remaining.dec_by(saturating_i64(step));
         self.inner.advance(done);
     }
 
     fn finish(&mut self, report: &ReplayReport) {
         self.metrics
-            .replay_failed
+            .replay
+            .failed
             .inc_by(report.failed.len() as u64);
         if self.running {
             self.leave();
@@ -383,12 +385,12 @@ mod tests {
         let mut quiet = Quiet;
         let mut metered = Metered::new(&metrics, &mut quiet);
         metered.start(5);
-        assert_eq!(metrics.replay_running.get(), 1);
-        assert_eq!(metrics.replay_remaining.get(), 5);
+        assert_eq!(metrics.replay.running.get(), 1);
+        assert_eq!(metrics.replay.remaining.get(), 5);
         metered.advance(1);
         metered.advance(3);
-        assert_eq!(metrics.replay_replayed.get(), 3);
-        assert_eq!(metrics.replay_remaining.get(), 2);
+        assert_eq!(metrics.replay.replayed.get(), 3);
+        assert_eq!(metrics.replay.remaining.get(), 2);
         let report = ReplayReport {
             planned: 5,
             replayed: 3,
@@ -397,18 +399,18 @@ mod tests {
         };
         metered.finish(&report);
         drop(metered);
-        assert_eq!(metrics.replay_failed.get(), 1);
-        assert_eq!(metrics.replay_remaining.get(), 0);
-        assert_eq!(metrics.replay_running.get(), 0);
+        assert_eq!(metrics.replay.failed.get(), 1);
+        assert_eq!(metrics.replay.remaining.get(), 0);
+        assert_eq!(metrics.replay.running.get(), 0);
         // A run stopped part-way (its future dropped) leaves the gauges too.
         let mut quiet = Quiet;
         let mut stopped = Metered::new(&metrics, &mut quiet);
         stopped.start(4);
         stopped.advance(1);
         drop(stopped);
-        assert_eq!(metrics.replay_replayed.get(), 4);
-        assert_eq!(metrics.replay_remaining.get(), 0);
-        assert_eq!(metrics.replay_running.get(), 0);
+        assert_eq!(metrics.replay.replayed.get(), 4);
+        assert_eq!(metrics.replay.remaining.get(), 0);
+        assert_eq!(metrics.replay.running.get(), 0);
     }
 
     #[test]

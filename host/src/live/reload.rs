@@ -19,11 +19,13 @@
 
 use super::{LiveHandle, ReloadReport, Request, RunningPlugin};
 use crate::broker::connect_any;
-use crate::config::{self, AdminConfig, Config, PluginConfig, RouteConfig};
+use crate::config::{self, AdminConfig, Config};
 use crate::pipeline::canary::Canary;
 use crate::pipeline::live_shadow::Shadow;
-use crate::pipeline::{PluginSlot, RouteContext, RouteDeps, RouteError, RouteSettings, run_route};
-use crate::runtime::{Plugin, Runtime};
+use crate::pipeline::{
+    PluginSlot, RouteConfig, RouteContext, RouteDeps, RouteError, RouteSettings, run_route,
+};
+use crate::runtime::{Plugin, PluginConfig, Runtime};
 use crate::services::{Plugins, broker_settings, load_canary, load_plugin, load_shadow};
 use crate::topology::declare_route;
 use sha2::{Digest, Sha256};
@@ -403,16 +405,16 @@ impl Supervisor {
         match self.try_reload(&mut report).await {
             Ok(()) => {
                 report.applied = true;
-                self.shared.deps.metrics.reloads.inc();
-                self.shared.deps.metrics.config_reload_success.set(1);
+                self.shared.deps.metrics.reload.applied.inc();
+                self.shared.deps.metrics.reload.success.set(1);
                 tracing::info!(source, changes = %report.changes.join("; "), "reload applied");
                 if !report.needs_restart.is_empty() {
                     tracing::warn!(source, sections = %report.needs_restart.join(", "), "these config sections changed but apply only on a restart");
                 }
             }
             Err(why) => {
-                self.shared.deps.metrics.reload_failures.inc();
-                self.shared.deps.metrics.config_reload_success.set(0);
+                self.shared.deps.metrics.reload.failures.inc();
+                self.shared.deps.metrics.reload.success.set(0);
                 tracing::error!(source, error = %why, "reload refused; still running the previous config and plugins");
                 report.error = Some(why);
                 report.changes.clear();

@@ -9,9 +9,9 @@
 //! start the same canary version again.
 
 use super::canary_decisions::{CanaryDecisions, Phase};
-use crate::config::RollbackConfig;
 use crate::metrics::Metrics;
 use crate::runtime::Plugin;
+use crate::runtime::RollbackConfig;
 use sha2::{Digest, Sha256};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -7,11 +7,11 @@
 //!   reload swaps while the route runs.
 
 use super::canary::Canary;
+use super::config::{FailurePolicy, KeySource, MissingKeyPolicy, RetryConfig, RouteConfig};
 use super::gate::StoreGate;
 use super::live_shadow::Shadow;
 use crate::broker::seal::SealKey;
 use crate::common::FaultPoint;
-use crate::config::{FailurePolicy, KeySource, MissingKeyPolicy, RetryConfig, RouteConfig};
 use crate::metrics::Metrics;
 use crate::runtime::{KvFuture, KvSource, KvValue, Plugin};
 use crate::store::{BatchedReads, CommitterHandle, KvEntry, Store, StoreError};
@@ -74,7 +74,7 @@ impl RouteSettings {
             max_body_size: route.max_body_size,
             content_type: route.content_type.clone(),
             prefetch: route.prefetch,
-            topology: RouteTopology::for_route(route),
+            topology: route.topology(),
             publish_timeout,
         })
     }

@@ -19,7 +19,7 @@ pub struct StoreGate {
 
 impl StoreGate {
     pub fn new(store: Store, metrics: Arc<Metrics>) -> Self {
-        metrics.store_available.set(1);
+        metrics.store.available.set(1);
         Self {
             store,
             healthy: Arc::new(watch::channel(true).0),
@@ -47,8 +47,8 @@ impl StoreGate {
         if !opened {
             return;
         }
-        self.metrics.store_available.set(0);
-        self.metrics.store_outages.inc();
+        self.metrics.store.available.set(0);
+        self.metrics.store.outages.inc();
         tracing::error!(
             error,
             "store unavailable: pausing consumption until it answers"
@@ -65,7 +65,7 @@ impl StoreGate {
                     Ok(()) => {
                         tracing::info!("store takes writes again: resuming consumption");
                         healthy.send_replace(true);
-                        metrics.store_available.set(1);
+                        metrics.store.available.set(1);
                         return;
                     }
                     Err(e) => tracing::warn!(error = %e, "store still unavailable"),

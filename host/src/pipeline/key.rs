@@ -1,6 +1,6 @@
 //! The idempotency key of a delivery, from the route's configured source.
 
-use crate::config::KeySource;
+use super::config::KeySource;
 
 /// Finds the key; `Err` says why there is none (for the dead-letter reason).
 pub fn extract(

@@ -1,5 +1,8 @@
 //! The per-delivery pipeline and the supervised consumers that feed it.
 //!
+//! - `config`: [`RouteConfig`] (`[[routes]]`): what a route consumes and how its deliveries
+//!   are treated, its own checks, and the [`RouteTopology`](crate::topology::RouteTopology)
+//!   it needs.
 //! - `context`: what a route's deliveries need: its settings, its dependencies and the plugin
 //!   slot a reload swaps.
 //! - `worker`: connect, declare, consume, reconnect — one supervisor per route.
@@ -20,6 +23,7 @@ mod acks;
 mod archiver;
 pub mod canary;
 pub mod canary_decisions;
+mod config;
 mod context;
 mod disposition;
 mod gate;
@@ -30,6 +34,10 @@ mod process;
 mod received;
 mod worker;
 
+pub use config::{
+    BindingConfig, DeadLetterAlertConfig, FailurePolicy, KeySource, MissingKeyPolicy, QueueKind,
+    RetryConfig, RouteConfig,
+};
 pub(crate) use context::kv_answer;
 pub use context::{PluginSlot, RouteContext, RouteDeps, RouteSettings};
 pub use gate::StoreGate;

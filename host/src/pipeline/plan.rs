@@ -2,9 +2,9 @@
 //! the route's policy and the handler's result. `process` carries the plan out; nothing
 //! here touches the broker, the store or the metrics, so every branch is unit-tested.
 
+use super::config::{FailurePolicy, RetryConfig};
 use crate::broker::outgoing::cap_reason;
 pub use crate::common::labels::{FailureKind, Outcome, ReasonClass};
-use crate::config::{FailurePolicy, RetryConfig};
 use crate::runtime::{PluginFailure, Verdict};
 use std::time::Duration;
 

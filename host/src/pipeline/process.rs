@@ -13,6 +13,7 @@
 
 use super::acks::Acks;
 use super::canary::Canary;
+use super::config::MissingKeyPolicy;
 use super::context::RouteContext;
 use super::disposition::{Copy, to_dead_letter, to_retry};
 use super::key;
@@ -22,7 +23,6 @@ use super::received::Received;
 use crate::broker::outgoing::cap_reason;
 use crate::broker::{ConfirmedPublisher, JitteredBackoff};
 use crate::common::{FaultPoint, hang_if};
-use crate::config::MissingKeyPolicy;
 use crate::runtime::{Invocation, KvSource, Message, Plugin};
 use crate::store::{CommitOutcome, CommitRequest, KvRead, KvWrite, NewOutboxRow, StoreError};
 use crate::telemetry::{self, DeliveryFacts};

@@ -10,18 +10,22 @@
 //!   leases more rows while earlier ones are still in flight, publishes, settles failures.
 //! - `chains`: the per-ordering-key queues of leased rows (in-memory ordering rule).
 //! - `marker`: group commit of "published" marks as confirms arrive.
+//! - `config`: [`RelayConfig`] (`[relay]`) and its check.
 
 mod chains;
+mod config;
 mod marker;
 mod session;
+
+pub use config::RelayConfig;
 
 use crate::broker::outgoing::Unpublishable;
 pub use crate::broker::outgoing::event_properties;
 use crate::broker::{
-    ConfirmedPublisher, ConnectOptions, JitteredBackoff, Outgoing, PublisherOptions, connect_any,
+    BrokerConfig, ConfirmedPublisher, ConnectOptions, JitteredBackoff, Outgoing, PublisherOptions,
+    connect_any,
 };
 use crate::common::FaultPoint;
-use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::store::{Backend, OUTBOX_NOTIFY_CHANNEL, OutboxRow, Store};
 use crate::telemetry::Telemetry;
@@ -54,9 +58,12 @@ pub struct Relay {
 }
 
 impl Relay {
-    /// A relay for `config`; `wake` is notified by the in-process committer.
+    /// A relay publishing to `broker` the outbox of the store at `store_url` (`store` opened
+    /// on it); `wake` is notified by the in-process committer.
     pub fn new(
-        config: &Config,
+        broker: &BrokerConfig,
+        relay: &RelayConfig,
+        store_url: &str,
         store: Store,
         metrics: Arc<Metrics>,
         wake: Option<Arc<Notify>>,
@@ -65,20 +72,20 @@ impl Relay {
             store,
             metrics,
             wake: wake.unwrap_or_default(),
-            urls: config.broker.addresses(),
-            store_url: config.store.url.clone(),
+            urls: broker.addresses(),
+            store_url: store_url.to_owned(),
             connect: ConnectOptions {
-                heartbeat: config.broker.heartbeat,
-                connect_timeout: config.broker.connect_timeout,
+                heartbeat: broker.heartbeat,
+                connect_timeout: broker.connect_timeout,
                 connection_name: "carteiro relay".into(),
-                tls: config.broker.tls.clone(),
+                tls: broker.tls.clone(),
             },
-            publish_timeout: config.broker.publish_timeout,
-            max_in_flight: config.relay.max_in_flight.max(1),
-            max_in_flight_bytes: config.relay.max_in_flight_bytes.max(1),
-            poll_interval: config.relay.poll_interval,
-            reconnect_max: config.broker.reconnect_max_backoff,
-            lease: config.relay.lease.max(config.broker.publish_timeout * 3),
+            publish_timeout: broker.publish_timeout,
+            max_in_flight: relay.max_in_flight.max(1),
+            max_in_flight_bytes: relay.max_in_flight_bytes.max(1),
+            poll_interval: relay.poll_interval,
+            reconnect_max: broker.reconnect_max_backoff,
+            lease: relay.lease.max(broker.publish_timeout * 3),
             fault: FaultPoint::from_env(),
             telemetry: Telemetry::off(),
         }

@@ -288,7 +288,7 @@ impl<'a> Session<'a> {
                         Some(Ok(())) => {
                             // Test-only: stop dead after this row's confirm, before its mark.
                             hang_if(fault, FaultPoint::RelayHangAfterConfirm).await;
-                            metrics.outbox_published.inc();
+                            metrics.outbox.published.inc();
                             marks.confirmed(leased.row.id);
                             overtook += usize::from(failed.is_some());
                         }
@@ -449,7 +449,7 @@ async fn record_failure(
     row: &OutboxRow,
     error: &PublishError,
 ) -> Result<(), StoreError> {
-    relay.metrics.outbox_failed.inc();
+    relay.metrics.outbox.failed.inc();
     let attempts = row.attempts + 1;
     if let PublishError::Invalid(why) = error {
         // Publishing it again can never help: park the row (it keeps holding its ordering

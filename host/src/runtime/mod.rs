@@ -1,8 +1,10 @@
 //! The wasmtime sandbox: one `Engine` with the pooling allocator and epoch interruption,
 //! one `InstancePre` per plugin, a fresh `Store` per delivery (see `plugin`). `native` runs a
 //! handler compiled into the host behind the same imports (benchmarks: the sandbox's cost).
+//! `config`: [`RuntimeConfig`] (`[runtime]`) and [`PluginConfig`] (`[plugins.NAME]`).
 
 mod bindings;
+mod config;
 mod effects;
 mod host;
 mod limits;
@@ -11,6 +13,7 @@ pub mod native;
 mod plugin;
 
 pub use bindings::types::{Header, Message, RetryRequest, Verdict};
+pub use config::{CanaryConfig, PluginConfig, RollbackConfig, RuntimeConfig};
 pub use effects::{Effects, EmittedEvent, KvFuture, KvSource, KvValue};
 pub use host::{MAX_EVENT_PAYLOAD_BYTES, MAX_KV_KEY_BYTES, MAX_KV_VALUE_BYTES};
 pub use limits::DeliveryTotals;

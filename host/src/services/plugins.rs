@@ -1,8 +1,8 @@
 //! Loading plugins: the wasm runtime the config asks for, each plugin with its digest pin,
 //! and the shadow and canary versions beside it.
 
-use crate::config::{Config, PluginConfig};
-use crate::runtime::{LoadError, Plugin, PluginLimits, Runtime};
+use crate::config::Config;
+use crate::runtime::{LoadError, Plugin, PluginConfig, PluginLimits, Runtime};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

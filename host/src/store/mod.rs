@@ -17,12 +17,14 @@
 //! - `sql`: placeholder lists for statements built per batch.
 //! - `nul_free`: the text check shared by every write (no NUL bytes on either backend).
 //! - `tls`: the libpq-style `sslmode`/`sslrootcert`/`sslcert`/`sslkey` of a PostgreSQL URL.
+//! - `config`: [`StoreConfig`] (`[store]`) and its checks.
 
 mod canaries;
 mod commit;
 mod commit_request;
 mod commit_set;
 mod committer;
+mod config;
 mod dead_letter_text;
 mod dead_letters;
 mod error;
@@ -44,6 +46,7 @@ pub use commit_request::{
     CommitOutcome, CommitRequest, KvRead, KvWrite, MAX_KV_KEYS_PER_COMMIT, NewOutboxRow,
 };
 pub use committer::{CommitterConfig, CommitterHandle, GroupCommitter};
+pub use config::StoreConfig;
 pub use dead_letter_text::NewDeadLetter;
 pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterStat};
 pub use error::StoreError;

@@ -10,12 +10,12 @@
 //! - this file: [`Telemetry`] (the exporter's handle: start, flush and shut down), the W3C
 //!   trace-context propagation to and from AMQP headers.
 //! - `spans`: the spans themselves — names, kinds, messaging attributes, links.
+//! - `config`: [`TelemetryConfig`] (`[telemetry]`) and its checks.
 
+mod config;
 mod spans;
 
-pub use spans::{ChildSpan, DeliveryFacts, DeliverySpan, within};
-
-use crate::config::TelemetryConfig;
+pub use config::TelemetryConfig;
 use opentelemetry::Context;
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::TracerProvider as _;
@@ -24,6 +24,7 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor;
 use opentelemetry_sdk::trace::{BatchConfigBuilder, SdkTracer, SdkTracerProvider};
+pub use spans::{ChildSpan, DeliveryFacts, DeliverySpan, within};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

@@ -362,7 +362,7 @@ mod tests {
     async fn children_need_a_delivery_in_progress() {
         // On, but with nothing current (e.g. a hook reached outside a delivery): no orphan
         // root spans, and no traceparent to store.
-        let on = Telemetry::start(&crate::config::TelemetryConfig {
+        let on = Telemetry::start(&crate::telemetry::TelemetryConfig {
             otlp_endpoint: Some("http://127.0.0.1:9".into()),
             ..Default::default()
         })

@@ -134,30 +134,3 @@ pub fn dlq_name(queue: &str) -> String {
 pub fn parked_name(queue: &str) -> String {
     format!("{queue}.dlq.parked")
 }
-
-impl RouteTopology {
-    /// What a configured route needs from the broker: the one definition the gateway,
-    /// `carteiro check`, tests and benchmarks all declare.
-    pub fn for_route(route: &crate::config::RouteConfig) -> Self {
-        Self {
-            queue: route.queue.clone(),
-            queue_type: match route.queue_type {
-                crate::config::QueueKind::Classic => QueueType::Classic,
-                crate::config::QueueKind::Quorum => QueueType::Quorum,
-            },
-            bindings: route
-                .bindings
-                .iter()
-                .map(|b| Binding {
-                    exchange: b.exchange.clone(),
-                    exchange_type: b.exchange_type.clone(),
-                    routing_key: b.routing_key.clone(),
-                })
-                .collect(),
-            retry_delays: route.retry.backoff.clone(),
-            max_attempts: route.retry.max_attempts,
-            message_ttl: route.message_ttl,
-            max_length: route.max_length,
-        }
-    }
-}

@@ -79,7 +79,7 @@ async fn console_read_flood_does_not_starve_the_pipeline() {
     }
     assert!(served > 0, "some reads were served");
     assert_eq!(
-        metrics.store_outages.get(),
+        metrics.store.outages.get(),
         0,
         "the pipeline never waited for the store long enough to pause"
     );

@@ -59,7 +59,10 @@ pub mod duration_list {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Duration>, D::Error> {
         let tiers = Vec::<humantime_serde::Serde<Duration>>::deserialize(d)?;
-        Ok(tiers.into_iter().map(humantime_serde::Serde::into_inner).collect())
+        Ok(tiers
+            .into_iter()
+            .map(humantime_serde::Serde::into_inner)
+            .collect())
     }
 }
 

@@ -1,0 +1,94 @@
+//! Prometheus metrics (`carteiro_` prefix, `_total` counters, `_seconds` durations).
+//!
+//! One registry; each part's families are declared, registered and recorded in a file of
+//! their own, and [`Metrics`] holds them all. The files sit here rather than in the parts
+//! because every part takes the one `Arc<Metrics>`, so `metrics` stays below them all:
+//! - `deliveries`: the pipeline — deliveries, handler runs, failures, retries, dead letters;
+//! - `versions`: plugin versions, live shadows and canaries;
+//! - `reload`: reloads (`live`);
+//! - `outbox`: the relay's publishes and the outbox backlog;
+//! - `broker`: broker sessions lost (routes and relay);
+//! - `alerts`: raised dead-letter alerts;
+//! - `store_gate`: whether the store answers;
+//! - `replay`: dead-letter replays (`dlq`).
+
+mod alerts;
+mod broker;
+mod deliveries;
+mod outbox;
+mod reload;
+mod replay;
+mod store_gate;
+mod versions;
+
+pub use alerts::AlertMetrics;
+pub use broker::BrokerMetrics;
+pub use deliveries::DeliveryMetrics;
+pub use outbox::OutboxMetrics;
+pub use reload::ReloadMetrics;
+pub use replay::ReplayMetrics;
+pub use store_gate::StoreGateMetrics;
+pub use versions::VersionMetrics;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::registry::Registry;
+use std::sync::Mutex;
+
+/// The `route` label, shared by the families counted per route.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Route {
+    route: String,
+}
+
+impl Route {
+    fn of(route: &str) -> Self {
+        Self {
+            route: route.into(),
+        }
+    }
+}
+
+/// All of the gateway's metrics, by part.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    deliveries: DeliveryMetrics,
+    versions: VersionMetrics,
+    broker: BrokerMetrics,
+    alerts: AlertMetrics,
+    /// Reloads applied and refused.
+    pub reload: ReloadMetrics,
+    /// The relay's publishes and the outbox backlog.
+    pub outbox: OutboxMetrics,
+    /// Whether the store answers.
+    pub store: StoreGateMetrics,
+    /// Dead-letter replays run in this process.
+    pub replay: ReplayMetrics,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("carteiro");
+        Self {
+            versions: VersionMetrics::register(&mut registry),
+            reload: ReloadMetrics::register(&mut registry),
+            deliveries: DeliveryMetrics::register(&mut registry),
+            outbox: OutboxMetrics::register(&mut registry),
+            broker: BrokerMetrics::register(&mut registry),
+            alerts: AlertMetrics::register(&mut registry),
+            store: StoreGateMetrics::register(&mut registry),
+            replay: ReplayMetrics::register(&mut registry),
+            registry: Mutex::new(registry),
+        }
+    }
+}
+
+impl Metrics {
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Ok(registry) = self.registry.lock() {
+            let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+        }
+        out
+    }
+}

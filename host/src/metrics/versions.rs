@@ -1,0 +1,164 @@
+//! Which plugin versions run: deliveries per version, the version new deliveries run on,
+//! live-shadow comparisons and canaries (the pipeline's `canary` and `shadow`, and reloads).
+
+use super::Metrics;
+use crate::common::labels::Outcome as DeliveryOutcome;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// Deliveries by the plugin version they ran on (`version`: 12 hex digits of its digest).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionOutcome {
+    route: String,
+    version: String,
+    outcome: DeliveryOutcome,
+}
+
+/// Live-shadow comparisons (`version`: the shadow's).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShadowRun {
+    route: String,
+    version: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginVersion {
+    plugin: String,
+    version: String,
+}
+
+impl PluginVersion {
+    fn of(plugin: &str, version: &str) -> Self {
+        Self {
+            plugin: plugin.into(),
+            version: version.into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginLabel {
+    plugin: String,
+}
+
+/// Plugin versions, shadows and canaries.
+pub struct VersionMetrics {
+    version_deliveries: Family<VersionOutcome, Counter>,
+    plugin_versions: Family<PluginVersion, Gauge>,
+    shadow_runs: Family<ShadowRun, Counter>,
+    canary_percent: Family<PluginVersion, Gauge>,
+    canary_rollbacks: Family<PluginLabel, Counter>,
+}
+
+impl VersionMetrics {
+    pub(super) fn register(registry: &mut Registry) -> Self {
+        let parts = Self {
+            version_deliveries: Family::default(),
+            plugin_versions: Family::default(),
+            shadow_runs: Family::default(),
+            canary_percent: Family::default(),
+            canary_rollbacks: Family::default(),
+        };
+        registry.register(
+            "canary_percent",
+            "Share of deliveries (percent) a plugin's canary version takes now",
+            parts.canary_percent.clone(),
+        );
+        registry.register(
+            "canary_rollbacks",
+            "Canaries rolled back automatically",
+            parts.canary_rollbacks.clone(),
+        );
+        registry.register(
+            "shadow_runs",
+            "Live-shadow runs by route, shadow version and result (agree, verdict, effects, shadow-failure, skipped)",
+            parts.shadow_runs.clone(),
+        );
+        registry.register(
+            "plugin_version_deliveries",
+            "Deliveries settled, by route, plugin version (12 hex digits of its sha256) and outcome",
+            parts.version_deliveries.clone(),
+        );
+        registry.register(
+            "plugin_version",
+            "1 for each plugin version new deliveries run on",
+            parts.plugin_versions.clone(),
+        );
+        parts
+    }
+}
+
+impl Metrics {
+    /// A delivery settled on `route` with plugin `version`.
+    pub fn version_delivery(&self, route: &str, version: &str, outcome: DeliveryOutcome) {
+        self.versions
+            .version_deliveries
+            .get_or_create(&VersionOutcome {
+                route: route.into(),
+                version: version.into(),
+                outcome,
+            })
+            .inc();
+    }
+
+    /// Deliveries settled on `route` with plugin `version` and `outcome` (for tests).
+    pub fn version_delivered(&self, route: &str, version: &str, outcome: DeliveryOutcome) -> u64 {
+        self.versions
+            .version_deliveries
+            .get_or_create(&VersionOutcome {
+                route: route.into(),
+                version: version.into(),
+                outcome,
+            })
+            .get()
+    }
+
+    /// A live-shadow run on `route` with shadow `version` ended with `result`.
+    pub fn shadow_run(&self, route: &str, version: &str, result: &str) {
+        self.versions
+            .shadow_runs
+            .get_or_create(&ShadowRun {
+                route: route.into(),
+                version: version.into(),
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// The canary `version` of `plugin` takes `percent` of the deliveries.
+    pub fn canary_percent(&self, plugin: &str, version: &str, percent: f64) {
+        self.versions
+            .canary_percent
+            .get_or_create(&PluginVersion::of(plugin, version))
+            .set(percent.round() as i64);
+    }
+
+    /// The canary of `plugin` was rolled back.
+    pub fn canary_rollback(&self, plugin: &str) {
+        self.versions
+            .canary_rollbacks
+            .get_or_create(&PluginLabel {
+                plugin: plugin.into(),
+            })
+            .inc();
+    }
+
+    /// Plugin `plugin` now runs `version` (`None`: it was unloaded); `previous` is dropped.
+    pub fn plugin_version(&self, plugin: &str, previous: Option<&str>, version: Option<&str>) {
+        if let Some(previous) = previous {
+            self.versions
+                .plugin_versions
+                .remove(&PluginVersion::of(plugin, previous));
+        }
+        if let Some(version) = version {
+            self.versions
+                .plugin_versions
+                .get_or_create(&PluginVersion::of(plugin, version))
+                .set(1);
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! `[[routes]]`: a queue, the plugin that handles it and how its deliveries are treated
+//! (key, gates, retries, dead-letter alert), with the checks that concern one route alone.
+//! The route's topology is derived here ([`RouteConfig::topology`]), so `topology` knows
+//! nothing of the config. `config` checks what spans sections: plugin names, queues routed
+//! twice.
+
+use crate::topology::{Binding, QueueType, RouteTopology};
+use serde::Deserialize;
+use std::time::Duration;
+use toml::Spanned;
+
+/// `[[routes]]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// The work queue this route consumes.
+    pub queue: String,
+    /// `classic` or `quorum`.
+    #[serde(default)]
+    pub queue_type: QueueKind,
+    /// Name of the plugin (a key of `[plugins]`).
+    pub plugin: Spanned<String>,
+    /// Deliveries processed concurrently (AMQP prefetch).
+    #[serde(default = "default_prefetch")]
+    pub prefetch: u16,
+    /// Where the idempotency key comes from: `message_id`, `header:NAME` or `json:/pointer`.
+    #[serde(default = "default_key_source")]
+    pub idempotency_key: String,
+    /// What to do with a message without a key: `dead-letter` (default) or `process`
+    /// (run the handler without deduplication).
+    #[serde(default)]
+    pub on_missing_key: MissingKeyPolicy,
+    /// Larger bodies go to the dead-letter queue before the plugin runs.
+    #[serde(default = "default_max_body", with = "crate::common::units::size")]
+    pub max_body_size: u64,
+    /// If set, messages with another content type are dead-lettered before the plugin runs.
+    #[serde(default)]
+    pub content_type: Option<String>,
+    /// Exchanges and routing keys bound to the work queue.
+    #[serde(default)]
+    pub bindings: Vec<BindingConfig>,
+    /// Attempts and backoff.
+    #[serde(default)]
+    pub retry: RetryConfig,
+    /// What a trap, timeout or limit hit in the plugin counts as.
+    #[serde(default)]
+    pub on_plugin_failure: FailurePolicy,
+    /// Optional `x-message-ttl` on the work queue (expired messages are dead-lettered).
+    #[serde(default, with = "humantime_serde")]
+    pub message_ttl: Option<std::time::Duration>,
+    /// Optional `x-max-length` on the work queue (overflow is dead-lettered).
+    #[serde(default)]
+    pub max_length: Option<u64>,
+    /// Optional alert: an ERROR log, a gauge and a `/readyz` note when the route's dead
+    /// letters within `window` reach `count`.
+    #[serde(default)]
+    pub dead_letter_alert: Option<DeadLetterAlertConfig>,
+}
+
+/// `dead_letter_alert = { count = 10, window = "1h" }`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadLetterAlertConfig {
+    /// Dead letters within `window` that raise the alert.
+    pub count: u64,
+    /// The sliding window they are counted over.
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+}
+
+fn default_prefetch() -> u16 {
+    32
+}
+fn default_key_source() -> String {
+    "message_id".to_owned()
+}
+fn default_max_body() -> u64 {
+    1 << 20
+}
+
+/// Queue type of a route's queues.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueKind {
+    /// Classic queue (single node).
+    #[default]
+    Classic,
+    /// Quorum queue (replicated; gets `x-delivery-limit` as a safety net).
+    Quorum,
+}
+
+/// A route's policy for messages that carry no idempotency key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MissingKeyPolicy {
+    /// Dead-letter with reason "missing idempotency key".
+    #[default]
+    DeadLetter,
+    /// Run the handler anyway, without deduplication.
+    Process,
+}
+
+/// What a classified plugin failure (trap, timeout, limit) becomes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailurePolicy {
+    /// Retry with backoff; dead-letter once attempts are exhausted.
+    #[default]
+    Retry,
+    /// Dead-letter at once.
+    DeadLetter,
+}
+
+/// `[[routes.bindings]]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BindingConfig {
+    /// Exchange to bind from (declared durable if missing).
+    pub exchange: String,
+    /// Exchange type used when declaring it.
+    #[serde(default = "default_exchange_type")]
+    pub exchange_type: String,
+    /// Binding key.
+    #[serde(default = "default_routing_key")]
+    pub routing_key: String,
+}
+
+fn default_exchange_type() -> String {
+    "topic".to_owned()
+}
+fn default_routing_key() -> String {
+    "#".to_owned()
+}
+
+/// `[routes.retry]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryConfig {
+    /// Total attempts including the first; then the message is dead-lettered.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+    /// Delay before attempt 2, 3, ...; the last tier repeats. One delay queue per tier.
+    #[serde(
+        default = "default_backoff",
+        with = "crate::common::units::duration_list"
+    )]
+    pub backoff: Vec<Duration>,
+}
+
+fn default_max_attempts() -> u32 {
+    5
+}
+fn default_backoff() -> Vec<Duration> {
+    vec![
+        Duration::from_secs(1),
+        Duration::from_secs(10),
+        Duration::from_secs(60),
+    ]
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        Self {
+            max_attempts: default_max_attempts(),
+            backoff: default_backoff(),
+        }
+    }
+}
+
+impl RetryConfig {
+    /// The backoff tier for the attempt that failed (`attempt` is 1-based).
+    pub fn delay_after(&self, attempt: u32) -> Duration {
+        let index = (attempt.max(1) as usize - 1).min(self.backoff.len().saturating_sub(1));
+        self.backoff.get(index).copied().unwrap_or_default()
+    }
+
+    /// The smallest configured tier not shorter than `requested` (or the longest tier).
+    pub fn tier_for(&self, requested: Duration) -> Duration {
+        let mut tiers = self.backoff.clone();
+        tiers.sort();
+        tiers
+            .iter()
+            .copied()
+            .find(|t| *t >= requested)
+            .or_else(|| tiers.last().copied())
+            .unwrap_or_default()
+    }
+}
+
+impl RouteConfig {
+    /// The plugin name without its span.
+    pub fn plugin_name(&self) -> &str {
+        self.plugin.get_ref()
+    }
+}
+
+impl RouteConfig {
+    /// The checks on this route alone. `Err((key, message))` with the key under
+    /// `routes[i]`. The queue name is checked by `config`, with its uniqueness.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        KeySource::parse(&self.idempotency_key).map_err(|m| ("idempotency_key", m))?;
+        if self.prefetch == 0 {
+            return Err(("prefetch", "must be at least 1".into()));
+        }
+        if self.retry.max_attempts == 0 || self.retry.backoff.is_empty() {
+            return Err((
+                "retry",
+                "max_attempts must be at least 1 and backoff must list at least one delay".into(),
+            ));
+        }
+        if let Some(alert) = &self.dead_letter_alert
+            && (alert.count == 0 || alert.window < Duration::from_secs(1))
+        {
+            return Err((
+                "dead_letter_alert",
+                format!(
+                    "count must be at least 1 and window at least 1s (got count = {}, window = {:?}); \
+                     e.g. dead_letter_alert = {{ count = 10, window = \"1h\" }}",
+                    alert.count, alert.window
+                ),
+            ));
+        }
+        if self.retry.backoff.iter().any(|d| d.is_zero()) {
+            return Err(("retry.backoff", "delays must be above zero".into()));
+        }
+        Ok(())
+    }
+
+    /// What this route needs from the broker: the one definition the gateway,
+    /// `carteiro check`, tests and benchmarks all declare.
+    pub fn topology(&self) -> RouteTopology {
+        RouteTopology {
+            queue: self.queue.clone(),
+            queue_type: match self.queue_type {
+                QueueKind::Classic => QueueType::Classic,
+                QueueKind::Quorum => QueueType::Quorum,
+            },
+            bindings: self
+                .bindings
+                .iter()
+                .map(|b| Binding {
+                    exchange: b.exchange.clone(),
+                    exchange_type: b.exchange_type.clone(),
+                    routing_key: b.routing_key.clone(),
+                })
+                .collect(),
+            retry_delays: self.retry.backoff.clone(),
+            max_attempts: self.retry.max_attempts,
+            message_ttl: self.message_ttl,
+            max_length: self.max_length,
+        }
+    }
+}
+
+/// Where a route's idempotency key comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    /// The AMQP `message_id` property.
+    MessageId,
+    /// A header, by name.
+    Header(String),
+    /// A JSON pointer (RFC 6901) into the body.
+    JsonPointer(String),
+}
+
+impl KeySource {
+    /// Parses `message_id`, `header:NAME` or `json:/pointer`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text == "message_id" {
+            Ok(Self::MessageId)
+        } else if let Some(name) = text.strip_prefix("header:").filter(|n| !n.is_empty()) {
+            Ok(Self::Header(name.to_owned()))
+        } else if let Some(pointer) = text.strip_prefix("json:").filter(|p| p.starts_with('/')) {
+            Ok(Self::JsonPointer(pointer.to_owned()))
+        } else {
+            Err(format!(
+                "`{text}` is not a key source; use `message_id`, `header:NAME` or `json:/pointer`"
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_sources_parse() {
+        assert_eq!(KeySource::parse("message_id"), Ok(KeySource::MessageId));
+        assert_eq!(
+            KeySource::parse("header:x-id"),
+            Ok(KeySource::Header("x-id".into()))
+        );
+        assert_eq!(
+            KeySource::parse("json:/a/b"),
+            Ok(KeySource::JsonPointer("/a/b".into()))
+        );
+        assert!(KeySource::parse("json:a").is_err());
+    }
+}

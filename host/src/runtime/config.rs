@@ -1,0 +1,264 @@
+//! `[runtime]` (the sandbox shared by every plugin) and `[plugins.NAME]` (each handler, its
+//! limits, shadow and canary), with the checks that concern only them. `config`
+//! interpolates `${VAR}` in plugin variables first and checks routes against plugin names.
+
+use super::DeliveryTotals;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// `[runtime]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// Plugin instances alive at once across all routes (pooling allocator slots).
+    #[serde(default = "default_max_instances")]
+    pub max_instances: u32,
+    /// Folder for compiled components, reused across starts (`""` turns the cache off;
+    /// relative to this file). Default `$XDG_CACHE_HOME/carteiro/compiled` or
+    /// `~/.cache/carteiro/compiled`.
+    #[serde(default = "crate::runtime::default_compile_cache")]
+    pub compile_cache: Option<PathBuf>,
+}
+
+fn default_max_instances() -> u32 {
+    256
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            max_instances: default_max_instances(),
+            compile_cache: crate::runtime::default_compile_cache(),
+        }
+    }
+}
+
+impl RuntimeConfig {
+    /// A relative `compile_cache` is relative to the config file.
+    pub fn resolve_paths(&mut self, base_dir: &Path) {
+        if let Some(cache) = self.compile_cache.as_mut()
+            && !cache.as_os_str().is_empty()
+            && cache.is_relative()
+        {
+            *cache = base_dir.join(&*cache);
+        }
+    }
+}
+
+/// `[plugins.NAME]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginConfig {
+    /// Path to the `.wasm` component, relative to the config file.
+    pub path: PathBuf,
+    /// Optional pin: the component's SHA-256 (hex). A mismatch refuses to load it.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// Wall-clock budget for one `handle` call.
+    #[serde(default = "default_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Linear memory cap per instance.
+    #[serde(default = "default_memory", with = "crate::common::units::size")]
+    pub memory: u64,
+    /// Host calls (kv, outbox, log, config) allowed per delivery.
+    #[serde(default = "default_max_host_calls")]
+    pub max_host_calls: u32,
+    /// Outbox events one delivery may emit.
+    #[serde(default = "default_max_events")]
+    pub max_events: u32,
+    /// Total bytes of kv keys and values one delivery may write (overwrites count again).
+    #[serde(default = "default_max_kv_bytes", with = "crate::common::units::size")]
+    pub max_kv_bytes: u64,
+    /// Total bytes of outbox events (payloads, headers, names) one delivery may emit.
+    #[serde(
+        default = "default_max_event_bytes",
+        with = "crate::common::units::size"
+    )]
+    pub max_event_bytes: u64,
+    /// Instances of this plugin alive at once. Default: two per CPU core for components of
+    /// 4 MiB or more (a Python or JavaScript runtime inside), else only the instance pool.
+    #[serde(default)]
+    pub max_concurrency: Option<u32>,
+    /// Total bytes of log messages one delivery may write through the `log` import.
+    #[serde(default = "default_max_log_bytes", with = "crate::common::units::size")]
+    pub max_log_bytes: u64,
+    /// Variables the plugin reads through the `config` import; `${VAR}` allowed.
+    #[serde(default)]
+    pub variables: BTreeMap<String, String>,
+    /// A new version run beside this one on live traffic (same settings and kv namespace,
+    /// a throwaway store): its verdicts and effects are compared and counted, never
+    /// committed or published. Relative to the config file.
+    #[serde(default)]
+    pub shadow: Option<PathBuf>,
+    /// Optional pin of the shadow component's SHA-256 (hex).
+    #[serde(default)]
+    pub shadow_sha256: Option<String>,
+    /// Share of deliveries also run on the shadow, 0.0 to 1.0.
+    #[serde(default = "default_shadow_sample")]
+    pub shadow_sample: f64,
+    /// CPU budget of the shadow: runs at once. A sampled delivery arriving while all are
+    /// busy is not shadowed (counted as `skipped`).
+    #[serde(default = "default_shadow_max_in_flight")]
+    pub shadow_max_in_flight: u32,
+    /// A canary: a new version that takes a share of the deliveries and is rolled back
+    /// automatically when it fails more than the stable one.
+    #[serde(default)]
+    pub canary: Option<CanaryConfig>,
+}
+
+/// `[plugins.NAME.canary]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CanaryConfig {
+    /// The new component, relative to the config file.
+    pub path: PathBuf,
+    /// Optional pin of its SHA-256 (hex).
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// Share of deliveries (0 to 100, by a hash of the idempotency key: a redelivery meets
+    /// the same version) that run on the canary.
+    pub percent: f64,
+    /// When to roll it back.
+    #[serde(default)]
+    pub rollback_on: RollbackConfig,
+}
+
+/// `rollback_on = { failure_rate = 0.05, min_deliveries = 200, window = "5m" }`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackConfig {
+    /// Roll back when the canary's failure rate (retry, dead-letter and trap verdicts)
+    /// exceeds the stable version's by more than this (0.05: five points).
+    #[serde(default = "default_failure_rate")]
+    pub failure_rate: f64,
+    /// ... once the canary handled at least this many deliveries within the window.
+    #[serde(default = "default_min_deliveries")]
+    pub min_deliveries: u64,
+    /// The sliding window both rates are measured over.
+    #[serde(default = "default_canary_window", with = "humantime_serde")]
+    pub window: Duration,
+}
+
+fn default_failure_rate() -> f64 {
+    0.05
+}
+fn default_min_deliveries() -> u64 {
+    200
+}
+fn default_canary_window() -> Duration {
+    Duration::from_secs(300)
+}
+
+impl Default for RollbackConfig {
+    fn default() -> Self {
+        Self {
+            failure_rate: default_failure_rate(),
+            min_deliveries: default_min_deliveries(),
+            window: default_canary_window(),
+        }
+    }
+}
+
+fn default_shadow_sample() -> f64 {
+    1.0
+}
+fn default_shadow_max_in_flight() -> u32 {
+    2
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_memory() -> u64 {
+    64 << 20
+}
+fn default_max_host_calls() -> u32 {
+    10_000
+}
+fn default_max_events() -> u32 {
+    100
+}
+fn default_max_kv_bytes() -> u64 {
+    DeliveryTotals::default().kv_bytes
+}
+fn default_max_event_bytes() -> u64 {
+    DeliveryTotals::default().event_bytes
+}
+fn default_max_log_bytes() -> u64 {
+    DeliveryTotals::default().log_bytes
+}
+
+impl PluginConfig {
+    /// Resolves relative paths against `base_dir` and checks the pin, the shadow, the canary
+    /// and the limits, so a bad plugin stops start-up. `Err((key, message))` with the key
+    /// under `plugins.NAME` (empty: the table itself).
+    pub fn validate(&mut self, base_dir: &Path) -> Result<(), (&'static str, String)> {
+        if let Some(digest) = &self.sha256
+            && (digest.len() != 64 || !digest.chars().all(|c| c.is_ascii_hexdigit()))
+        {
+            return Err((
+                "sha256",
+                "must be 64 hex characters (run `sha256sum FILE.wasm`)".into(),
+            ));
+        }
+        if self.path.is_relative() {
+            self.path = base_dir.join(&self.path);
+        }
+        if let Some(shadow) = &mut self.shadow {
+            if shadow.is_relative() {
+                *shadow = base_dir.join(&*shadow);
+            }
+            if !shadow.is_file() {
+                return Err((
+                    "shadow",
+                    format!("no shadow plugin file at {}", shadow.display()),
+                ));
+            }
+        }
+        if let Some(canary) = &mut self.canary {
+            if canary.path.is_relative() {
+                canary.path = base_dir.join(&canary.path);
+            }
+            let rule = &canary.rollback_on;
+            let problem = if !canary.path.is_file() {
+                Some(format!(
+                    "no canary plugin file at {}",
+                    canary.path.display()
+                ))
+            } else if !(0.0..=100.0).contains(&canary.percent) {
+                Some("percent must be within 0..=100".to_owned())
+            } else if !(0.0..=1.0).contains(&rule.failure_rate) || rule.window.is_zero() {
+                Some("rollback_on: failure_rate within 0.0..=1.0 and a window above zero".into())
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                return Err(("canary", problem));
+            }
+        }
+        if !(0.0..=1.0).contains(&self.shadow_sample) || self.shadow_max_in_flight == 0 {
+            return Err((
+                "shadow_sample",
+                "shadow_sample must be within 0.0..=1.0 and shadow_max_in_flight above zero".into(),
+            ));
+        }
+        if !self.path.is_file() {
+            return Err((
+                "path",
+                format!(
+                    "no plugin file at {}; build plugins with scripts/build-plugins.sh or fix the path",
+                    self.path.display()
+                ),
+            ));
+        }
+        if self.timeout.is_zero() || self.memory < (1 << 20) {
+            return Err((
+                "",
+                "timeout must be above zero and memory at least 1MiB".into(),
+            ));
+        }
+        Ok(())
+    }
+}
