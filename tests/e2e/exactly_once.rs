@@ -5,11 +5,11 @@
 use crate::support::{
     Client, Gateway, crash_at_fault, json_props, pg_database, unique, wait_for, with_store,
 };
+use carteiro::common::labels::Outcome;
 use carteiro::metrics::Metrics;
 use carteiro::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
-use carteiro::common::labels::Outcome;
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -145,8 +145,9 @@ async fn crash_at(fault: &str) -> (i64, u64, usize) {
     let metrics = Arc::new(Metrics::default());
     let gw = Gateway::start_in(dir, &toml, metrics.clone()).await;
     wait_for("the redelivered message settled", WAIT, || async {
-        (metrics.delivered(&queue, Outcome::Acked) + metrics.delivered(&queue, Outcome::Duplicate) > 0)
-            .then_some(())
+        (metrics.delivered(&queue, Outcome::Acked) + metrics.delivered(&queue, Outcome::Duplicate)
+            > 0)
+        .then_some(())
     })
     .await;
     let runs = kv_number(&gw.store, "runs").await.unwrap_or(0);

@@ -5,13 +5,13 @@
 //! within a latency bound meanwhile.
 
 use crate::support::{Route, committed, json_props, pg_database, unique, wait_for};
+use carteiro::common::labels::Outcome;
 use carteiro::metrics::Metrics;
 use carteiro::store::DeadLetter;
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use carteiro::common::labels::Outcome;
 
 const WAIT: Duration = Duration::from_secs(30);
 /// Good messages must be committed within this long of their publish, whatever the

@@ -8,10 +8,10 @@ use crate::support::dead_letters;
 use crate::support::{
     Client, Gateway, crash_at_fault, json_props, plugin, route_config, unique, wait_for,
 };
+use carteiro::common::labels::Outcome;
 use carteiro::metrics::Metrics;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use carteiro::common::labels::Outcome;
 
 /// Python and JS components take long to compile in a debug build: generous waits.
 const WAIT: Duration = Duration::from_secs(240);
@@ -167,7 +167,11 @@ async fn effects_once_with_duplicates(plugin: &str) {
         ],
         "{plugin}"
     );
-    assert_eq!(metrics.delivered(&route.queue, Outcome::Duplicate), 1, "{plugin}");
+    assert_eq!(
+        metrics.delivered(&route.queue, Outcome::Duplicate),
+        1,
+        "{plugin}"
+    );
     gw.stop().await;
 }
 

@@ -5,10 +5,10 @@
 
 use crate::admin::GatewayHandle;
 use crate::broker::connect_any;
+use crate::common::labels::Outcome;
 use crate::config::Config;
 use crate::services::broker_settings;
 use crate::topology::{dlq_name, retry_queue_name};
-use crate::common::labels::Outcome;
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};

@@ -184,7 +184,11 @@ mod tests {
             FailureKind::ALL.iter().map(|k| k.label()).collect(),
             ReasonClass::ALL.iter().map(|c| c.label()).collect(),
         ] {
-            assert_eq!(all.iter().collect::<BTreeSet<_>>().len(), all.len(), "{all:?}");
+            assert_eq!(
+                all.iter().collect::<BTreeSet<_>>().len(),
+                all.len(),
+                "{all:?}"
+            );
         }
         for kind in FailureKind::ALL {
             let class = kind.class();

@@ -3,7 +3,7 @@
 use super::{free_port, http, plugin_version, sample, settled, sha256_of, spawn_gateway};
 use crate::live::ADMIN_TOKEN;
 use crate::resilience::{counter_value, delete_queue, queue_depth, topology_of};
-use crate::support::{Client, counter_config, json_props, load_config, plugin, unique, wait_for};
+use crate::support::{self, Client, json_props, load_config, plugin, unique, wait_for};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ fn counter_config(
     plugin_path: &Path,
     port: u16,
 ) -> String {
-    counter_config(queue, exchange, events)
+    support::counter_config(queue, exchange, events)
         .replace(
             &plugin("counter").display().to_string(),
             &plugin_path.display().to_string(),
