@@ -112,16 +112,7 @@ impl FailureKind {
     pub fn class(self) -> ReasonClass {
         match self {
             FailureKind::Retry | FailureKind::DeadLetter => ReasonClass::Handler,
-            FailureKind::Trap => ReasonClass::Trap,
-            FailureKind::Timeout => ReasonClass::Timeout,
-            FailureKind::Memory => ReasonClass::Memory,
-            FailureKind::HostCallLimit => ReasonClass::HostCallLimit,
-            FailureKind::ResourceLimit => ReasonClass::ResourceLimit,
-            FailureKind::Instantiate => ReasonClass::Instantiate,
-            FailureKind::Rejected => ReasonClass::Rejected,
-            FailureKind::MissingKey => ReasonClass::MissingKey,
-            FailureKind::Panic => ReasonClass::Panic,
-            FailureKind::Unpublishable => ReasonClass::Unpublishable,
+            other => ReasonClass::Kind(other),
         }
     }
 }
@@ -134,43 +125,32 @@ pub enum ReasonClass {
     Handler,
     /// The attempt limit was reached.
     RetriesExhausted,
-    /// See [`FailureKind::Unpublishable`] (a retry copy too big to publish, archived as a
-    /// dead letter instead).
-    Unpublishable,
-    /// See [`FailureKind::Trap`].
-    Trap,
-    /// See [`FailureKind::Timeout`].
-    Timeout,
-    /// See [`FailureKind::Memory`].
-    Memory,
-    /// See [`FailureKind::HostCallLimit`].
-    HostCallLimit,
-    /// See [`FailureKind::ResourceLimit`].
-    ResourceLimit,
-    /// See [`FailureKind::Instantiate`].
-    Instantiate,
-    /// See [`FailureKind::Rejected`].
-    Rejected,
-    /// See [`FailureKind::MissingKey`].
-    MissingKey,
-    /// See [`FailureKind::Panic`].
-    Panic,
+    /// A failure of this kind (never `retry` or `dead-letter`: those are `Handler`).
+    Kind(FailureKind),
 }
 
-labelled!(ReasonClass {
-    Handler => "handler",
-    RetriesExhausted => "retries-exhausted",
-    Unpublishable => "unpublishable",
-    Trap => "trap",
-    Timeout => "timeout",
-    Memory => "memory",
-    HostCallLimit => "host-call-limit",
-    ResourceLimit => "resource-limit",
-    Instantiate => "instantiate",
-    Rejected => "rejected",
-    MissingKey => "missing-key",
-    Panic => "panic",
-});
+impl ReasonClass {
+    /// The text of this label; a kind's class reads as the kind.
+    pub fn label(self) -> &'static str {
+        match self {
+            ReasonClass::Handler => "handler",
+            ReasonClass::RetriesExhausted => "retries-exhausted",
+            ReasonClass::Kind(kind) => kind.label(),
+        }
+    }
+}
+
+impl fmt::Display for ReasonClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+impl EncodeLabelValue for ReasonClass {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), fmt::Error> {
+        encoder.write_str(self.label())
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -179,10 +159,16 @@ mod tests {
 
     #[test]
     fn labels_are_distinct_and_a_kind_keeps_its_text_as_a_class() {
+        let classes: Vec<&str> = [ReasonClass::Handler, ReasonClass::RetriesExhausted]
+            .into_iter()
+            .chain(FailureKind::ALL.iter().map(|k| k.class()))
+            .map(ReasonClass::label)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
         for all in [
             Outcome::ALL.iter().map(|o| o.label()).collect::<Vec<_>>(),
             FailureKind::ALL.iter().map(|k| k.label()).collect(),
-            ReasonClass::ALL.iter().map(|c| c.label()).collect(),
         ] {
             assert_eq!(
                 all.iter().collect::<BTreeSet<_>>().len(),
@@ -190,10 +176,12 @@ mod tests {
                 "{all:?}"
             );
         }
+        // Every kind but the handler's two verdicts is a class of its own, named alike.
+        assert_eq!(classes.len(), 2 + FailureKind::ALL.len() - 2, "{classes:?}");
         for kind in FailureKind::ALL {
-            let class = kind.class();
-            if class != ReasonClass::Handler {
-                assert_eq!(class.label(), kind.label());
+            match kind.class() {
+                ReasonClass::Kind(k) => assert_eq!(k.class().label(), kind.label()),
+                class => assert_eq!(class, ReasonClass::Handler, "{kind}"),
             }
         }
         assert_eq!(FailureKind::DeadLetter.class(), ReasonClass::Handler);

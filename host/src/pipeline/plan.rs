@@ -191,7 +191,7 @@ mod tests {
             Plan::DeadLetter {
                 reason: "plugin trapped: boom".into(),
                 kind: FailureKind::Trap,
-                class: ReasonClass::Trap
+                class: ReasonClass::Kind(FailureKind::Trap)
             }
         );
     }

@@ -87,15 +87,6 @@ pub async fn process(
     };
     // Every handler outcome of a plugin with a canary counts towards its rollback rule.
     let tally = ctx.slot.canary().map(|c| (c, canary.is_some()));
-    let span = tracing::info_span!(
-        "delivery",
-        messaging.system = "rabbitmq",
-        messaging.destination.name = %ctx.settings.queue,
-        messaging.rabbitmq.destination.routing_key = %delivery.routing_key,
-        messaging.message.id = delivery.properties.message_id().as_ref().map(|s| s.as_str()).unwrap_or(""),
-        plugin = plugin.name(),
-        plugin.version = plugin.version(),
-    );
     let otel = ctx.deps.telemetry.delivery(&DeliveryFacts {
         queue: &ctx.settings.queue,
         exchange: &received.exchange,
@@ -107,6 +98,7 @@ pub async fn process(
         plugin_version: plugin.version(),
         headers: &received.headers,
     });
+    let span = otel.log().clone();
     let run = AssertUnwindSafe(settle(
         &ctx,
         &plugin,
@@ -212,14 +204,14 @@ async fn dead_letter_after_panic(
     .await;
     match copied {
         Ok(Ok(outcome)) => {
-            count_handed_on(ctx, outcome, ReasonClass::Panic);
+            count_handed_on(ctx, outcome, FailureKind::Panic.class());
             Settle::Ack(outcome)
         }
         // Rejected to the broker's dead-letter exchange: still a dead letter of ours.
         _ => {
             ctx.deps
                 .metrics
-                .dead_letter(&ctx.settings.queue, ReasonClass::Panic);
+                .dead_letter(&ctx.settings.queue, FailureKind::Panic.class());
             Settle::Reject(reason)
         }
     }
@@ -469,7 +461,7 @@ async fn carry_out(copy: &Copy<'_>, plan: Plan) -> Settle {
                     let class = if outcome == Outcome::Retried {
                         class
                     } else {
-                        ReasonClass::Unpublishable
+                        FailureKind::Unpublishable.class()
                     };
                     count_handed_on(copy.ctx, outcome, class);
                     Settle::Ack(outcome)

@@ -68,17 +68,32 @@ struct Findings {
     error_type: Mutex<Option<String>>,
 }
 
-/// The span of one delivery, with its context (empty when telemetry is off).
-pub struct DeliverySpan(Option<Context>);
+/// The span of one delivery, built once from its [`DeliveryFacts`] for both span systems:
+/// the `tracing` span its log lines carry, and the exported OpenTelemetry span with its
+/// context (`None` when telemetry is off).
+pub struct DeliverySpan {
+    log: tracing::Span,
+    otel: Option<Context>,
+}
 
 /// A child span of the delivery in progress, ended when dropped (empty when off).
 pub struct ChildSpan(Option<Span>);
 
 impl Telemetry {
-    /// Starts the span of a delivery, parented on its `traceparent` header if it has one.
+    /// Starts the span of a delivery: its log span, and when exporting, its OpenTelemetry
+    /// span parented on its `traceparent` header if it has one.
     pub fn delivery(&self, facts: &DeliveryFacts<'_>) -> DeliverySpan {
+        let log = tracing::info_span!(
+            "delivery",
+            messaging.system = "rabbitmq",
+            messaging.destination.name = %facts.queue,
+            messaging.rabbitmq.destination.routing_key = %facts.routing_key,
+            messaging.message.id = facts.message_id.unwrap_or(""),
+            plugin = facts.plugin,
+            plugin.version = facts.plugin_version,
+        );
         let Some(on) = self.on() else {
-            return DeliverySpan(None);
+            return DeliverySpan { log, otel: None };
         };
         let parent = extract(on, facts.headers);
         let mut attributes = vec![
@@ -105,7 +120,10 @@ impl Telemetry {
                 .with_attributes(attributes),
             &parent,
         );
-        DeliverySpan(Some(parent.with_span(span).with_value(Findings::default())))
+        DeliverySpan {
+            log,
+            otel: Some(parent.with_span(span).with_value(Findings::default())),
+        }
     }
 
     /// Records the failure class (`error.type`) of the delivery in progress: `retry`, a
@@ -270,17 +288,22 @@ fn fail(span: &mut Span, error_type: &str) {
 /// Runs `delivery` with `span`'s context current while it is polled, so the hooks inside
 /// find it. When off, `delivery` itself.
 pub fn within<F: Future>(span: &DeliverySpan, delivery: F) -> impl Future<Output = F::Output> {
-    match &span.0 {
+    match &span.otel {
         Some(cx) => Either::Left(delivery.with_context(cx.clone())),
         None => Either::Right(delivery),
     }
 }
 
 impl DeliverySpan {
+    /// The `tracing` span of the delivery, which its log lines are recorded in.
+    pub fn log(&self) -> &tracing::Span {
+        &self.log
+    }
+
     /// Ends the delivery span with how the delivery was settled (`carteiro.outcome`) and its
     /// failure class: `error_type`, or else the last one the pipeline recorded.
     pub fn end(self, outcome: Outcome, error_type: Option<&str>) {
-        let Some(cx) = self.0 else { return };
+        let Some(cx) = self.otel else { return };
         let span = cx.span();
         span.set_attribute(KeyValue::new(OUTCOME, outcome.label()));
         let recorded = cx.get::<Findings>().and_then(|f| {
