@@ -1,6 +1,6 @@
 //! Broker sessions lost, by what held them (a route's queue, or `relay`).
 
-use super::Metrics;
+use super::{Metrics, RegisterExt};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -19,15 +19,12 @@ pub struct BrokerMetrics {
 
 impl BrokerMetrics {
     pub(super) fn register(registry: &mut Registry) -> Self {
-        let parts = Self {
-            reconnects: Family::default(),
-        };
-        registry.register(
-            "broker_reconnects",
-            "Broker sessions lost and reconnecting, by component (a route's queue or relay)",
-            parts.reconnects.clone(),
-        );
-        parts
+        Self {
+            reconnects: registry.new_metric(
+                "broker_reconnects",
+                "Broker sessions lost and reconnecting, by component (a route's queue or relay)",
+            ),
+        }
     }
 }
 

@@ -31,8 +31,29 @@ pub use store_gate::StoreGateMetrics;
 pub use versions::VersionMetrics;
 
 use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::registry::Registry;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::{Metric, Registry};
+use std::ops::Deref;
 use std::sync::Mutex;
+
+/// Registers a metric where a part builds it, so each family's field, name and help stand
+/// together once rather than in a struct literal and again in a `register` call.
+trait RegisterExt {
+    /// `metric`, registered as `name`.
+    fn registered<M: Metric + Clone>(&mut self, name: &str, help: &str, metric: M) -> M;
+
+    /// A new counter, gauge or family, registered as `name`.
+    fn new_metric<M: Metric + Clone + Default>(&mut self, name: &str, help: &str) -> M {
+        self.registered(name, help, M::default())
+    }
+}
+
+impl RegisterExt for Registry {
+    fn registered<M: Metric + Clone>(&mut self, name: &str, help: &str, metric: M) -> M {
+        self.register(name, help, metric.clone());
+        metric
+    }
+}
 
 /// The `route` label, shared by the families counted per route.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -46,6 +67,11 @@ impl Route {
             route: route.into(),
         }
     }
+}
+
+/// `route`'s metric in a per-route `family`, created at first use.
+fn per_route<M>(family: &Family<Route, M>, route: &str) -> impl Deref<Target = M> {
+    family.get_or_create(&Route::of(route))
 }
 
 /// All of the gateway's metrics, by part.

@@ -1,6 +1,7 @@
 //! The outbox: what the relay published or failed to, and what waits (read from the store at
 //! each scrape by the admin server).
 
+use super::RegisterExt;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -22,38 +23,18 @@ pub struct OutboxMetrics {
 
 impl OutboxMetrics {
     pub(super) fn register(registry: &mut Registry) -> Self {
-        let parts = Self {
-            published: Counter::default(),
-            failed: Counter::default(),
-            pending: Gauge::default(),
-            oldest_pending_seconds: Gauge::<f64, AtomicU64>::default(),
-            with_errors: Gauge::default(),
-        };
-        registry.register(
-            "outbox_published",
-            "Outbox rows confirmed",
-            parts.published.clone(),
-        );
-        registry.register(
-            "outbox_publish_failures",
-            "Outbox publishes that failed",
-            parts.failed.clone(),
-        );
-        registry.register(
-            "outbox_pending",
-            "Unpublished outbox rows",
-            parts.pending.clone(),
-        );
-        registry.register(
-            "outbox_oldest_pending_seconds",
-            "Age of the oldest unpublished outbox row (0 when none)",
-            parts.oldest_pending_seconds.clone(),
-        );
-        registry.register(
-            "outbox_failing",
-            "Unpublished outbox rows whose last publish attempt failed",
-            parts.with_errors.clone(),
-        );
-        parts
+        Self {
+            published: registry.new_metric("outbox_published", "Outbox rows confirmed"),
+            failed: registry.new_metric("outbox_publish_failures", "Outbox publishes that failed"),
+            pending: registry.new_metric("outbox_pending", "Unpublished outbox rows"),
+            oldest_pending_seconds: registry.new_metric(
+                "outbox_oldest_pending_seconds",
+                "Age of the oldest unpublished outbox row (0 when none)",
+            ),
+            with_errors: registry.new_metric(
+                "outbox_failing",
+                "Unpublished outbox rows whose last publish attempt failed",
+            ),
+        }
     }
 }

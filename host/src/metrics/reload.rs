@@ -1,5 +1,6 @@
 //! Reloads (`live`): applied, refused, and whether the last one was applied.
 
+use super::RegisterExt;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -17,22 +18,17 @@ pub struct ReloadMetrics {
 impl ReloadMetrics {
     pub(super) fn register(registry: &mut Registry) -> Self {
         let parts = Self {
-            applied: Counter::default(),
-            failures: Counter::default(),
-            success: Gauge::default(),
+            applied: registry.new_metric("reloads", "Reloads applied"),
+            failures: registry.new_metric(
+                "reload_failures",
+                "Reloads refused; the running config and plugins were kept",
+            ),
+            success: registry.new_metric(
+                "config_reload_success",
+                "1 if the last reload was applied (or none was tried), 0 if it was refused",
+            ),
         };
         parts.success.set(1);
-        registry.register("reloads", "Reloads applied", parts.applied.clone());
-        registry.register(
-            "reload_failures",
-            "Reloads refused; the running config and plugins were kept",
-            parts.failures.clone(),
-        );
-        registry.register(
-            "config_reload_success",
-            "1 if the last reload was applied (or none was tried), 0 if it was refused",
-            parts.success.clone(),
-        );
         parts
     }
 }

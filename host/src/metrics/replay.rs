@@ -1,5 +1,6 @@
 //! Dead-letter replays run in this process (`dlq`).
 
+use super::RegisterExt;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -18,32 +19,20 @@ pub struct ReplayMetrics {
 
 impl ReplayMetrics {
     pub(super) fn register(registry: &mut Registry) -> Self {
-        let parts = Self {
-            replayed: Counter::default(),
-            failed: Counter::default(),
-            remaining: Gauge::default(),
-            running: Gauge::default(),
-        };
-        registry.register(
-            "replay_replayed",
-            "Dead letters replayed by replays run in this process",
-            parts.replayed.clone(),
-        );
-        registry.register(
-            "replay_failed",
-            "Dead-letter replays that failed (the row stays unreplayed)",
-            parts.failed.clone(),
-        );
-        registry.register(
-            "replay_remaining",
-            "Rows the running replays have still to replay",
-            parts.remaining.clone(),
-        );
-        registry.register(
-            "replay_running",
-            "Replays running now",
-            parts.running.clone(),
-        );
-        parts
+        Self {
+            replayed: registry.new_metric(
+                "replay_replayed",
+                "Dead letters replayed by replays run in this process",
+            ),
+            failed: registry.new_metric(
+                "replay_failed",
+                "Dead-letter replays that failed (the row stays unreplayed)",
+            ),
+            remaining: registry.new_metric(
+                "replay_remaining",
+                "Rows the running replays have still to replay",
+            ),
+            running: registry.new_metric("replay_running", "Replays running now"),
+        }
     }
 }

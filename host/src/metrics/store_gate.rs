@@ -1,5 +1,6 @@
 //! The store as the pipeline's gate sees it: answering or not, and how often it stopped.
 
+use super::RegisterExt;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -15,20 +16,16 @@ pub struct StoreGateMetrics {
 impl StoreGateMetrics {
     pub(super) fn register(registry: &mut Registry) -> Self {
         let parts = Self {
-            available: Gauge::default(),
-            outages: Counter::default(),
+            available: registry.new_metric(
+                "store_available",
+                "1 while the store answers, 0 while consumption waits for it",
+            ),
+            outages: registry.new_metric(
+                "store_outages",
+                "Times the store became unavailable and consumption paused",
+            ),
         };
         parts.available.set(1);
-        registry.register(
-            "store_available",
-            "1 while the store answers, 0 while consumption waits for it",
-            parts.available.clone(),
-        );
-        registry.register(
-            "store_outages",
-            "Times the store became unavailable and consumption paused",
-            parts.outages.clone(),
-        );
         parts
     }
 }

@@ -1,7 +1,7 @@
 //! Which plugin versions run: deliveries per version, the version new deliveries run on,
 //! live-shadow comparisons and canaries (the pipeline's `canary` and `shadow`, and reloads).
 
-use super::Metrics;
+use super::{Metrics, RegisterExt};
 use crate::common::labels::Outcome as DeliveryOutcome;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -15,6 +15,16 @@ struct VersionOutcome {
     route: String,
     version: String,
     outcome: DeliveryOutcome,
+}
+
+impl VersionOutcome {
+    fn of(route: &str, version: &str, outcome: DeliveryOutcome) -> Self {
+        Self {
+            route: route.into(),
+            version: version.into(),
+            outcome,
+        }
+    }
 }
 
 /// Live-shadow comparisons (`version`: the shadow's).
@@ -56,39 +66,27 @@ pub struct VersionMetrics {
 
 impl VersionMetrics {
     pub(super) fn register(registry: &mut Registry) -> Self {
-        let parts = Self {
-            version_deliveries: Family::default(),
-            plugin_versions: Family::default(),
-            shadow_runs: Family::default(),
-            canary_percent: Family::default(),
-            canary_rollbacks: Family::default(),
-        };
-        registry.register(
-            "canary_percent",
-            "Share of deliveries (percent) a plugin's canary version takes now",
-            parts.canary_percent.clone(),
-        );
-        registry.register(
-            "canary_rollbacks",
-            "Canaries rolled back automatically",
-            parts.canary_rollbacks.clone(),
-        );
-        registry.register(
-            "shadow_runs",
-            "Live-shadow runs by route, shadow version and result (agree, verdict, effects, shadow-failure, skipped)",
-            parts.shadow_runs.clone(),
-        );
-        registry.register(
-            "plugin_version_deliveries",
-            "Deliveries settled, by route, plugin version (12 hex digits of its sha256) and outcome",
-            parts.version_deliveries.clone(),
-        );
-        registry.register(
-            "plugin_version",
-            "1 for each plugin version new deliveries run on",
-            parts.plugin_versions.clone(),
-        );
-        parts
+        // Written in registration order, which is the order of the text exposition.
+        Self {
+            canary_percent: registry.new_metric(
+                "canary_percent",
+                "Share of deliveries (percent) a plugin's canary version takes now",
+            ),
+            canary_rollbacks: registry
+                .new_metric("canary_rollbacks", "Canaries rolled back automatically"),
+            shadow_runs: registry.new_metric(
+                "shadow_runs",
+                "Live-shadow runs by route, shadow version and result (agree, verdict, effects, shadow-failure, skipped)",
+            ),
+            version_deliveries: registry.new_metric(
+                "plugin_version_deliveries",
+                "Deliveries settled, by route, plugin version (12 hex digits of its sha256) and outcome",
+            ),
+            plugin_versions: registry.new_metric(
+                "plugin_version",
+                "1 for each plugin version new deliveries run on",
+            ),
+        }
     }
 }
 
@@ -97,11 +95,7 @@ impl Metrics {
     pub fn version_delivery(&self, route: &str, version: &str, outcome: DeliveryOutcome) {
         self.versions
             .version_deliveries
-            .get_or_create(&VersionOutcome {
-                route: route.into(),
-                version: version.into(),
-                outcome,
-            })
+            .get_or_create(&VersionOutcome::of(route, version, outcome))
             .inc();
     }
 
@@ -109,11 +103,7 @@ impl Metrics {
     pub fn version_delivered(&self, route: &str, version: &str, outcome: DeliveryOutcome) -> u64 {
         self.versions
             .version_deliveries
-            .get_or_create(&VersionOutcome {
-                route: route.into(),
-                version: version.into(),
-                outcome,
-            })
+            .get_or_create(&VersionOutcome::of(route, version, outcome))
             .get()
     }
 
