@@ -1,7 +1,7 @@
 //! The campaign's summary: printed after every run, written as Markdown for full runs.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
+use std::fmt::{Display, Write};
 
 use crate::campaign::Outcome;
 use crate::faults::Fault;
@@ -65,70 +65,71 @@ pub fn markdown(o: &Outcome, command: &str, date: &str) -> String {
         share(o.rate_faults, o.rate_quiet)
     );
     let f = &o.findings;
-    let rows = [
-        ("inputs (distinct)", f.inputs.to_string()),
+    // Each row shows its count with `Display`, so a row is its label and a reference.
+    let rows: &[(&str, &dyn Display)] = &[
+        ("inputs (distinct)", &f.inputs),
         (
             "messages published (with duplicates and unconfirmed resends)",
-            (o.published + o.republished).to_string(),
+            &(o.published + o.republished),
         ),
         (
             "duplicates by message id published",
-            o.duplicates_published.to_string(),
+            &o.duplicates_published,
         ),
-        ("events emitted", f.events.to_string()),
-        ("dead letters", f.dead_letters.to_string()),
-        ("**lost**", f.lost.to_string()),
-        ("**duplicate effects**", f.duplicate_effects.to_string()),
-        ("**unexpected**", f.unexpected.to_string()),
+        ("events emitted", &f.events),
+        ("dead letters", &f.dead_letters),
+        ("**lost**", &f.lost),
+        ("**duplicate effects**", &f.duplicate_effects),
+        ("**unexpected**", &f.unexpected),
         (
             "**dead letters without a reason**",
-            f.dead_letters_without_reason.to_string(),
+            &f.dead_letters_without_reason,
         ),
         (
             "**per-key order violations downstream**",
-            f.order_violations.to_string(),
+            &f.order_violations,
         ),
         (
             "**duplicate events beyond a fault's window**",
-            f.duplicate_events_beyond_window.to_string(),
+            &f.duplicate_events_beyond_window,
         ),
         (
             "duplicate events within a fault's window",
-            f.duplicate_events_within_window.to_string(),
+            &f.duplicate_events_within_window,
         ),
         (
             "dead letters archived twice (at least once)",
-            f.repeated_dead_letters.to_string(),
+            &f.repeated_dead_letters,
         ),
         (
             "time outside every fault's window (a duplicate there fails)",
-            format!("{:.0} s", f.ms_outside_windows as f64 / 1e3),
+            &format!("{:.0} s", f.ms_outside_windows as f64 / 1e3),
         ),
         (
             "**inputs or events with no effect, still queued**",
-            f.still_queued.to_string(),
+            &f.still_queued,
         ),
         (
             "**messages left in a route's queues once the gateways stopped**",
-            f.left_in_queues.to_string(),
+            &f.left_in_queues,
         ),
         (
             "dead letters parked in `Q.dlq.parked` (not lost; `carteiro dlq unpark`)",
-            f.parked_dead_letters.to_string(),
+            &f.parked_dead_letters,
         ),
         (
             "inputs never confirmed by the broker, with no effect (not lost)",
-            f.unconfirmed_without_effect.to_string(),
+            &f.unconfirmed_without_effect,
         ),
-        ("**drained**", o.drained.to_string()),
-        ("**faults with no recovery**", f.stalled_faults.to_string()),
+        ("**drained**", &o.drained),
+        ("**faults with no recovery**", &f.stalled_faults),
         (
             "**processes that exited unprompted**",
-            o.unexpected_exits.len().to_string(),
+            &o.unexpected_exits.len(),
         ),
         (
             "throughput during faults / without",
-            format!(
+            &format!(
                 "{:.0} / {:.0} commits/s = {:.0}%",
                 o.rate_faults,
                 o.rate_quiet,
