@@ -34,7 +34,7 @@ mod reload_creds;
 mod resume;
 mod shadow_files;
 
-use crate::support::{Gateway, amqp_url, plugin, unique, wait_for};
+use crate::support::{Gateway, plugin_route, sqlite_config_head, unique, wait_for};
 use carteiro::store::{DeadLetterFilter, NewDeadLetter, Store};
 use std::time::Duration;
 
@@ -72,33 +72,11 @@ pub async fn config_toml(queue: &str, listen: &str, auth: &str) -> String {
     let client = crate::support::Client::connect().await;
     client.sink(&exchange).await;
     client.sink(&events).await;
-    format!(
-        r##"
-version = 1
-[broker]
-url = "{amqp}"
-[store]
-url = "sqlite://{{dir}}/carteiro.db"
-[admin]
-listen = "{listen}"
-{auth}
-[plugins.counter]
-path = "{path}"
-[plugins.counter.variables]
-out_exchange = "{events}"
-[[routes]]
-queue = "{queue}"
-plugin = "counter"
-[routes.retry]
-max_attempts = 3
-backoff = ["1s", "5s"]
-[[routes.bindings]]
-exchange = "{exchange}"
-routing_key = "#"
-"##,
-        amqp = amqp_url(),
-        path = plugin("counter").display(),
-    )
+    let variables = format!("out_exchange = \"{events}\"");
+    sqlite_config_head(listen)
+        + auth
+        + &plugin_route("counter", "counter", &variables, queue, &exchange)
+        + "routing_key = \"#\"\n[routes.retry]\nmax_attempts = 3\nbackoff = [\"1s\", \"5s\"]\n"
 }
 
 /// Starts `toml` (from [`config_toml`]) and waits for its consumer and admin server.

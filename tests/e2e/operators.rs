@@ -4,7 +4,7 @@
 
 use crate::live::{free_port, http};
 use crate::resilience::{Running, carteiro};
-use crate::support::{Client, Gateway, json_props, plugin, route_config, unique, wait_for};
+use crate::support::{Client, Gateway, json_props, plugin_route, route_config, unique, wait_for};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -66,21 +66,13 @@ async fn metrics_move_by_exactly_a_known_batch() {
     .replace(
         "[admin]\nlisten = \"\"",
         &format!("[admin]\nlisten = \"127.0.0.1:{port}\""),
-    ) + &format!(
-        r#"
-[plugins.enrollment]
-path = "{path}"
-[plugins.enrollment.variables]
-events_exchange = "{events}"
-[[routes]]
-queue = "{enroll}"
-plugin = "enrollment"
-[[routes.bindings]]
-exchange = "{exchange}"
-routing_key = "enroll"
-"#,
-        path = plugin("enrollment").display(),
-    );
+    ) + &plugin_route(
+        "enrollment",
+        "enrollment",
+        &format!("events_exchange = \"{events}\""),
+        &enroll,
+        &exchange,
+    ) + "routing_key = \"enroll\"\n";
     // The mixed route takes every key but `enroll`.
     let toml = toml.replace("routing_key = \"#\"", "routing_key = \"m\"");
     let gw = Gateway::start(&toml).await;

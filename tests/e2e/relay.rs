@@ -4,8 +4,8 @@
 
 use crate::support::{
     Client, Gateway, amqp_url, crash_at_fault, json_props, load_config, migrated_store,
-    pg_database, plugin, receive, seed_outbox, seed_request, spawn_relay, sqlite_url, stop_relay,
-    unique, wait_for,
+    pg_database, plugin_route, receive, seed_outbox, seed_request, spawn_relay, sqlite_config_head,
+    sqlite_url, stop_relay, unique, wait_for,
 };
 use carteiro::metrics::Metrics;
 use carteiro::store::Store;
@@ -106,42 +106,13 @@ async fn chained_gateways_deliver_every_event_and_absorb_a_relay_crash() {
     let downstream_q = unique("downstream");
     client.sink(&input).await;
     let tap = client.sink(&events).await;
-    let counter = plugin("counter");
     let toml = |relay_enabled: bool| {
-        format!(
-            r##"
-version = 1
-[broker]
-url = "{amqp}"
-[store]
-url = "sqlite://{{dir}}/carteiro.db"
-[admin]
-listen = ""
-[relay]
-enabled = {relay_enabled}
-poll_interval = "100ms"
-[plugins.upstream]
-path = "{counter}"
-[plugins.upstream.variables]
-out_exchange = "{events}"
-[plugins.downstream]
-path = "{counter}"
-[plugins.downstream.variables]
-out_exchange = "{input}-unused"
-[[routes]]
-queue = "{upstream_q}"
-plugin = "upstream"
-[[routes.bindings]]
-exchange = "{input}"
-[[routes]]
-queue = "{downstream_q}"
-plugin = "downstream"
-[[routes.bindings]]
-exchange = "{events}"
-"##,
-            amqp = amqp_url(),
-            counter = counter.display(),
-        )
+        let upstream = format!("out_exchange = \"{events}\"");
+        let downstream = format!("out_exchange = \"{input}-unused\"");
+        sqlite_config_head("")
+            + &format!("[relay]\nenabled = {relay_enabled}\npoll_interval = \"100ms\"")
+            + &plugin_route("upstream", "counter", &upstream, &upstream_q, &input)
+            + &plugin_route("downstream", "counter", &downstream, &downstream_q, &events)
     };
     client.sink(&format!("{input}-unused")).await;
 

@@ -164,6 +164,49 @@ impl Gateway {
     }
 }
 
+/// The top of a config on the test broker and a SQLite store in the gateway's directory, with
+/// an admin server on `listen` (`""`: none); the caller appends the rest.
+pub fn sqlite_config_head(listen: &str) -> String {
+    format!(
+        r##"
+version = 1
+[broker]
+url = "{amqp}"
+[store]
+url = "sqlite://{{dir}}/carteiro.db"
+[admin]
+listen = "{listen}"
+"##,
+        amqp = amqp_url(),
+    )
+}
+
+/// A `[plugins.NAME]` table running the built `fixture` with `variables` (lines of its
+/// variables table), and a route on `queue` running it, bound to `exchange`. It ends inside
+/// the binding, so a caller can append `routing_key = ...`.
+pub fn plugin_route(
+    name: &str,
+    fixture: &str,
+    variables: &str,
+    queue: &str,
+    exchange: &str,
+) -> String {
+    format!(
+        r#"
+[plugins.{name}]
+path = "{path}"
+[plugins.{name}.variables]
+{variables}
+[[routes]]
+queue = "{queue}"
+plugin = "{name}"
+[[routes.bindings]]
+exchange = "{exchange}"
+"#,
+        path = plugin(fixture).display(),
+    )
+}
+
 /// A config for one route; `extra` is appended inside the route table.
 pub fn route_config(
     queue: &str,

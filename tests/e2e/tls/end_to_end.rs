@@ -2,7 +2,7 @@
 
 use super::{BROKER_USER, Servers, servers};
 use crate::resilience::{Running, carteiro, run_to_end};
-use crate::support::{Client, json_props, plugin, unique, wait_for};
+use crate::support::{Client, json_props, plugin_route, unique, wait_for};
 use std::path::Path;
 use std::time::Duration;
 
@@ -55,20 +55,8 @@ async fn a_message_is_processed_and_its_event_relayed_over_tls_to_both_servers()
     let dir = tempfile::tempdir().expect("tempdir");
     let database = servers.database().await;
     let (queue, exchange, events) = (unique("tls-q"), unique("tls-in"), unique("tls-events"));
-    let route = format!(
-        r#"
-[plugins.counter]
-path = "{path}"
-[plugins.counter.variables]
-out_exchange = "{events}"
-[[routes]]
-queue = "{queue}"
-plugin = "counter"
-[[routes.bindings]]
-exchange = "{exchange}"
-"#,
-        path = plugin("counter").display(),
-    );
+    let variables = format!("out_exchange = \"{events}\"");
+    let route = plugin_route("counter", "counter", &variables, &queue, &exchange);
     let config = dir.path().join("carteiro.toml");
     std::fs::write(&config, tls_config(&servers, dir.path(), &database, &route)).expect("write");
 
