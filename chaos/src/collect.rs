@@ -28,34 +28,35 @@ pub async fn open(url: &str) -> anyhow::Result<AnyPool> {
 /// Inputs finished upstream (inbox records plus dead letters) and outbox rows not yet
 /// published; `None` while the store cannot answer.
 pub async fn progress(pool: &AnyPool) -> Option<(u64, u64)> {
-    let ask = async {
-        let done: i64 = sqlx::query_scalar(
-            "SELECT (SELECT COUNT(*) FROM inbox WHERE route <> 'chaos-downstream') \
-             + (SELECT COUNT(*) FROM dead_letters)",
-        )
-        .fetch_one(pool)
-        .await?;
-        let pending: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL")
-                .fetch_one(pool)
-                .await?;
-        anyhow::Ok((done as u64, pending as u64))
-    };
-    tokio::time::timeout(QUERY_TIMEOUT, ask).await.ok()?.ok()
+    two_counts(
+        pool,
+        "SELECT (SELECT COUNT(*) FROM inbox WHERE route <> 'chaos-downstream') \
+         + (SELECT COUNT(*) FROM dead_letters)",
+        "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL",
+    )
+    .await
 }
 
 /// Downstream inbox records and upstream outbox rows: equal once every event took effect.
 pub async fn downstream(pool: &AnyPool) -> Option<(u64, u64)> {
+    two_counts(
+        pool,
+        "SELECT COUNT(*) FROM inbox WHERE route = 'chaos-downstream'",
+        "SELECT COUNT(*) FROM outbox WHERE route <> 'chaos-downstream'",
+    )
+    .await
+}
+
+/// The answers of two `SELECT COUNT(*)` queries; `None` while the store cannot answer.
+async fn two_counts(
+    pool: &AnyPool,
+    first: &'static str,
+    second: &'static str,
+) -> Option<(u64, u64)> {
     let ask = async {
-        let done: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM inbox WHERE route = 'chaos-downstream'")
-                .fetch_one(pool)
-                .await?;
-        let events: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM outbox WHERE route <> 'chaos-downstream'")
-                .fetch_one(pool)
-                .await?;
-        anyhow::Ok((done as u64, events as u64))
+        let first: i64 = sqlx::query_scalar(first).fetch_one(pool).await?;
+        let second: i64 = sqlx::query_scalar(second).fetch_one(pool).await?;
+        anyhow::Ok((first as u64, second as u64))
     };
     tokio::time::timeout(QUERY_TIMEOUT, ask).await.ok()?.ok()
 }

@@ -148,6 +148,15 @@ pub struct World {
     pub full: bool,
 }
 
+impl World {
+    /// The PostgreSQL server: PostgreSQL faults are drawn only on PostgreSQL.
+    fn pg(&self) -> &Postgres {
+        self.postgres
+            .as_ref()
+            .expect("PostgreSQL faults only on PostgreSQL")
+    }
+}
+
 /// Injects `fault`, waits out its duration and heals it. Returns what it hit.
 pub async fn inject(world: &mut World, fault: Fault, rng: &mut StdRng) -> anyhow::Result<String> {
     let secs =
@@ -216,10 +225,7 @@ pub async fn inject(world: &mut World, fault: Fault, rng: &mut StdRng) -> anyhow
             ))
         }
         Fault::PgRestart => {
-            let pg = world
-                .postgres
-                .as_ref()
-                .expect("PostgreSQL faults only on PostgreSQL");
+            let pg = world.pg();
             let down = secs(rng, 0.5, 3.0);
             tokio::task::block_in_place(|| pg.stop())?;
             tokio::time::sleep(down).await;
@@ -227,10 +233,7 @@ pub async fn inject(world: &mut World, fault: Fault, rng: &mut StdRng) -> anyhow
             Ok(format!("down {:.1} s", down.as_secs_f64()))
         }
         Fault::PgReadOnly => {
-            let pg = world
-                .postgres
-                .as_ref()
-                .expect("PostgreSQL faults only on PostgreSQL");
+            let pg = world.pg();
             let hold = secs(rng, 3.0, 8.0);
             tokio::task::block_in_place(|| pg.read_only(true))?;
             tokio::time::sleep(hold).await;
@@ -249,10 +252,7 @@ pub async fn inject(world: &mut World, fault: Fault, rng: &mut StdRng) -> anyhow
             Ok(format!("for {:.1} s", hold.as_secs_f64()))
         }
         Fault::PgRevoke => {
-            let pg = world
-                .postgres
-                .as_ref()
-                .expect("PostgreSQL faults only on PostgreSQL");
+            let pg = world.pg();
             let (lo, hi) = long_outage(world.full);
             let hold = secs(rng, lo, hi);
             pg.grants(false).await?;

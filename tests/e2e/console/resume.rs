@@ -12,6 +12,15 @@ async fn job(port: u16, location: &str) -> serde_json::Value {
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("job JSON {body}: {e}"))
 }
 
+/// The job at `location` once it has finished.
+async fn finished(port: u16, location: &str, what: &str) -> serde_json::Value {
+    wait_for(what, super::WAIT, || async {
+        let j = job(port, location).await;
+        (j["finished"] == true).then_some(j)
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_replay_stops_and_resumes_once() {
     let queue = unique("console-resume");
@@ -48,11 +57,7 @@ async fn console_replay_stops_and_resumes_once() {
     );
     let (status, _, _) = http(port, "POST", &format!("{location}/stop"), &headers, "").await;
     assert_eq!(status, 200);
-    let stopped = wait_for("the job to stop", super::WAIT, || async {
-        let j = job(port, &location).await;
-        (j["finished"] == true).then_some(j)
-    })
-    .await;
+    let stopped = finished(port, &location, "the job to stop").await;
     assert_eq!(stopped["stopped"], true, "{stopped}");
     let marked = count(&gw.store, &queue, "content service", Some(true)).await;
     assert!((N / 3..N).contains(&marked), "stopped half-way: {marked}");
@@ -77,11 +82,7 @@ async fn console_replay_stops_and_resumes_once() {
     assert_eq!(status, 202, "{body}");
     let second: serde_json::Value = serde_json::from_str(&body).expect("job");
     let location = format!("/api/jobs/{}", second["id"]);
-    let done = wait_for("the second run to finish", super::WAIT, || async {
-        let j = job(port, &location).await;
-        (j["finished"] == true).then_some(j)
-    })
-    .await;
+    let done = finished(port, &location, "the second run to finish").await;
     assert_eq!(done["planned"].as_i64(), Some(N - marked), "{done}");
     assert_eq!(done["done"].as_i64(), Some(N - marked), "{done}");
     assert_eq!(done["remaining"], 0);
@@ -99,11 +100,7 @@ async fn console_replay_stops_and_resumes_once() {
     let (_, _, body) = http(port, "POST", "/api/dlq/replay", &headers, &fast).await;
     let third: serde_json::Value = serde_json::from_str(&body).expect("job");
     let location = format!("/api/jobs/{}", third["id"]);
-    let done = wait_for("the third run to finish", super::WAIT, || async {
-        let j = job(port, &location).await;
-        (j["finished"] == true).then_some(j)
-    })
-    .await;
+    let done = finished(port, &location, "the third run to finish").await;
     assert_eq!(done["done"], 0, "{done}");
     gw.stop().await;
 }
