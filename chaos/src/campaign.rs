@@ -420,6 +420,21 @@ async fn wait_ready(world: &mut World) -> anyhow::Result<()> {
     }
 }
 
+/// Declares the durable exchange `name` of `kind`.
+async fn declare_durable_exchange(
+    ch: &lapin::Channel,
+    name: &str,
+    kind: lapin::ExchangeKind,
+) -> anyhow::Result<()> {
+    let durable = ExchangeDeclareOptions {
+        durable: true,
+        ..ExchangeDeclareOptions::default()
+    };
+    ch.exchange_declare(name.into(), kind, durable, FieldTable::default())
+        .await?;
+    Ok(())
+}
+
 /// The sink on the events exchange, and a capped queue for the downstream route's events.
 async fn declare_sinks(urls: &[String], quorum: bool) -> anyhow::Result<()> {
     let conn = broker::connect(urls).await?;
@@ -437,17 +452,7 @@ async fn declare_sinks(urls: &[String], quorum: bool) -> anyhow::Result<()> {
         )
         .await?;
     }
-    let durable = ExchangeDeclareOptions {
-        durable: true,
-        ..ExchangeDeclareOptions::default()
-    };
-    ch.exchange_declare(
-        UNROUTABLE_EXCHANGE.into(),
-        lapin::ExchangeKind::Fanout,
-        durable,
-        FieldTable::default(),
-    )
-    .await?;
+    declare_durable_exchange(&ch, UNROUTABLE_EXCHANGE, lapin::ExchangeKind::Fanout).await?;
     for queue in [SINK_QUEUE, config::ROUTE_DOWNSTREAM] {
         ch.queue_bind(
             queue.into(),
@@ -459,17 +464,7 @@ async fn declare_sinks(urls: &[String], quorum: bool) -> anyhow::Result<()> {
         .await?;
     }
     faults::bind_unroutable_key(&ch, true).await?;
-    let durable = ExchangeDeclareOptions {
-        durable: true,
-        ..ExchangeDeclareOptions::default()
-    };
-    ch.exchange_declare(
-        DOWN_EXCHANGE.into(),
-        lapin::ExchangeKind::Topic,
-        durable,
-        FieldTable::default(),
-    )
-    .await?;
+    declare_durable_exchange(&ch, DOWN_EXCHANGE, lapin::ExchangeKind::Topic).await?;
     let mut args = FieldTable::default();
     args.insert(
         ShortString::from("x-max-length"),
