@@ -4,6 +4,7 @@
 use crate::config::Config;
 use crate::runtime::{LoadError, Plugin, PluginConfig, PluginLimits, Runtime};
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
 /// Plugins by config name.
@@ -50,6 +51,21 @@ pub fn load_plugin(
     Ok(plugin)
 }
 
+/// Loads another build of plugin `name` (its shadow or canary) from `path`, pinned by
+/// `sha256`, with the plugin's own settings and name.
+fn load_build(
+    runtime: &Arc<Runtime>,
+    name: &str,
+    p: &PluginConfig,
+    path: &Path,
+    sha256: &Option<String>,
+) -> Result<Plugin, LoadError> {
+    let mut settings = p.clone();
+    settings.path = path.to_path_buf();
+    settings.sha256 = sha256.clone();
+    load_plugin(runtime, name, &settings)
+}
+
 /// Loads the live shadow of plugin `name`, if the config gives it one (`shadow`, pinned by
 /// `shadow_sha256`), with the plugin's own settings and name (so it reads the same kv).
 pub fn load_shadow(
@@ -60,10 +76,7 @@ pub fn load_shadow(
     let Some(path) = &p.shadow else {
         return Ok(None);
     };
-    let mut settings = p.clone();
-    settings.path = path.clone();
-    settings.sha256 = p.shadow_sha256.clone();
-    let shadow = load_plugin(runtime, name, &settings)?;
+    let shadow = load_build(runtime, name, p, path, &p.shadow_sha256)?;
     tracing::info!(plugin = %name, shadow = shadow.version(), sample = p.shadow_sample, "live shadow loaded: compared, never committed or published");
     Ok(Some(shadow))
 }
@@ -78,10 +91,7 @@ pub fn load_canary(
     let Some(canary) = &p.canary else {
         return Ok(None);
     };
-    let mut settings = p.clone();
-    settings.path = canary.path.clone();
-    settings.sha256 = canary.sha256.clone();
-    let plugin = load_plugin(runtime, name, &settings)?;
+    let plugin = load_build(runtime, name, p, &canary.path, &canary.sha256)?;
     tracing::info!(plugin = %name, canary = plugin.version(), percent = canary.percent, "canary loaded");
     Ok(Some(plugin))
 }
