@@ -112,35 +112,29 @@ pub fn copy_properties(original: &BasicProperties, headers: FieldTable) -> Basic
     let mut p = BasicProperties::default()
         .with_headers(headers)
         .with_delivery_mode(2);
-    if let Some(v) = original.content_type() {
-        p = p.with_content_type(v.clone());
+    // The optional properties kept, each as `getter => setter`.
+    macro_rules! keep {
+        ($($get:ident => $set:ident),* $(,)?) => {
+            $(if let Some(v) = original.$get() {
+                p = p.$set(v.clone());
+            })*
+        };
     }
-    if let Some(v) = original.content_encoding() {
-        p = p.with_content_encoding(v.clone());
-    }
+    keep!(
+        content_type => with_content_type,
+        content_encoding => with_content_encoding,
+        correlation_id => with_correlation_id,
+        reply_to => with_reply_to,
+        message_id => with_message_id,
+        kind => with_type,
+        app_id => with_app_id,
+        cluster_id => with_cluster_id,
+    );
     if let Some(v) = original.priority() {
         p = p.with_priority(*v);
     }
-    if let Some(v) = original.correlation_id() {
-        p = p.with_correlation_id(v.clone());
-    }
-    if let Some(v) = original.reply_to() {
-        p = p.with_reply_to(v.clone());
-    }
-    if let Some(v) = original.message_id() {
-        p = p.with_message_id(v.clone());
-    }
     if let Some(v) = original.timestamp() {
         p = p.with_timestamp(*v);
-    }
-    if let Some(v) = original.kind() {
-        p = p.with_type(v.clone());
-    }
-    if let Some(v) = original.app_id() {
-        p = p.with_app_id(v.clone());
-    }
-    if let Some(v) = original.cluster_id() {
-        p = p.with_cluster_id(v.clone());
     }
     p
 }
