@@ -147,13 +147,7 @@ pub fn event_properties(
     headers: &[(String, String)],
     content_type: Option<&str>,
 ) -> Result<BasicProperties, Unpublishable> {
-    let mut table = FieldTable::default();
-    for (name, value) in headers {
-        table.insert(
-            short("header name", name)?,
-            AMQPValue::LongString(LongString::from(value.as_str())),
-        );
-    }
+    let table = string_table(headers)?;
     let mut properties = BasicProperties::default()
         .with_message_id(short("event id", event_id)?)
         .with_delivery_mode(2)
@@ -173,13 +167,7 @@ pub fn replay_properties(
     content_type: Option<&str>,
     correlation_id: Option<&str>,
 ) -> Result<BasicProperties, Unpublishable> {
-    let mut table = FieldTable::default();
-    for (name, value) in pairs {
-        table.insert(
-            short("header name", name)?,
-            AMQPValue::LongString(LongString::from(value.as_str())),
-        );
-    }
+    let table = string_table(pairs)?;
     let mut p = BasicProperties::default()
         .with_headers(table)
         .with_delivery_mode(2);
@@ -193,6 +181,18 @@ pub fn replay_properties(
         p = p.with_correlation_id(short("correlation id", c)?);
     }
     Ok(p)
+}
+
+/// `pairs` as an AMQP table of long strings, refusing a name AMQP cannot carry.
+fn string_table(pairs: &[(String, String)]) -> Result<FieldTable, Unpublishable> {
+    let mut table = FieldTable::default();
+    for (name, value) in pairs {
+        table.insert(
+            short("header name", name)?,
+            AMQPValue::LongString(LongString::from(value.as_str())),
+        );
+    }
+    Ok(table)
 }
 
 /// Refuses properties whose content-header frame would exceed `frame_max` (0: no limit).
