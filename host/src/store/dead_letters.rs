@@ -394,24 +394,12 @@ impl Store {
         if let Some(reasons) = &f.reasons {
             let stored: Vec<String> = reasons.iter().map(|r| stand_in(r, TEXT_MAX)).collect();
             args.push(Arg::Text(serde_json::json!(stored).to_string()));
-            let list = match self.backend {
-                Backend::Sqlite => format!("SELECT value FROM json_each(${})", args.len()),
-                Backend::Postgres => format!(
-                    "SELECT jsonb_array_elements_text(CAST(${} AS jsonb))",
-                    args.len()
-                ),
-            };
+            let list = json_elements(self.backend, args.len(), false);
             sql.push_str(&format!(" AND reason IN ({list})"));
         }
         if let Some(ids) = &f.ids {
             args.push(Arg::Text(serde_json::json!(ids).to_string()));
-            let list = match self.backend {
-                Backend::Sqlite => format!("SELECT value FROM json_each(${})", args.len()),
-                Backend::Postgres => format!(
-                    "SELECT CAST(jsonb_array_elements_text(CAST(${} AS jsonb)) AS BIGINT)",
-                    args.len()
-                ),
-            };
+            let list = json_elements(self.backend, args.len(), true);
             sql.push_str(&format!(" AND id IN ({list})"));
         }
         if let Some(since) = f.since_ms {
@@ -436,6 +424,18 @@ impl Store {
             sql.push_str(&format!(" AND id > ${}", args.len()));
         }
         (sql, args)
+    }
+}
+
+/// A subquery of the elements of the JSON array bound as `$n` (one bound text, however long
+/// the list: no statement-size limit), as BIGINT when `bigint` (PostgreSQL's are text).
+fn json_elements(backend: Backend, n: usize, bigint: bool) -> String {
+    match backend {
+        Backend::Sqlite => format!("SELECT value FROM json_each(${n})"),
+        Backend::Postgres if bigint => {
+            format!("SELECT CAST(jsonb_array_elements_text(CAST(${n} AS jsonb)) AS BIGINT)")
+        }
+        Backend::Postgres => format!("SELECT jsonb_array_elements_text(CAST(${n} AS jsonb))"),
     }
 }
 
