@@ -16,24 +16,29 @@ import {
 
 export const LEVELS = ['trace', 'debug', 'info', 'warn', 'error'];
 
-// A failed import call throws an error whose `payload` is the WIT error variant.
-function kvError(e) {
+// A failed import call throws an error whose `payload` is the WIT error variant; `classes`
+// maps a family's tags to the SDK's errors, anything else becomes a `Fallback`.
+function typedError(e, classes, Fallback, family) {
   const p = e && e.payload;
   if (!p) return e;
-  if (p.tag === 'invalid-key') return new InvalidKey(p.val);
-  if (p.tag === 'value-too-large') return new ValueTooLarge(p.val);
-  if (p.tag === 'unavailable') return new StoreUnavailable(p.val);
-  return new KvError(`kv: unexpected error ${JSON.stringify(p)}`);
+  const Class = classes.get(p.tag);
+  if (Class) return new Class(p.val);
+  return new Fallback(`${family}: unexpected error ${JSON.stringify(p)}`);
 }
 
-function outboxError(e) {
-  const p = e && e.payload;
-  if (!p) return e;
-  if (p.tag === 'invalid-event') return new InvalidEvent(p.val);
-  if (p.tag === 'too-many-events') return new TooManyEvents(p.val);
-  if (p.tag === 'payload-too-large') return new PayloadTooLarge(p.val);
-  return new OutboxError(`outbox: unexpected error ${JSON.stringify(p)}`);
-}
+const KV_ERRORS = new Map([
+  ['invalid-key', InvalidKey],
+  ['value-too-large', ValueTooLarge],
+  ['unavailable', StoreUnavailable],
+]);
+const OUTBOX_ERRORS = new Map([
+  ['invalid-event', InvalidEvent],
+  ['too-many-events', TooManyEvents],
+  ['payload-too-large', PayloadTooLarge],
+]);
+
+const kvError = (e) => typedError(e, KV_ERRORS, KvError, 'kv');
+const outboxError = (e) => typedError(e, OUTBOX_ERRORS, OutboxError, 'outbox');
 
 export function kvGet(key) {
   try { return wit.get(key); } catch (e) { throw kvError(e); }
