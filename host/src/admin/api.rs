@@ -181,7 +181,8 @@ pub struct ReplayRequest {
     include_replayed: bool,
 }
 
-fn refused((status, why): (StatusCode, String)) -> Response {
+fn refused(refusal: impl Into<super::Refusal>) -> Response {
+    let super::Refusal { status, why } = refusal.into();
     (status, Json(serde_json::json!({ "error": why }))).into_response()
 }
 
