@@ -202,7 +202,7 @@ pub async fn replay(State(s): State<AdminState>, body: axum::body::Bytes) -> Res
         Err(e) => return refused((StatusCode::BAD_REQUEST, format!("bad request body: {e}"))),
     };
     if let Some(Err(why)) = request.rate.map(crate::dlq::run::check_rate) {
-        return refused((StatusCode::BAD_REQUEST, why));
+        return refused((StatusCode::BAD_REQUEST, why.to_string()));
     }
     let options = ReplayOptions {
         include_replayed: request.include_replayed,
