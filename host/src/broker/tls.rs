@@ -29,11 +29,12 @@ pub enum BrokerTlsError {
     File {
         /// The key under `[broker.tls]`.
         key: &'static str,
+        #[source]
         error: PemError,
     },
     /// rustls refused the certificates or the key.
     #[error("cannot set up TLS from [broker.tls]: {0}")]
-    Setup(io::Error),
+    Setup(#[source] io::Error),
 }
 
 /// `[broker.tls]`: how an `amqps://` connection checks the broker and proves who Carteiro is.

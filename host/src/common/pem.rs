@@ -9,39 +9,39 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum PemError {
     /// The file could not be read.
-    #[error("cannot read {path}: {error}")]
+    #[error("cannot read {path}: {source}")]
     Read {
         path: PathBuf,
-        error: std::io::Error,
+        source: std::io::Error,
     },
     /// The file is not PEM.
-    #[error("{path} is not valid PEM: {error}")]
+    #[error("{path} is not valid PEM: {source}")]
     Invalid {
         path: PathBuf,
-        error: rustls_pki_types::pem::Error,
+        source: rustls_pki_types::pem::Error,
     },
     /// The file holds no certificate.
     #[error("no PEM certificate (-----BEGIN CERTIFICATE-----) in {path}")]
     NoCertificate { path: PathBuf },
     /// The file holds no private key Carteiro can use.
-    #[error("no unencrypted PEM private key in {path} ({error})")]
+    #[error("no unencrypted PEM private key in {path} ({source})")]
     NoKey {
         path: PathBuf,
-        error: rustls_pki_types::pem::Error,
+        source: rustls_pki_types::pem::Error,
     },
 }
 
 /// Every certificate of a PEM file; an error when there is none.
 pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, PemError> {
-    let pem = std::fs::read(path).map_err(|error| PemError::Read {
+    let pem = std::fs::read(path).map_err(|source| PemError::Read {
         path: path.to_owned(),
-        error,
+        source,
     })?;
     let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|error| PemError::Invalid {
+        .map_err(|source| PemError::Invalid {
             path: path.to_owned(),
-            error,
+            source,
         })?;
     if certs.is_empty() {
         return Err(PemError::NoCertificate {
@@ -53,12 +53,12 @@ pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, PemError>
 
 /// The private key of a PEM file (PKCS#8, PKCS#1 or SEC1, unencrypted).
 pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, PemError> {
-    let pem = std::fs::read(path).map_err(|error| PemError::Read {
+    let pem = std::fs::read(path).map_err(|source| PemError::Read {
         path: path.to_owned(),
-        error,
+        source,
     })?;
-    PrivateKeyDer::from_pem_slice(&pem).map_err(|error| PemError::NoKey {
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|source| PemError::NoKey {
         path: path.to_owned(),
-        error,
+        source,
     })
 }

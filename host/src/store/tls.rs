@@ -27,6 +27,7 @@ pub enum StoreTlsError {
     File {
         /// The libpq name of the parameter.
         param: &'static str,
+        #[source]
         error: PemError,
     },
     /// Only one of `sslcert` and `sslkey` is set.
