@@ -52,7 +52,7 @@ pub async fn canary(
     };
     match h.live.finish_canary(&plugin, promote) {
         Ok(state) => (StatusCode::OK, state).into_response(),
-        Err(why) => (StatusCode::CONFLICT, why).into_response(),
+        Err(why) => (StatusCode::CONFLICT, why.to_string()).into_response(),
     }
 }
 
