@@ -80,7 +80,7 @@ impl From<(axum::http::StatusCode, String)> for Refusal {
 /// As a bare `(status, why)` answers: the status, `why` as plain text.
 impl axum::response::IntoResponse for Refusal {
     fn into_response(self) -> axum::response::Response {
-        (self.status, self.why).into_response()
+        axum::response::IntoResponse::into_response((self.status, self.why))
     }
 }
 

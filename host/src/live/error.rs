@@ -43,10 +43,18 @@ pub enum ReloadError {
     Plugin(#[from] LoadError),
     /// The shadow of plugin `name` cannot be loaded.
     #[error("shadow of plugin `{name}`: {source}")]
-    Shadow { name: String, source: LoadError },
+    Shadow {
+        name: String,
+        /// Boxed: a `LoadError` is large, and a reload's `Result` should stay small.
+        source: Box<LoadError>,
+    },
     /// The canary of plugin `name` cannot be loaded.
     #[error("canary of plugin `{name}`: {source}")]
-    Canary { name: String, source: LoadError },
+    Canary {
+        name: String,
+        /// Boxed: a `LoadError` is large, and a reload's `Result` should stay small.
+        source: Box<LoadError>,
+    },
     /// A route names a plugin the config does not load.
     #[error("route `{queue}` names unknown plugin `{plugin}`")]
     UnknownPlugin { queue: String, plugin: String },

@@ -483,7 +483,7 @@ impl Supervisor {
                             })?
                             .map_err(|source| ReloadError::Shadow {
                                 name: name.clone(),
-                                source,
+                                source: Box::new(source),
                             })?
                             .map(|s| shadow_of(&self.shared, &self.live, s, p));
                     let (runtime, name2, p2) =
@@ -497,7 +497,7 @@ impl Supervisor {
                             })?
                             .map_err(|source| ReloadError::Canary {
                                 name: name.clone(),
-                                source,
+                                source: Box::new(source),
                             })?
                             .map(|c| canary_of(&self.shared, &loaded, c, p));
                     report.changes.push(match running {
