@@ -11,7 +11,7 @@
 use crate::common::now_ms;
 use crate::metrics::Metrics;
 use crate::pipeline::{DeadLetterAlertConfig, RouteConfig};
-use crate::store::{DeadLetterFilter, Store};
+use crate::store::{DeadLetterFilter, Store, StoreError};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -228,7 +228,7 @@ impl DeadLetterAlerts {
     }
 
     /// One look at every watched route.
-    async fn check(&self, store: &Store) -> Result<(), String> {
+    async fn check(&self, store: &Store) -> Result<(), ArchiveUnreadable> {
         for (route, rule) in self.rules() {
             let now = now_ms();
             let window_ms = i64::try_from(rule.window.as_millis()).unwrap_or(i64::MAX);
@@ -237,10 +237,14 @@ impl DeadLetterAlerts {
                 since_ms: Some(now.saturating_sub(window_ms)),
                 ..Default::default()
             };
-            let groups = store
-                .dead_letter_groups(&filter)
-                .await
-                .map_err(|e| format!("route `{route}`: {e}"))?;
+            let groups =
+                store
+                    .dead_letter_groups(&filter)
+                    .await
+                    .map_err(|source| ArchiveUnreadable {
+                        route: route.clone(),
+                        source,
+                    })?;
             let count = groups.iter().map(|g| g.count.max(0) as u64).sum();
             let top = groups
                 .into_iter()
@@ -251,6 +255,15 @@ impl DeadLetterAlerts {
         }
         Ok(())
     }
+}
+
+/// The store did not answer a route's look at its dead letters (a transient failure: the
+/// next tick tries again).
+#[derive(Debug, thiserror::Error)]
+#[error("route `{route}`: {source}")]
+struct ArchiveUnreadable {
+    route: String,
+    source: StoreError,
 }
 
 /// Watches the routes' dead letters until `stop`. A store that does not answer is logged

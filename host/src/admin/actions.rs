@@ -18,9 +18,9 @@ use std::sync::Arc;
 /// The config the gateway runs; 503 while it is still starting.
 fn running_config(s: &AdminState) -> Result<Arc<crate::config::Config>, Refusal> {
     s.handle.live.status().config.ok_or_else(|| {
-        (
+        Refusal::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "the gateway is still starting".to_owned(),
+            "the gateway is still starting",
         )
     })
 }
@@ -34,7 +34,7 @@ pub async fn start_replay(
     let resolved = target.resolve(&s.handle.store).await?;
     let config = running_config(s)?;
     let connection = s.probe.connection(&config).await.map_err(|e| {
-        (
+        Refusal::new(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("cannot reach the broker to replay: {e:#}"),
         )
@@ -62,7 +62,7 @@ pub async fn do_purge(
     confirm: i64,
 ) -> Result<u64, Refusal> {
     let unavailable =
-        |e: crate::store::StoreError| (StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+        |e: crate::store::StoreError| Refusal::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
     let _slot = jobs.purge_slot()?;
     let resolved = target.resolve(&h.store).await?;
     let mut filter = resolved.filter;
@@ -82,7 +82,7 @@ pub async fn do_purge(
         .await
         .map_err(unavailable)?;
     if count != confirm {
-        return Err((
+        return Err(Refusal::new(
             StatusCode::CONFLICT,
             format!(
                 "the confirmation ({confirm}) does not match: {count} dead letters would be \
@@ -132,8 +132,8 @@ fn target_of(f: &Fields) -> Target {
     }
 }
 
-fn refused(h: &GatewayHandle, (status, why): Refusal) -> Response {
-    error_page(status, &banners(h), &why)
+fn refused(h: &GatewayHandle, refusal: Refusal) -> Response {
+    error_page(refusal.status, &banners(h), &refusal.why)
 }
 
 /// `POST /dead-letters/replay`: `route`, `reason` (a group), `scope` (`group` or
@@ -145,10 +145,7 @@ pub async fn replay(State(s): State<AdminState>, body: String) -> Response {
     if selection && target.ids.is_empty() {
         return refused(
             &s.handle,
-            (
-                StatusCode::BAD_REQUEST,
-                "select at least one dead letter".into(),
-            ),
+            Refusal::new(StatusCode::BAD_REQUEST, "select at least one dead letter"),
         );
     }
     if !selection {
@@ -156,17 +153,19 @@ pub async fn replay(State(s): State<AdminState>, body: String) -> Response {
     }
     let rate = match f.get("rate").map(parse_rate).transpose() {
         Ok(r) => r,
-        Err(why) => return refused(&s.handle, (StatusCode::BAD_REQUEST, why)),
+        Err(why) => {
+            return refused(
+                &s.handle,
+                Refusal::new(StatusCode::BAD_REQUEST, why.to_string()),
+            );
+        }
     };
     let limit = match f.get("limit").map(str::parse::<u64>).transpose() {
         Ok(l) => l,
         Err(_) => {
             return refused(
                 &s.handle,
-                (
-                    StatusCode::BAD_REQUEST,
-                    "limit must be a whole number".into(),
-                ),
+                Refusal::new(StatusCode::BAD_REQUEST, "limit must be a whole number"),
             );
         }
     };
@@ -197,7 +196,10 @@ pub async fn purge_confirm(State(s): State<AdminState>, RawQuery(q): RawQuery) -
     ) {
         (Ok(c), Ok(m)) => (c, m.unwrap_or(0)),
         (Err(e), _) | (_, Err(e)) => {
-            return refused(h, (StatusCode::SERVICE_UNAVAILABLE, e.to_string()));
+            return refused(
+                h,
+                Refusal::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+            );
         }
     };
     page(
@@ -231,9 +233,9 @@ pub async fn purge(State(s): State<AdminState>, body: String) -> Response {
     let Some(confirm) = f.get("confirm").and_then(|c| c.parse::<i64>().ok()) else {
         return refused(
             h,
-            (
+            Refusal::new(
                 StatusCode::BAD_REQUEST,
-                "type the number of dead letters to confirm the purge; nothing was deleted".into(),
+                "type the number of dead letters to confirm the purge; nothing was deleted",
             ),
         );
     };
@@ -281,7 +283,10 @@ pub async fn stop(State(s): State<AdminState>, Path(id): Path<u64>) -> Response 
             job.stop();
             see_other(&format!("/jobs/{id}"))
         }
-        None => refused(&s.handle, (StatusCode::NOT_FOUND, format!("no job {id}"))),
+        None => refused(
+            &s.handle,
+            Refusal::new(StatusCode::NOT_FOUND, format!("no job {id}")),
+        ),
     }
 }
 
@@ -326,7 +331,10 @@ fn state_word(st: &super::jobs::State) -> &'static str {
 /// once it is over.
 pub async fn job(State(s): State<AdminState>, Path(id): Path<u64>) -> Response {
     let Some(job) = s.jobs.get(id) else {
-        return refused(&s.handle, (StatusCode::NOT_FOUND, format!("no job {id}")));
+        return refused(
+            &s.handle,
+            Refusal::new(StatusCode::NOT_FOUND, format!("no job {id}")),
+        );
     };
     let st = job.state();
     let title = match job.kind {

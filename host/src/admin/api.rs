@@ -52,7 +52,7 @@ pub async fn canary(
     };
     match h.live.finish_canary(&plugin, promote) {
         Ok(state) => (StatusCode::OK, state).into_response(),
-        Err(why) => (StatusCode::CONFLICT, why).into_response(),
+        Err(why) => (StatusCode::CONFLICT, why.to_string()).into_response(),
     }
 }
 
@@ -181,7 +181,8 @@ pub struct ReplayRequest {
     include_replayed: bool,
 }
 
-fn refused((status, why): (StatusCode, String)) -> Response {
+fn refused(refusal: impl Into<super::Refusal>) -> Response {
+    let super::Refusal { status, why } = refusal.into();
     (status, Json(serde_json::json!({ "error": why }))).into_response()
 }
 
@@ -201,7 +202,7 @@ pub async fn replay(State(s): State<AdminState>, body: axum::body::Bytes) -> Res
         Err(e) => return refused((StatusCode::BAD_REQUEST, format!("bad request body: {e}"))),
     };
     if let Some(Err(why)) = request.rate.map(crate::dlq::run::check_rate) {
-        return refused((StatusCode::BAD_REQUEST, why));
+        return refused((StatusCode::BAD_REQUEST, why.to_string()));
     }
     let options = ReplayOptions {
         include_replayed: request.include_replayed,

@@ -52,7 +52,7 @@ impl Kind {
 }
 
 fn too_many(running: usize, what: &str) -> Refusal {
-    (
+    Refusal::new(
         axum::http::StatusCode::TOO_MANY_REQUESTS,
         format!(
             "429 Too Many Requests: {running} {what} are running already, the most this gateway \
@@ -303,7 +303,7 @@ impl Jobs {
         filter: DeadLetterFilter,
     ) -> Result<Arc<Job>, Refusal> {
         let runtime = self.shadow_runtime(&config).map_err(|e| {
-            (
+            Refusal::new(
                 axum::http::StatusCode::SERVICE_UNAVAILABLE,
                 format!("{e:#}"),
             )
@@ -416,7 +416,7 @@ mod tests {
                     .expect("room")
             })
             .collect();
-        let (status, why) = jobs
+        let Refusal { status, why } = jobs
             .add(Kind::Shadow, "s".into(), "/".into())
             .err()
             .expect("over the cap");
@@ -455,7 +455,7 @@ mod tests {
     fn one_purge_at_a_time() {
         let jobs = Jobs::default();
         let first = jobs.purge_slot().expect("first purge");
-        let (status, _) = jobs.purge_slot().err().expect("second refused");
+        let Refusal { status, .. } = jobs.purge_slot().err().expect("second refused");
         assert_eq!(status, axum::http::StatusCode::TOO_MANY_REQUESTS);
         drop(first);
         jobs.purge_slot().expect("free again");

@@ -52,8 +52,37 @@ pub struct GatewayHandle {
 }
 
 /// A refusal: status and why. Here, below `jobs`, `shadow_file` and `actions`, which all
-/// refuse alike.
-pub type Refusal = (axum::http::StatusCode, String);
+/// refuse alike; the console shows `why` on an error page, the JSON API as `{"error": why}`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{why}")]
+pub struct Refusal {
+    /// The HTTP status answered.
+    pub status: axum::http::StatusCode,
+    /// What was refused and what to do, for the person who asked.
+    pub why: String,
+}
+
+impl Refusal {
+    pub fn new(status: axum::http::StatusCode, why: impl Into<String>) -> Self {
+        Self {
+            status,
+            why: why.into(),
+        }
+    }
+}
+
+impl From<(axum::http::StatusCode, String)> for Refusal {
+    fn from((status, why): (axum::http::StatusCode, String)) -> Self {
+        Self { status, why }
+    }
+}
+
+/// As a bare `(status, why)` answers: the status, `why` as plain text.
+impl axum::response::IntoResponse for Refusal {
+    fn into_response(self) -> axum::response::Response {
+        axum::response::IntoResponse::into_response((self.status, self.why))
+    }
+}
 
 /// What every handler can reach.
 #[derive(Clone)]

@@ -47,7 +47,7 @@ pub fn plugin_folders(config: &Config) -> Vec<PathBuf> {
 }
 
 fn bad(why: String) -> Refusal {
-    (StatusCode::BAD_REQUEST, why)
+    Refusal::new(StatusCode::BAD_REQUEST, why)
 }
 
 /// Checks `given` (relative to the config file's folder) and the optional `sha256` pin.
@@ -78,7 +78,7 @@ pub fn check(config: &Config, given: &str, sha256: Option<&str>) -> Result<Shado
     let canonical = path.canonicalize().map_err(|_| not_found())?;
     let folders = plugin_folders(config);
     if !folders.iter().any(|f| canonical.starts_with(f)) {
-        return Err((
+        return Err(Refusal::new(
             StatusCode::FORBIDDEN,
             format!(
                 "{given} is not in a plugin folder of the config ({}): a shadow run loads only \

@@ -2,8 +2,8 @@
 //! reason), a selection of ids on a route, or a whole route; resolved into the store filter
 //! the replay engine, shadow runs and purge all use.
 
-use super::groups;
 use super::page::query;
+use super::{Refusal, groups};
 use crate::store::{DeadLetterFilter, Store};
 use axum::http::StatusCode;
 
@@ -30,9 +30,9 @@ pub struct Resolved {
 }
 
 impl Target {
-    pub async fn resolve(&self, store: &Store) -> Result<Resolved, (StatusCode, String)> {
+    pub async fn resolve(&self, store: &Store) -> Result<Resolved, Refusal> {
         if self.route.is_empty() {
-            return Err((StatusCode::BAD_REQUEST, "a route is required".into()));
+            return Err(Refusal::new(StatusCode::BAD_REQUEST, "a route is required"));
         }
         let route_page = format!("/dead-letters?{}", query(&[("route", &self.route)]));
         if !self.ids.is_empty() {
@@ -61,9 +61,9 @@ impl Target {
         };
         let group = groups::find(store, &self.route, reason)
             .await
-            .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?
+            .map_err(|e| Refusal::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?
             .ok_or_else(|| {
-                (
+                Refusal::new(
                     StatusCode::NOT_FOUND,
                     format!(
                         "route {} has no dead letters in group \"{reason}\"",

@@ -18,7 +18,24 @@ use lapin::{Connection, ConnectionProperties};
 use rustls_pki_types::ServerName;
 use serde::Deserialize;
 
-use crate::common::pem::{read_certs, read_key};
+use crate::common::pem::{PemError, read_certs, read_key};
+
+/// Why no TLS connector could be built from `[broker.tls]` (the files are read on every
+/// connect, so one may have changed since start-up).
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerTlsError {
+    /// `ca_file`, `cert_file` or `key_file` is not usable.
+    #[error("[broker.tls] {key}: {error}")]
+    File {
+        /// The key under `[broker.tls]`.
+        key: &'static str,
+        #[source]
+        error: PemError,
+    },
+    /// rustls refused the certificates or the key.
+    #[error("cannot set up TLS from [broker.tls]: {0}")]
+    Setup(#[source] io::Error),
+}
 
 /// `[broker.tls]`: how an `amqps://` connection checks the broker and proves who Carteiro is.
 /// Every URL of `[broker]` must then be `amqps://`; nothing is ever sent in clear.
@@ -57,12 +74,12 @@ impl BrokerTlsConfig {
             }
         }
         if let Some(ca) = &self.ca_file {
-            read_certs(ca).map_err(|m| ("ca_file", m))?;
+            read_certs(ca).map_err(|m| ("ca_file", m.to_string()))?;
         }
         match (&self.cert_file, &self.key_file) {
             (Some(cert), Some(key)) => {
-                read_certs(cert).map_err(|m| ("cert_file", m))?;
-                read_key(key).map_err(|m| ("key_file", m))?;
+                read_certs(cert).map_err(|m| ("cert_file", m.to_string()))?;
+                read_key(key).map_err(|m| ("key_file", m.to_string()))?;
             }
             (Some(_), None) => {
                 return Err((
@@ -90,21 +107,21 @@ impl BrokerTlsConfig {
     }
 
     /// The rustls connector for these settings (reads the files now).
-    fn connector(&self) -> Result<RustlsConnector, String> {
+    fn connector(&self) -> Result<RustlsConnector, BrokerTlsError> {
+        let file = |key: &'static str| move |error: PemError| BrokerTlsError::File { key, error };
         let config = match &self.ca_file {
-            Some(ca) => RustlsConnectorConfig::default().with_parsable_certificates(
-                read_certs(ca).map_err(|m| format!("[broker.tls] ca_file: {m}"))?,
-            ),
+            Some(ca) => RustlsConnectorConfig::default()
+                .with_parsable_certificates(read_certs(ca).map_err(file("ca_file"))?),
             None => RustlsConnectorConfig::new_with_platform_verifier(),
         };
         let built = match (&self.cert_file, &self.key_file) {
             (Some(cert), Some(key)) => config.connector_with_single_cert(
-                read_certs(cert).map_err(|m| format!("[broker.tls] cert_file: {m}"))?,
-                read_key(key).map_err(|m| format!("[broker.tls] key_file: {m}"))?,
+                read_certs(cert).map_err(file("cert_file"))?,
+                read_key(key).map_err(file("key_file"))?,
             ),
             _ => config.connector_with_no_client_auth(),
         };
-        built.map_err(|e| format!("cannot set up TLS from [broker.tls]: {e}"))
+        built.map_err(BrokerTlsError::Setup)
     }
 }
 
@@ -125,7 +142,9 @@ pub(super) async fn connect(
     props: ConnectionProperties,
     tls: &BrokerTlsConfig,
 ) -> Result<Connection, TlsFailure> {
-    let connector = tls.connector().map_err(TlsFailure::Other)?;
+    let connector = tls
+        .connector()
+        .map_err(|e| TlsFailure::Other(e.to_string()))?;
     let server_name = tls
         .server_name
         .clone()

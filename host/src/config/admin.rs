@@ -93,7 +93,7 @@ impl AdminConfig {
     /// `Err((key, message))` with the key under `admin`.
     pub(super) fn validate(&mut self) -> Result<(), (&'static str, String)> {
         if let Some(token) = &mut self.token {
-            token.0 = interpolate(&token.0).map_err(|m| ("token", m))?;
+            token.0 = interpolate(&token.0).map_err(|m| ("token", m.to_string()))?;
             if token.0.is_empty() {
                 return Err((
                     "token",
@@ -102,7 +102,8 @@ impl AdminConfig {
             }
         }
         if let Some(basic) = &mut self.basic {
-            basic.password.0 = interpolate(&basic.password.0).map_err(|m| ("basic.password", m))?;
+            basic.password.0 =
+                interpolate(&basic.password.0).map_err(|m| ("basic.password", m.to_string()))?;
             if basic.user.is_empty() || basic.user.contains(':') || basic.password.0.is_empty() {
                 return Err((
                     "basic",

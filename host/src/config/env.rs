@@ -1,16 +1,27 @@
 //! `${VAR}` interpolation for the few values that may hold secrets (URLs, plugin variables).
 //! It runs after parsing, so a secret never shows up in a TOML syntax error's snippet.
 
+/// Why `${VAR}` interpolation failed. It names the variable, never a value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InterpolateError {
+    /// A `${` with no closing `}`.
+    #[error("unterminated `${{` (write `${{NAME}}`)")]
+    Unterminated,
+    /// The referenced environment variable is not set.
+    #[error("environment variable `{0}` is not set (referenced as `${{{0}}}`)")]
+    NotSet(String),
+}
+
 /// Replaces every `${NAME}` with the environment variable `NAME`; `$${` escapes a literal `${`.
 /// The error names the missing variable (never the value).
-pub fn interpolate(text: &str) -> Result<String, String> {
+pub fn interpolate(text: &str) -> Result<String, InterpolateError> {
     interpolate_with(text, |name| std::env::var(name).ok())
 }
 
 pub(crate) fn interpolate_with(
     text: &str,
     lookup: impl Fn(&str) -> Option<String>,
-) -> Result<String, String> {
+) -> Result<String, InterpolateError> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find('$') {
@@ -20,13 +31,9 @@ pub(crate) fn interpolate_with(
             out.push_str("${");
             rest = escaped;
         } else if let Some(body) = after.strip_prefix('{') {
-            let end = body
-                .find('}')
-                .ok_or_else(|| "unterminated `${` (write `${NAME}`)".to_owned())?;
+            let end = body.find('}').ok_or(InterpolateError::Unterminated)?;
             let name = &body[..end];
-            let value = lookup(name).ok_or_else(|| {
-                format!("environment variable `{name}` is not set (referenced as `${{{name}}}`)")
-            })?;
+            let value = lookup(name).ok_or_else(|| InterpolateError::NotSet(name.to_owned()))?;
             out.push_str(&value);
             rest = &body[end + 1..];
         } else {
@@ -56,8 +63,18 @@ mod tests {
 
     #[test]
     fn missing_variable_is_named_not_leaked() {
-        let err = interpolate_with("${NOPE}", lookup).unwrap_err();
-        assert!(err.contains("`NOPE` is not set"), "{err}");
-        assert!(interpolate_with("${OPEN", lookup).is_err());
+        let err = interpolate_with("${NOPE}", lookup).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "environment variable `NOPE` is not set (referenced as `${NOPE}`)"
+        );
+        assert_eq!(
+            interpolate_with("${OPEN", lookup),
+            Err(InterpolateError::Unterminated)
+        );
+        assert_eq!(
+            InterpolateError::Unterminated.to_string(),
+            "unterminated `${` (write `${NAME}`)"
+        );
     }
 }

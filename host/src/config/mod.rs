@@ -16,7 +16,7 @@ mod tls;
 mod validate;
 
 pub use admin::{AdminConfig, BasicAuth, RequireAuth};
-pub use env::interpolate;
+pub use env::{InterpolateError, interpolate};
 pub use security::SecurityConfig;
 pub use tls::unauthenticated_connections;
 pub use validate::{ConfigError, load, load_str};

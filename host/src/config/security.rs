@@ -29,7 +29,7 @@ impl SecurityConfig {
     /// `Err((key, message))`, never quoting the key.
     pub(super) fn validate(&mut self, base_dir: &Path) -> Result<(), (&'static str, String)> {
         if let Some(key) = &mut self.seal_key {
-            key.0 = interpolate(&key.0).map_err(|m| ("seal_key", m))?;
+            key.0 = interpolate(&key.0).map_err(|m| ("seal_key", m.to_string()))?;
         }
         if let Some(path) = &mut self.seal_key_file
             && path.is_relative()

@@ -100,10 +100,11 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
     }
     if !config.broker.url.is_empty() {
         config.broker.url = interpolate(&config.broker.url)
-            .map_err(|m| err(line_of_key("url"), "broker.url", m))?;
+            .map_err(|m| err(line_of_key("url"), "broker.url", m.to_string()))?;
     }
     for url in &mut config.broker.urls {
-        *url = interpolate(url).map_err(|m| err(line_of_key("urls"), "broker.urls", m))?;
+        *url =
+            interpolate(url).map_err(|m| err(line_of_key("urls"), "broker.urls", m.to_string()))?;
     }
     if config.broker.url.is_empty() {
         // The first node names the broker in logs and single-connection commands.
@@ -113,8 +114,8 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
         .broker
         .validate_tls(base_dir)
         .map_err(|(key, m)| err(line_of_key(tls_line(&key)), &format!("broker.{key}"), m))?;
-    config.store.url =
-        interpolate(&config.store.url).map_err(|m| err(line_of_key("url"), "store.url", m))?;
+    config.store.url = interpolate(&config.store.url)
+        .map_err(|m| err(line_of_key("url"), "store.url", m.to_string()))?;
     config
         .store
         .validate(base_dir)
@@ -125,8 +126,13 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
         .validate()
         .map_err(|(key, m)| err(line_of_key(key), &format!("relay.{key}"), m))?;
     if let Some(endpoint) = config.telemetry.otlp_endpoint.as_mut() {
-        *endpoint = interpolate(endpoint)
-            .map_err(|m| err(line_of_key("otlp_endpoint"), "telemetry.otlp_endpoint", m))?;
+        *endpoint = interpolate(endpoint).map_err(|m| {
+            err(
+                line_of_key("otlp_endpoint"),
+                "telemetry.otlp_endpoint",
+                m.to_string(),
+            )
+        })?;
     }
     config
         .telemetry
@@ -145,8 +151,13 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
     for (name, plugin) in &mut config.plugins {
         let key = format!("plugins.{name}");
         for (var, value) in &mut plugin.variables {
-            *value = interpolate(value)
-                .map_err(|m| err(line_of_key(var), &format!("{key}.variables.{var}"), m))?;
+            *value = interpolate(value).map_err(|m| {
+                err(
+                    line_of_key(var),
+                    &format!("{key}.variables.{var}"),
+                    m.to_string(),
+                )
+            })?;
         }
         plugin.validate(base_dir).map_err(|(field, m)| {
             let needle = match field {

@@ -349,29 +349,52 @@ impl Pace {
 /// rate outside would sleep for ages between rows, or not be a limit at all).
 pub const RATES: std::ops::RangeInclusive<f64> = 0.01..=10_000.0;
 
+/// A replay rate that is not one: out of [`RATES`], or not a number.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RateError {
+    /// A number of replays per second outside [`RATES`].
+    #[error(
+        "rate {rate} is out of range: replays per second must be between {} and {}",
+        RATES.start(),
+        RATES.end()
+    )]
+    OutOfRange { rate: f64 },
+    /// Text (`--rate`, a form) that holds a rate outside [`RATES`].
+    #[error(
+        "rate {rate} is out of range: replays per second must be between {} and {}; got `{text}`",
+        RATES.start(),
+        RATES.end()
+    )]
+    OutOfRangeGiven { rate: f64, text: String },
+    /// Text that is not a rate at all.
+    #[error(
+        "expected a rate like `50/s` (replays per second, between {} and {}), got `{text}`",
+        RATES.start(),
+        RATES.end()
+    )]
+    NotARate { text: String },
+}
+
 /// Checks a rate (replays per second) against [`RATES`].
-pub fn check_rate(rate: f64) -> Result<f64, String> {
+pub fn check_rate(rate: f64) -> Result<f64, RateError> {
     if RATES.contains(&rate) {
         Ok(rate)
     } else {
-        Err(format!(
-            "rate {rate} is out of range: replays per second must be between {} and {}",
-            RATES.start(),
-            RATES.end()
-        ))
+        Err(RateError::OutOfRange { rate })
     }
 }
 
 /// `50/s`, `50`, `0.5/s`: replays per second, within [`RATES`].
-pub fn parse_rate(text: &str) -> Result<f64, String> {
+pub fn parse_rate(text: &str) -> Result<f64, RateError> {
     let number = text.trim().strip_suffix("/s").unwrap_or(text.trim());
     match number.trim().parse::<f64>() {
-        Ok(r) => check_rate(r).map_err(|why| format!("{why}; got `{text}`")),
-        Err(_) => Err(format!(
-            "expected a rate like `50/s` (replays per second, between {} and {}), got `{text}`",
-            RATES.start(),
-            RATES.end()
-        )),
+        Ok(rate) => check_rate(rate).map_err(|_| RateError::OutOfRangeGiven {
+            rate,
+            text: text.to_owned(),
+        }),
+        Err(_) => Err(RateError::NotARate {
+            text: text.to_owned(),
+        }),
     }
 }
 
@@ -426,6 +449,19 @@ mod tests {
         }
         assert_eq!(parse_rate("0.01/s"), Ok(0.01));
         assert_eq!(parse_rate("10000/s"), Ok(10_000.0));
+        // The texts operators read (clap, the console, the JSON API).
+        assert_eq!(
+            check_rate(0.0).unwrap_err().to_string(),
+            "rate 0 is out of range: replays per second must be between 0.01 and 10000"
+        );
+        assert_eq!(
+            parse_rate("0/s").unwrap_err().to_string(),
+            "rate 0 is out of range: replays per second must be between 0.01 and 10000; got `0/s`"
+        );
+        assert_eq!(
+            parse_rate("fast").unwrap_err().to_string(),
+            "expected a rate like `50/s` (replays per second, between 0.01 and 10000), got `fast`"
+        );
     }
 
     #[test]

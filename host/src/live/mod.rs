@@ -6,9 +6,13 @@
 //!   and validate the config, compile changed plugins, declare new routes' topology — all
 //!   before anything changes — then swap plugin versions, stop removed routes and start
 //!   added ones. A reload that fails at any step changes nothing.
+//! - `error`: why a reload was refused ([`ReloadError`]) or a canary could not be ended
+//!   ([`CanaryError`]).
 
+mod error;
 mod reload;
 
+pub use error::{CanaryError, ReloadError};
 pub use reload::{Shared, Supervisor};
 
 use crate::pipeline::canary::Canary;
@@ -151,14 +155,14 @@ impl LiveHandle {
     }
 
     /// Ends plugin `name`'s canary by hand (`carteiro canary promote|abort`).
-    pub fn finish_canary(&self, name: &str, promote: bool) -> Result<String, String> {
+    pub fn finish_canary(&self, name: &str, promote: bool) -> Result<String, CanaryError> {
         let canary = self
             .canaries
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(name)
             .cloned()
-            .ok_or_else(|| format!("plugin `{name}` has no canary"))?;
+            .ok_or_else(|| CanaryError::NoCanary(name.to_owned()))?;
         canary.finish(promote)?;
         Ok(canary.describe())
     }

@@ -17,7 +17,7 @@
 //! running config). A changed broker or store URL that carries a password refuses the
 //! reload, naming the key: only a restart can connect with it.
 
-use super::{LiveHandle, ReloadReport, Request, RunningPlugin};
+use super::{LiveHandle, ReloadError, ReloadReport, Request, RunningPlugin};
 use crate::broker::connect_any;
 use crate::config::{self, AdminConfig, Config};
 use crate::pipeline::canary::Canary;
@@ -173,15 +173,11 @@ fn admin_changes(running: &AdminConfig, new: &AdminConfig) -> Vec<String> {
 /// A reload cannot apply new broker or store credentials (the connections are made with the
 /// old ones): a changed URL that carries a password refuses the reload, naming the key, so
 /// nobody believes a rotated password is in use when it is not.
-fn credentials_needing_restart(running: &Config, new: &Config) -> Result<(), String> {
+fn credentials_needing_restart(running: &Config, new: &Config) -> Result<(), ReloadError> {
     let carries_secret = |url: &str| crate::redact::redact_url(url) != url;
-    let check = |key: &str, a: &[String], b: &[String]| {
+    let check = |key: &'static str, a: &[String], b: &[String]| {
         if a != b && a.iter().chain(b).any(|u| carries_secret(u)) {
-            Err(format!(
-                "{key} changed and carries credentials, which only a restart applies (the \
-                 running connections use the old ones); restart the gateway to apply it, or \
-                 put the old value back to reload the rest"
-            ))
+            Err(ReloadError::CredentialsChanged { key })
         } else {
             Ok(())
         }
@@ -270,9 +266,10 @@ impl Supervisor {
             live: live.clone(),
         };
         for route in supervisor.config.routes.clone() {
+            // The message alone, as before: `{:#}` would repeat a wrapped error's words.
             let ctx = supervisor
                 .context(&route, &supervisor.plugins)
-                .map_err(|e| anyhow::anyhow!(e))?;
+                .map_err(|e| anyhow::anyhow!(e.to_string()))?;
             supervisor.spawn_route(&route, ctx);
         }
         for (name, loaded) in &supervisor.plugins {
@@ -290,16 +287,21 @@ impl Supervisor {
         &self,
         route: &RouteConfig,
         plugins: &BTreeMap<String, Loaded>,
-    ) -> Result<RouteContext, String> {
-        let loaded = plugins.get(route.plugin_name()).ok_or_else(|| {
-            format!(
-                "route `{}` names unknown plugin `{}`",
-                route.queue,
-                route.plugin_name()
-            )
-        })?;
-        let settings = RouteSettings::new(route, self.config.broker.publish_timeout)
-            .map_err(|e| format!("route `{}`: {e}", route.queue))?;
+    ) -> Result<RouteContext, ReloadError> {
+        let loaded =
+            plugins
+                .get(route.plugin_name())
+                .ok_or_else(|| ReloadError::UnknownPlugin {
+                    queue: route.queue.clone(),
+                    plugin: route.plugin_name().to_owned(),
+                })?;
+        let settings =
+            RouteSettings::new(route, self.config.broker.publish_timeout).map_err(|source| {
+                ReloadError::Route {
+                    queue: route.queue.clone(),
+                    source,
+                }
+            })?;
         let slot = PluginSlot::new(
             loaded.plugin.clone(),
             loaded.shadow.clone(),
@@ -416,7 +418,7 @@ impl Supervisor {
                 self.shared.deps.metrics.reload.failures.inc();
                 self.shared.deps.metrics.reload.success.set(0);
                 tracing::error!(source, error = %why, "reload refused; still running the previous config and plugins");
-                report.error = Some(why);
+                report.error = Some(why.to_string());
                 report.changes.clear();
             }
         }
@@ -425,12 +427,10 @@ impl Supervisor {
         report
     }
 
-    async fn try_reload(&mut self, report: &mut ReloadReport) -> Result<(), String> {
-        let path = self.config_path.clone().ok_or_else(|| {
-            "this gateway was started without a config file; there is nothing to reload".to_owned()
-        })?;
+    async fn try_reload(&mut self, report: &mut ReloadReport) -> Result<(), ReloadError> {
+        let path = self.config_path.clone().ok_or(ReloadError::NoConfigFile)?;
         // 1. The config, validated as at start-up.
-        let mut new = config::load(&path).map_err(|e| format!("invalid config: {e}"))?;
+        let mut new = config::load(&path).map_err(ReloadError::InvalidConfig)?;
         credentials_needing_restart(&self.config, &new)?;
         report.needs_restart = restart_only_changes(&self.config, &new);
         let admin_changes = admin_changes(&self.config.admin, &new.admin);
@@ -466,24 +466,39 @@ impl Supervisor {
                     let loaded =
                         tokio::task::spawn_blocking(move || load_plugin(&runtime, &name2, &p2))
                             .await
-                            .map_err(|e| format!("loading plugin `{name}` failed: {e}"))?
-                            .map_err(|e| e.to_string())?;
+                            .map_err(|source| ReloadError::PluginTask {
+                                name: name.clone(),
+                                source,
+                            })?
+                            .map_err(ReloadError::Plugin)?;
                     let loaded = Arc::new(loaded);
                     let (runtime, name2, p2) =
                         (self.shared.runtime.clone(), name.clone(), p.clone());
                     let shadow =
                         tokio::task::spawn_blocking(move || load_shadow(&runtime, &name2, &p2))
                             .await
-                            .map_err(|e| format!("loading the shadow of `{name}` failed: {e}"))?
-                            .map_err(|e| format!("shadow of plugin `{name}`: {e}"))?
+                            .map_err(|source| ReloadError::ShadowTask {
+                                name: name.clone(),
+                                source,
+                            })?
+                            .map_err(|source| ReloadError::Shadow {
+                                name: name.clone(),
+                                source: Box::new(source),
+                            })?
                             .map(|s| shadow_of(&self.shared, &self.live, s, p));
                     let (runtime, name2, p2) =
                         (self.shared.runtime.clone(), name.clone(), p.clone());
                     let canary =
                         tokio::task::spawn_blocking(move || load_canary(&runtime, &name2, &p2))
                             .await
-                            .map_err(|e| format!("loading the canary of `{name}` failed: {e}"))?
-                            .map_err(|e| format!("canary of plugin `{name}`: {e}"))?
+                            .map_err(|source| ReloadError::CanaryTask {
+                                name: name.clone(),
+                                source,
+                            })?
+                            .map_err(|source| ReloadError::Canary {
+                                name: name.clone(),
+                                source: Box::new(source),
+                            })?
                             .map(|c| canary_of(&self.shared, &loaded, c, p));
                     report.changes.push(match running {
                         Some(old) if old.plugin.digest() != loaded.digest() => format!(
@@ -615,15 +630,18 @@ impl Supervisor {
 
     /// Declares the topology of routes about to start, so a queue that exists with other
     /// arguments refuses the reload instead of stopping the gateway later.
-    async fn declare(&self, routes: &[(RouteConfig, RouteContext)]) -> Result<(), String> {
+    async fn declare(&self, routes: &[(RouteConfig, RouteContext)]) -> Result<(), ReloadError> {
         let settings = broker_settings(&self.config, "carteiro reload");
         let conn = connect_any(&settings.urls, &settings.connect)
             .await
-            .map_err(|e| format!("cannot declare the new routes' topology: {e}"))?;
+            .map_err(ReloadError::Connect)?;
         let mut result = Ok(());
         for (route, ctx) in routes {
-            if let Err(e) = declare_route(&conn, &ctx.settings.topology).await {
-                result = Err(format!("route `{}`: {e}", route.queue));
+            if let Err(source) = declare_route(&conn, &ctx.settings.topology).await {
+                result = Err(ReloadError::Declare {
+                    queue: route.queue.clone(),
+                    source,
+                });
                 break;
             }
         }

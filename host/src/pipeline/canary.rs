@@ -17,6 +17,12 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+/// A canary that cannot be ended by hand: it already ended (promoted, aborted, or rolled
+/// back and asked to be promoted). Holds the phase it is in.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the canary is {}", describe_phase(.0))]
+pub struct AlreadyEnded(pub Phase);
+
 /// Slices of the window (counts per slice; old slices drop off).
 const SLICES: u32 = 20;
 
@@ -211,7 +217,7 @@ impl Canary {
     }
 
     /// Ends the canary by hand: `promote` sends every delivery to it, else none.
-    pub fn finish(&self, promote: bool) -> Result<(), String> {
+    pub fn finish(&self, promote: bool) -> Result<(), AlreadyEnded> {
         let mut state = self.state();
         match (&state.phase, promote) {
             (Phase::Active, _) | (Phase::RolledBack(_), false) => {
@@ -232,7 +238,7 @@ impl Canary {
                 );
                 Ok(())
             }
-            (phase, _) => Err(format!("the canary is {}", describe_phase(phase))),
+            (phase, _) => Err(AlreadyEnded(phase.clone())),
         }
     }
 

@@ -198,7 +198,7 @@ impl RouteConfig {
     /// The checks on this route alone. `Err((key, message))` with the key under
     /// `routes[i]`. The queue name is checked by `config`, with its uniqueness.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
-        KeySource::parse(&self.idempotency_key).map_err(|m| ("idempotency_key", m))?;
+        KeySource::parse(&self.idempotency_key).map_err(|m| ("idempotency_key", m.to_string()))?;
         if self.prefetch == 0 {
             return Err(("prefetch", "must be at least 1".into()));
         }
@@ -263,9 +263,14 @@ pub enum KeySource {
     JsonPointer(String),
 }
 
+/// An `idempotency_key` that names no key source; holds the text given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a key source; use `message_id`, `header:NAME` or `json:/pointer`")]
+pub struct KeySourceError(pub String);
+
 impl KeySource {
     /// Parses `message_id`, `header:NAME` or `json:/pointer`.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, KeySourceError> {
         if text == "message_id" {
             Ok(Self::MessageId)
         } else if let Some(name) = text.strip_prefix("header:").filter(|n| !n.is_empty()) {
@@ -273,9 +278,7 @@ impl KeySource {
         } else if let Some(pointer) = text.strip_prefix("json:").filter(|p| p.starts_with('/')) {
             Ok(Self::JsonPointer(pointer.to_owned()))
         } else {
-            Err(format!(
-                "`{text}` is not a key source; use `message_id`, `header:NAME` or `json:/pointer`"
-            ))
+            Err(KeySourceError(text.to_owned()))
         }
     }
 }
@@ -295,6 +298,9 @@ mod tests {
             KeySource::parse("json:/a/b"),
             Ok(KeySource::JsonPointer("/a/b".into()))
         );
-        assert!(KeySource::parse("json:a").is_err());
+        assert_eq!(
+            KeySource::parse("json:a").unwrap_err().to_string(),
+            "`json:a` is not a key source; use `message_id`, `header:NAME` or `json:/pointer`"
+        );
     }
 }

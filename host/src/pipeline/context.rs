@@ -7,7 +7,9 @@
 //!   reload swaps while the route runs.
 
 use super::canary::Canary;
-use super::config::{FailurePolicy, KeySource, MissingKeyPolicy, RetryConfig, RouteConfig};
+use super::config::{
+    FailurePolicy, KeySource, KeySourceError, MissingKeyPolicy, RetryConfig, RouteConfig,
+};
 use super::gate::StoreGate;
 use super::live_shadow::Shadow;
 use crate::broker::seal::SealKey;
@@ -64,7 +66,7 @@ pub struct RouteSettings {
 
 impl RouteSettings {
     /// Refuses an idempotency key source it cannot parse.
-    pub fn new(route: &RouteConfig, publish_timeout: Duration) -> Result<Self, String> {
+    pub fn new(route: &RouteConfig, publish_timeout: Duration) -> Result<Self, KeySourceError> {
         Ok(Self {
             queue: route.queue.clone(),
             key_source: KeySource::parse(&route.idempotency_key)?,

@@ -2,13 +2,30 @@
 
 use super::config::KeySource;
 
+/// Why a delivery has no idempotency key; the text is the dead-letter reason.
+#[derive(Debug, thiserror::Error)]
+pub enum MissingKey {
+    /// The key is read from a JSON body that does not parse.
+    #[error("missing idempotency key: body is not JSON ({0})")]
+    NotJson(#[source] serde_json::Error),
+    /// The message has no (or an empty) AMQP `message_id`.
+    #[error("missing idempotency key (no AMQP message_id)")]
+    NoMessageId,
+    /// The message lacks the header (or it is empty).
+    #[error("missing idempotency key (no header `{0}`)")]
+    NoHeader(String),
+    /// The JSON body has nothing (or null, or "") at the pointer.
+    #[error("missing idempotency key (nothing at JSON pointer `{0}`)")]
+    NothingAtPointer(String),
+}
+
 /// Finds the key; `Err` says why there is none (for the dead-letter reason).
 pub fn extract(
     source: &KeySource,
     message_id: Option<&str>,
     headers: &[(String, String)],
     body: &[u8],
-) -> Result<String, String> {
+) -> Result<String, MissingKey> {
     let found = match source {
         KeySource::MessageId => message_id.map(str::to_owned),
         KeySource::Header(name) => headers
@@ -16,8 +33,8 @@ pub fn extract(
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.clone()),
         KeySource::JsonPointer(pointer) => {
-            let json: serde_json::Value = serde_json::from_slice(body)
-                .map_err(|e| format!("missing idempotency key: body is not JSON ({e})"))?;
+            let json: serde_json::Value =
+                serde_json::from_slice(body).map_err(MissingKey::NotJson)?;
             match json.pointer(pointer) {
                 Some(serde_json::Value::String(s)) => Some(s.clone()),
                 Some(serde_json::Value::Number(n)) => Some(n.to_string()),
@@ -28,7 +45,11 @@ pub fn extract(
     };
     match found {
         Some(key) if !key.is_empty() => Ok(storable(&key)),
-        _ => Err(format!("missing idempotency key ({})", describe(source))),
+        _ => Err(match source {
+            KeySource::MessageId => MissingKey::NoMessageId,
+            KeySource::Header(name) => MissingKey::NoHeader(name.clone()),
+            KeySource::JsonPointer(pointer) => MissingKey::NothingAtPointer(pointer.clone()),
+        }),
     }
 }
 
@@ -51,14 +72,6 @@ pub fn storable(key: &str) -> String {
     )
 }
 
-fn describe(source: &KeySource) -> String {
-    match source {
-        KeySource::MessageId => "no AMQP message_id".into(),
-        KeySource::Header(name) => format!("no header `{name}`"),
-        KeySource::JsonPointer(p) => format!("nothing at JSON pointer `{p}`"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,12 +81,12 @@ mod tests {
         let headers = vec![("x-id".to_owned(), "h1".to_owned())];
         let body = br#"{"order":{"id":42}}"#;
         assert_eq!(
-            extract(&KeySource::MessageId, Some("m1"), &headers, body),
-            Ok("m1".into())
+            extract(&KeySource::MessageId, Some("m1"), &headers, body).ok(),
+            Some("m1".into())
         );
         assert_eq!(
-            extract(&KeySource::Header("x-id".into()), None, &headers, body),
-            Ok("h1".into())
+            extract(&KeySource::Header("x-id".into()), None, &headers, body).ok(),
+            Some("h1".into())
         );
         assert_eq!(
             extract(
@@ -81,17 +94,36 @@ mod tests {
                 None,
                 &headers,
                 body
-            ),
-            Ok("42".into())
+            )
+            .ok(),
+            Some("42".into())
         );
     }
 
     #[test]
     fn missing_or_bad_keys_explain_why() {
         let err = extract(&KeySource::MessageId, None, &[], b"").unwrap_err();
-        assert!(err.contains("no AMQP message_id"), "{err}");
-        let err = extract(&KeySource::JsonPointer("/id".into()), None, &[], b"{oops").unwrap_err();
-        assert!(err.contains("not JSON"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "missing idempotency key (no AMQP message_id)"
+        );
+        let err = extract(&KeySource::Header("x-id".into()), None, &[], b"").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "missing idempotency key (no header `x-id`)"
+        );
+        let err = extract(&KeySource::JsonPointer("/id".into()), None, &[], b"{}").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "missing idempotency key (nothing at JSON pointer `/id`)"
+        );
+        let err = extract(&KeySource::JsonPointer("/id".into()), None, &[], b"{oops")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("missing idempotency key: body is not JSON ("),
+            "{err}"
+        );
         let deep = "[".repeat(10_000);
         assert!(
             extract(

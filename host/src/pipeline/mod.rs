@@ -35,8 +35,8 @@ mod received;
 mod worker;
 
 pub use config::{
-    BindingConfig, DeadLetterAlertConfig, FailurePolicy, KeySource, MissingKeyPolicy, QueueKind,
-    RetryConfig, RouteConfig,
+    BindingConfig, DeadLetterAlertConfig, FailurePolicy, KeySource, KeySourceError,
+    MissingKeyPolicy, QueueKind, RetryConfig, RouteConfig,
 };
 pub(crate) use context::kv_answer;
 pub use context::{PluginSlot, RouteContext, RouteDeps, RouteSettings};

@@ -294,7 +294,11 @@ async fn step(
         Err(why) => match ctx.settings.on_missing_key {
             MissingKeyPolicy::DeadLetter => {
                 return Step::Done(
-                    carry_out(&copy, plan::dead_letter(why, FailureKind::MissingKey)).await,
+                    carry_out(
+                        &copy,
+                        plan::dead_letter(why.to_string(), FailureKind::MissingKey),
+                    )
+                    .await,
                 );
             }
             MissingKeyPolicy::Process => format!("unkeyed:{}", uuid::Uuid::now_v7()),

@@ -6,6 +6,18 @@ use super::effects::{KvFuture, KvSource, KvValue};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+/// Why a delivery's writes could not be applied to a [`MemoryKv`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MemoryKvError {
+    /// A thread panicked while holding the entries.
+    #[error("memory kv poisoned")]
+    Poisoned,
+    /// Reading a written key's current version failed (the seed did not answer); the
+    /// reader's own words.
+    #[error("{0}")]
+    Read(String),
+}
+
 /// Keys written here (a deleted key is kept as `None`) shadow the seed's.
 #[derive(Default)]
 pub struct MemoryKv {
@@ -35,13 +47,17 @@ impl MemoryKv {
         &self,
         namespace: &str,
         writes: &BTreeMap<String, Option<Vec<u8>>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), MemoryKvError> {
         for (key, value) in writes {
-            let version = self.get(namespace, key).await?.map_or(0, |v| v.version) + 1;
+            let found = self
+                .get(namespace, key)
+                .await
+                .map_err(MemoryKvError::Read)?;
+            let version = found.map_or(0, |v| v.version) + 1;
             let entry = value.clone().map(|value| KvValue { value, version });
             self.entries
                 .lock()
-                .map_err(|_| "memory kv poisoned".to_owned())?
+                .map_err(|_| MemoryKvError::Poisoned)?
                 .insert((namespace.to_owned(), key.clone()), entry);
         }
         Ok(())

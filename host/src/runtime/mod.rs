@@ -17,7 +17,7 @@ pub use config::{CanaryConfig, PluginConfig, RollbackConfig, RuntimeConfig};
 pub use effects::{Effects, EmittedEvent, KvFuture, KvSource, KvValue};
 pub use host::{MAX_EVENT_PAYLOAD_BYTES, MAX_KV_KEY_BYTES, MAX_KV_VALUE_BYTES};
 pub use limits::DeliveryTotals;
-pub use memory_kv::MemoryKv;
+pub use memory_kv::{MemoryKv, MemoryKvError};
 pub use plugin::{
     Invocation, LoadError, Plugin, PluginFailure, PluginLimits, VERSION_DIGITS, short_version,
 };

@@ -63,7 +63,8 @@ impl StoreConfig {
     /// and the limits. `Err((key, message))` with the key under `store`.
     pub fn validate(&mut self, base_dir: &Path) -> Result<(), (&'static str, String)> {
         self.url = resolve_sqlite_path(&self.url, base_dir);
-        self.url = super::check_tls_params(&self.url, base_dir).map_err(|m| ("url", m))?;
+        self.url =
+            super::check_tls_params(&self.url, base_dir).map_err(|m| ("url", m.to_string()))?;
         if self.commit_batch == 0 {
             return Err(("commit_batch", "must be at least 1".into()));
         }

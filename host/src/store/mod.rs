@@ -54,7 +54,7 @@ pub use kv::KvEntry;
 pub use outbox::{OUTBOX_NOTIFY_CHANNEL, OutboxRow, OutboxStatus};
 pub use reads::BatchedReads;
 pub use secrets::SealSecrets;
-pub use tls::check_tls_params;
+pub use tls::{StoreTlsError, check_tls_params};
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;

@@ -6,24 +6,49 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::common::pem::{read_certs, read_key};
+use crate::common::pem::{PemError, read_certs, read_key};
 
 /// The modes this build implements. libpq's `allow` (plain first, TLS if the server insists)
 /// is not one: sqlx would treat it as `disable`.
 const MODES: [&str; 5] = ["disable", "prefer", "require", "verify-ca", "verify-full"];
 
+/// Why the TLS parameters of a PostgreSQL store URL are refused. Never quotes the URL (it
+/// may hold a password).
+#[derive(Debug, thiserror::Error)]
+pub enum StoreTlsError {
+    /// The URL does not parse.
+    #[error("not a valid PostgreSQL URL ({0})")]
+    Url(#[from] url::ParseError),
+    /// An `sslmode` this build does not implement.
+    #[error("sslmode={0} is not supported; use one of {modes}", modes = MODES.join(", "))]
+    Mode(String),
+    /// `sslrootcert`, `sslcert` or `sslkey` names a file that is not usable.
+    #[error("{param}: {error}")]
+    File {
+        /// The libpq name of the parameter.
+        param: &'static str,
+        #[source]
+        error: PemError,
+    },
+    /// Only one of `sslcert` and `sslkey` is set.
+    #[error(
+        "sslcert and sslkey go together: set both (the client certificate and its private \
+         key) or neither"
+    )]
+    CertWithoutKey,
+}
+
 /// Checks the TLS parameters of a PostgreSQL store URL and returns the URL to use:
 /// relative certificate paths resolved against `base_dir` (the config file's folder), and
 /// `sslmode=require` with an `sslrootcert` raised to `verify-ca`, as libpq does. Other URLs
 /// come back as they are. Errors never quote the URL (it may hold a password).
-pub fn check_tls_params(store_url: &str, base_dir: &Path) -> Result<String, String> {
+pub fn check_tls_params(store_url: &str, base_dir: &Path) -> Result<String, StoreTlsError> {
     let is_postgres =
         store_url.starts_with("postgres://") || store_url.starts_with("postgresql://");
     if !is_postgres || !store_url.contains('?') {
         return Ok(store_url.to_owned());
     }
-    let mut url =
-        url::Url::parse(store_url).map_err(|e| format!("not a valid PostgreSQL URL ({e})"))?;
+    let mut url = url::Url::parse(store_url)?;
     let mut pairs: Vec<(String, String)> = url.query_pairs().into_owned().collect();
     let mut changed = false;
     let (mut mode, mut root, mut cert, mut key) = (None, None, None, None);
@@ -31,10 +56,7 @@ pub fn check_tls_params(store_url: &str, base_dir: &Path) -> Result<String, Stri
         match canonical(name) {
             Some("sslmode") => {
                 if !MODES.contains(&value.as_str()) {
-                    return Err(format!(
-                        "sslmode={value} is not supported; use one of {}",
-                        MODES.join(", ")
-                    ));
+                    return Err(StoreTlsError::Mode(value.clone()));
                 }
                 mode = Some(value.clone());
             }
@@ -52,7 +74,7 @@ pub fn check_tls_params(store_url: &str, base_dir: &Path) -> Result<String, Stri
                 } else {
                     read_certs(&path).map(|_| ())
                 };
-                checked.map_err(|m| format!("{param}: {m}"))?;
+                checked.map_err(|error| StoreTlsError::File { param, error })?;
                 *value = path.display().to_string();
                 match param {
                     "sslrootcert" => root = Some(()),
@@ -64,11 +86,7 @@ pub fn check_tls_params(store_url: &str, base_dir: &Path) -> Result<String, Stri
         }
     }
     if cert.is_some() != key.is_some() {
-        return Err(
-            "sslcert and sslkey go together: set both (the client certificate and its \
-                    private key) or neither"
-                .into(),
-        );
+        return Err(StoreTlsError::CertWithoutKey);
     }
     if mode.as_deref() == Some("require") && root.is_some() {
         for (name, value) in &mut pairs {
@@ -142,16 +160,25 @@ mod tests {
         assert_eq!(root.map(|(_, v)| v.into_owned()), Some(want), "{out}");
         assert!(out.starts_with("postgres://u:pw@db/c?"), "{out}");
 
-        let err = check_tls_params("postgres://u:pw@db/c?sslmode=allow", base).unwrap_err();
+        let err = check_tls_params("postgres://u:pw@db/c?sslmode=allow", base)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("sslmode=allow is not supported"), "{err}");
         assert!(!err.contains("pw"), "{err}");
 
         let err = check_tls_params("postgres://db/c?sslmode=require&sslrootcert=no.pem", base)
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("sslrootcert: cannot read"), "{err}");
 
-        let err = check_tls_params("postgres://db/c?sslcert=ca.pem", base).unwrap_err();
-        assert!(err.contains("sslcert and sslkey go together"), "{err}");
+        let err = check_tls_params("postgres://db/c?sslcert=ca.pem", base)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "sslcert and sslkey go together: set both (the client certificate and its private \
+             key) or neither"
+        );
 
         let out =
             check_tls_params("postgres://db/c?sslmode=require&ssl-ca=ca.pem", base).expect("valid");
