@@ -364,7 +364,10 @@ mod tests {
             "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_owned(),
         )];
         let delivery = off.delivery(&facts(&headers));
-        assert!(delivery.0.is_none(), "no delivery span when off");
+        assert!(
+            delivery.otel.is_none(),
+            "no OpenTelemetry delivery span when off"
+        );
         let inside = within(&delivery, async {
             // Nothing made current: the hooks find no span and build none.
             assert!(!Context::current().has_active_span());
