@@ -315,7 +315,14 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
     }
     stop_sink.store(true, Ordering::Relaxed);
     stop_sampler.store(true, Ordering::Relaxed);
-    sink.await?;
+    // Bounded like every broker step: a sink stuck on the broker must not hang the checker.
+    match tokio::time::timeout(Duration::from_secs(30), sink).await {
+        Ok(stopped) => stopped?,
+        Err(_) => {
+            eprintln!("chaos: the sink did not stop within 30 s");
+            drained = false;
+        }
+    }
     sampler.await?;
 
     let sent = ledger.sent.lock().await.clone();

@@ -15,6 +15,12 @@ use crate::checker::Arrival;
 
 pub const SINK_QUEUE: &str = "chaos-sink";
 
+/// Bound on opening a session (channel, prefetch, consume) and on one ack. lapin can leave
+/// such a step pending forever when the broker goes away in the middle of it (a full run
+/// saw the sink stop consuming for good after a broker restart): a step past this bound
+/// ends the session, and the sink reconnects.
+const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Consumes the sink until `stop`, reconnecting through broker faults.
 pub async fn run(
     urls: Vec<String>,
@@ -42,22 +48,28 @@ async fn session(
     down: &mut bool,
 ) -> anyhow::Result<()> {
     let conn = broker::connect(urls).await?;
-    let ch = conn.create_channel().await?;
-    ch.basic_qos(500, BasicQosOptions::default()).await?;
-    let mut consumer = ch
-        .basic_consume(
-            SINK_QUEUE.into(),
-            "chaos-sink".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
+    let open = async {
+        let ch = conn.create_channel().await?;
+        ch.basic_qos(500, BasicQosOptions::default()).await?;
+        let consumer = ch
+            .basic_consume(
+                SINK_QUEUE.into(),
+                "chaos-sink".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        anyhow::Ok((ch, consumer))
+    };
+    let (ch, mut consumer) = tokio::time::timeout(STEP_TIMEOUT, open)
+        .await
+        .map_err(|_| anyhow::anyhow!("opening the sink's channel timed out"))??;
     *down = false;
     while !stop.load(Ordering::Relaxed) {
         let next = tokio::time::timeout(Duration::from_millis(500), consumer.next()).await;
         let delivery = match next {
             Err(_) => {
-                if !conn.status().connected() {
+                if !conn.status().connected() || !ch.status().connected() {
                     anyhow::bail!("connection lost");
                 }
                 continue;
@@ -76,7 +88,9 @@ async fn session(
             at_ms: started.elapsed().as_millis() as u64,
             redelivered: delivery.redelivered,
         });
-        delivery.acker.ack(BasicAckOptions::default()).await?;
+        tokio::time::timeout(STEP_TIMEOUT, delivery.acker.ack(BasicAckOptions::default()))
+            .await
+            .map_err(|_| anyhow::anyhow!("an ack timed out"))??;
     }
     Ok(())
 }
