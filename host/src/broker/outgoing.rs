@@ -3,6 +3,10 @@
 //! plugin's odd event is a clear error instead of a lapin panic or a broker `FRAME_ERROR`
 //! that kills the connection (and every route on it) and loops on redelivery.
 //!
+//! A retry or dead-letter copy is built whole by one call, [`handed_on_properties`]: the
+//! received headers, Carteiro's story of the failure ([`CopyStory`]) and the original's
+//! properties.
+//!
 //! Limits enforced here:
 //! - short strings (content type, message id, correlation id, header names, ...) at most
 //!   255 bytes ([`MAX_SHORT_STRING`]); lapin's `From<&str>` panics above that;
@@ -14,6 +18,8 @@
 //! retry copy's delay is its tier's TTL) nor `user-id` (RabbitMQ refuses a `user-id` that is
 //! not the publishing connection's user, which would loop the copy forever).
 
+use crate::common::header_names as h;
+use crate::common::labels::FailureKind;
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 
@@ -105,8 +111,8 @@ pub fn without_broker_records(table: &FieldTable, keep_renamed: bool) -> FieldTa
     out
 }
 
-/// The properties of a copy of a received message (retry tier, dead-letter exchange,
-/// replay): everything the publisher set except `expiration` and `user-id`, persistent, with
+/// The properties of a copy of a received message (retry tier, dead-letter exchange):
+/// everything the publisher set except `expiration` and `user-id`, persistent, with
 /// `headers` in place of the original table.
 pub fn copy_properties(original: &BasicProperties, headers: FieldTable) -> BasicProperties {
     let mut p = BasicProperties::default()
@@ -137,6 +143,80 @@ pub fn copy_properties(original: &BasicProperties, headers: FieldTable) -> Basic
         p = p.with_timestamp(*v);
     }
     p
+}
+
+/// Where a copy of a received message goes, with what only that kind of copy says.
+#[derive(Debug, Clone, Copy)]
+pub enum HandOn<'a> {
+    /// A retry tier; the copy counts as `attempt` when it comes back.
+    Retry { attempt: i64 },
+    /// The route's dead-letter exchange: the failure, who failed it and after how many
+    /// attempts.
+    DeadLetter {
+        kind: FailureKind,
+        plugin: &'a str,
+        plugin_sha256: &'a str,
+        attempts: i64,
+        route: &'a str,
+    },
+}
+
+/// What Carteiro's own headers on a retry or dead-letter copy say.
+#[derive(Debug, Clone, Copy)]
+pub struct CopyStory<'a> {
+    /// Where the message was first published (kept across every hop).
+    pub original_exchange: &'a str,
+    pub original_routing_key: &'a str,
+    /// The received copy's first-failure time, if it has one (only a sealed copy does).
+    pub first_failure_at: Option<i64>,
+    /// Why it is handed on (already capped).
+    pub reason: &'a str,
+    /// This failure's time (unix ms).
+    pub now_ms: i64,
+    pub to: HandOn<'a>,
+}
+
+/// The properties of a retry or dead-letter copy of a received message: `received` (the
+/// delivery's checked headers) with Carteiro's story set, and the original's properties as
+/// [`copy_properties`] keeps them. The broker's bookkeeping headers are dropped from retry
+/// copies (the tier hop writes its own) and kept renamed on dead-letter copies (see
+/// [`without_broker_records`]).
+pub fn handed_on_properties(
+    original: &BasicProperties,
+    received: &FieldTable,
+    story: &CopyStory<'_>,
+) -> BasicProperties {
+    let dead_letter = matches!(story.to, HandOn::DeadLetter { .. });
+    let mut headers = without_broker_records(received, dead_letter);
+    let first = story.first_failure_at.unwrap_or(story.now_ms);
+    set_text(&mut headers, h::ORIGINAL_EXCHANGE, story.original_exchange);
+    set_text(
+        &mut headers,
+        h::ORIGINAL_ROUTING_KEY,
+        story.original_routing_key,
+    );
+    set_int(&mut headers, h::FIRST_FAILURE_AT, first);
+    set_int(&mut headers, h::LAST_FAILURE_AT, story.now_ms);
+    set_text(&mut headers, h::LAST_REASON, story.reason);
+    match story.to {
+        HandOn::Retry { attempt } => set_int(&mut headers, h::ATTEMPT, attempt),
+        HandOn::DeadLetter {
+            kind,
+            plugin,
+            plugin_sha256,
+            attempts,
+            route,
+        } => {
+            set_text(&mut headers, h::REASON, story.reason);
+            set_text(&mut headers, h::FAILURE_KIND, kind.label());
+            set_text(&mut headers, h::PLUGIN, plugin);
+            set_text(&mut headers, h::PLUGIN_SHA256, plugin_sha256);
+            set_int(&mut headers, h::ATTEMPTS, attempts);
+            set_text(&mut headers, h::ROUTE, route);
+            set_int(&mut headers, h::DEAD_LETTERED_AT, story.now_ms);
+        }
+    }
+    copy_properties(original, headers)
 }
 
 /// The properties of an outbox event: `event_id` as `message_id`, persistent, the commit
@@ -268,6 +348,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+    use crate::broker::field_table::{header_int, header_text};
 
     #[test]
     fn reasons_are_capped_at_a_char_boundary() {
@@ -339,6 +420,59 @@ mod tests {
                 "x-received-x-last-death-queue",
                 "x-tenant"
             ]
+        );
+    }
+
+    fn story(to: HandOn<'static>) -> CopyStory<'static> {
+        CopyStory {
+            original_exchange: "shop",
+            original_routing_key: "order.created",
+            first_failure_at: Some(5),
+            reason: "busy",
+            now_ms: 9,
+            to,
+        }
+    }
+
+    #[test]
+    fn a_copy_tells_its_story_in_carteiro_headers() {
+        let mut received = FieldTable::default();
+        set_text(&mut received, "x-death", "record");
+        set_text(&mut received, "x-tenant", "acme");
+        let headers = |to| {
+            handed_on_properties(&BasicProperties::default(), &received, &story(to))
+                .headers()
+                .clone()
+                .unwrap_or_default()
+        };
+        let retry = headers(HandOn::Retry { attempt: 2 });
+        assert_eq!(header_int(Some(&retry), h::ATTEMPT), Some(2));
+        assert_eq!(header_int(Some(&retry), h::FIRST_FAILURE_AT), Some(5));
+        assert_eq!(header_int(Some(&retry), h::LAST_FAILURE_AT), Some(9));
+        assert_eq!(header_text(Some(&retry), h::REASON), None);
+        assert_eq!(header_text(Some(&retry), "x-death"), None);
+        let dead = headers(HandOn::DeadLetter {
+            kind: FailureKind::Trap,
+            plugin: "orders",
+            plugin_sha256: "ab",
+            attempts: 3,
+            route: "q",
+        });
+        assert_eq!(
+            header_text(Some(&dead), h::FAILURE_KIND).as_deref(),
+            Some("trap")
+        );
+        assert_eq!(header_text(Some(&dead), h::REASON).as_deref(), Some("busy"));
+        assert_eq!(header_int(Some(&dead), h::ATTEMPTS), Some(3));
+        assert_eq!(header_int(Some(&dead), h::DEAD_LETTERED_AT), Some(9));
+        assert_eq!(header_int(Some(&dead), h::ATTEMPT), None);
+        assert_eq!(
+            header_text(Some(&dead), "x-received-x-death").as_deref(),
+            Some("record")
+        );
+        assert_eq!(
+            header_text(Some(&dead), "x-tenant").as_deref(),
+            Some("acme")
         );
     }
 
