@@ -6,26 +6,32 @@
 //! - `context`: what a route's deliveries need: its settings, its dependencies and the plugin
 //!   slot a reload swaps.
 //! - `worker`: connect, declare, consume, reconnect — one supervisor per route.
-//! - `received`: what a delivery says, its Carteiro headers believed only when sealed.
-//! - `plan`: what to do with a delivery, decided as data (pure, unit-tested).
-//! - `process`: one delivery from receipt to ack (the heart): carries the plan out.
+//!
+//! One delivery, in reading order (the heart):
+//! - `process`: from receipt to ack, top to bottom — facts, version, guards, key, inbox,
+//!   handler — each step ending in a plan for `apply`;
+//! - `received`: what a delivery says, its Carteiro headers believed only when sealed;
+//! - `key`: idempotency keys;
+//! - `plan`: what to do with a delivery, decided as data (pure, unit-tested);
+//! - `apply`: the one place that acts: retry and dead-letter copies (built whole by
+//!   `broker::outgoing`), the commit, the ack, nack or reject, and the outcome's metrics;
 //! - `acks`: acks of settled deliveries, sent in runs (`multiple`).
-//! - `disposition`: confirmed hand-off to a retry tier or the dead-letter exchange.
+//!
+//! Beside it:
 //! - `archiver`: `Q.dlq` → `dead_letters` table.
 //! - `gate`: pause consumption while the store refuses writes.
-//! - `key`: idempotency keys.
 //! - `canary`: a new plugin version on a share of the deliveries, rolled back on failures;
 //!   `canary_decisions`: how canaries ended, kept in the store.
 //! - `live_shadow`: a new plugin version compared with the live one on sampled deliveries
 //!   (the dead-letter kind, over archived messages, is `dlq::shadow_replay`).
 
 mod acks;
+mod apply;
 mod archiver;
 pub mod canary;
 pub mod canary_decisions;
 mod config;
 mod context;
-mod disposition;
 mod gate;
 mod key;
 pub mod live_shadow;

@@ -1,6 +1,6 @@
 //! Deciding what to do with a delivery, as data: a pure function of the delivery's facts,
-//! the route's policy and the handler's result. `process` carries the plan out; nothing
-//! here touches the broker, the store or the metrics, so every branch is unit-tested.
+//! the route's policy and the handler's result. `apply` carries the plan out; nothing here
+//! touches the broker, the store or the metrics, so every branch is unit-tested.
 
 use super::config::{FailurePolicy, RetryConfig};
 use crate::broker::outgoing::cap_reason;

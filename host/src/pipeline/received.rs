@@ -22,11 +22,18 @@ pub struct Received {
     pub attempt: u32,
     /// The attempt the plugin is told: only a trusted `x-carteiro-attempt`, else 1.
     pub sealed_attempt: u32,
+    /// When the message first failed, from a trusted `x-carteiro-first-failure-at` (only a
+    /// sealed copy still has one: others were renamed).
+    pub first_failure_at: Option<i64>,
     /// Where the message was first published (trusted headers, else the delivery's own).
     pub exchange: String,
+    /// The routing key it was first published with (likewise).
     pub routing_key: String,
+    /// The AMQP `message_id`, a possible idempotency key.
     pub message_id: Option<String>,
+    /// The AMQP `content_type`, checked by the route's guard.
     pub content_type: Option<String>,
+    /// The body's size in bytes, checked against the route's `max_body_size`.
     pub body_len: u64,
 }
 
@@ -80,6 +87,7 @@ impl Received {
             .unwrap_or_else(|| delivery.routing_key.as_str().to_owned());
         Self {
             headers: to_text_pairs(&table),
+            first_failure_at: header_int(Some(&table), h::FIRST_FAILURE_AT),
             table,
             attempt,
             sealed_attempt,
