@@ -153,13 +153,19 @@ mod tests {
 
     const HOLD: Duration = Duration::from_millis(2);
 
+    /// A plan with these tags acked at `at`.
+    fn acked(tags: &[u64], at: Instant) -> AckPlan {
+        let mut plan = AckPlan::default();
+        for &tag in tags {
+            plan.ack(tag, at);
+        }
+        plan
+    }
+
     #[test]
     fn a_contiguous_run_is_one_multiple_ack() {
-        let mut plan = AckPlan::default();
         let now = Instant::now();
-        for tag in [3, 1, 2] {
-            plan.ack(tag, now);
-        }
+        let mut plan = acked(&[3, 1, 2], now);
         assert_eq!(plan.take(now, HOLD), vec![(3, true)]);
         plan.ack(4, now);
         assert_eq!(plan.take(now, HOLD), vec![(4, true)]);
@@ -168,11 +174,8 @@ mod tests {
 
     #[test]
     fn acks_behind_a_running_delivery_wait_then_go_alone() {
-        let mut plan = AckPlan::default();
         let t0 = Instant::now();
-        plan.ack(1, t0);
-        plan.ack(3, t0);
-        plan.ack(4, t0);
+        let mut plan = acked(&[1, 3, 4], t0);
         // 2 still runs: 1 goes now, 3 and 4 wait for it ...
         assert_eq!(plan.take(t0, HOLD), vec![(1, true)]);
         assert_eq!(plan.deadline(HOLD), Some(t0 + HOLD));
@@ -188,10 +191,8 @@ mod tests {
 
     #[test]
     fn a_nacked_delivery_lets_the_run_pass() {
-        let mut plan = AckPlan::default();
         let now = Instant::now();
-        plan.ack(1, now);
-        plan.ack(3, now);
+        let mut plan = acked(&[1, 3], now);
         assert_eq!(plan.take(now, HOLD), vec![(1, true)]);
         plan.settled_elsewhere(2);
         assert_eq!(plan.take(now, HOLD), vec![(3, true)]);
@@ -204,10 +205,8 @@ mod tests {
 
     #[test]
     fn closing_sends_everything() {
-        let mut plan = AckPlan::default();
         let now = Instant::now();
-        plan.ack(2, now);
-        plan.ack(3, now);
+        let mut plan = acked(&[2, 3], now);
         assert_eq!(plan.take(now, Duration::ZERO), vec![(2, false), (3, false)]);
         assert!(plan.pending.is_empty());
     }
