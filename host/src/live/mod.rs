@@ -2,18 +2,23 @@
 //!
 //! - this file: the handle the admin server and the SIGHUP forwarder use to ask for a
 //!   reload, and what runs now (plugin versions, the last reload's outcome) for `/readyz`.
-//! - `reload`: the [`Supervisor`] that owns the running routes and applies a reload: read
-//!   and validate the config, compile changed plugins, declare new routes' topology — all
-//!   before anything changes — then swap plugin versions, stop removed routes and start
-//!   added ones. A reload that fails at any step changes nothing.
+//! - `supervisor`: the [`Supervisor`] that owns the running routes and what they run, and
+//!   serves reload requests one at a time.
+//! - `reload`: one reload: read and validate the config, compile changed plugins, declare
+//!   new routes' topology — all before anything changes — then swap plugin versions, stop
+//!   removed routes and start added ones. A reload that fails at any step changes nothing.
+//! - `diff`: what a new config changes against the running one (routes to restart, plugins
+//!   to compile, restart-only sections, `[admin]` keys, credentials that refuse a reload).
 //! - `error`: why a reload was refused ([`ReloadError`]) or a canary could not be ended
 //!   ([`CanaryError`]).
 
+mod diff;
 mod error;
 mod reload;
+mod supervisor;
 
 pub use error::{CanaryError, ReloadError};
-pub use reload::{Shared, Supervisor};
+pub use supervisor::{Shared, Supervisor};
 
 use crate::pipeline::canary::Canary;
 use crate::pipeline::live_shadow::ShadowLog;
