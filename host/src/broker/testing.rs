@@ -29,3 +29,21 @@ pub(crate) async fn test_connection() -> lapin::Connection {
         Err(err) => panic!("{err}"),
     }
 }
+
+/// Declares an exchange for a test (the test fails if the broker refuses).
+pub(crate) async fn declare_exchange(
+    channel: &lapin::Channel,
+    name: &str,
+    kind: lapin::ExchangeKind,
+    options: lapin::options::ExchangeDeclareOptions,
+) {
+    channel
+        .exchange_declare(
+            name.into(),
+            kind,
+            options,
+            lapin::types::FieldTable::default(),
+        )
+        .await
+        .expect("declare exchange");
+}

@@ -5,11 +5,10 @@
 //! crash mid-way can only leave a message in both queues, never in neither (the archive
 //! may then hold it twice).
 
-use lapin::options::{BasicAckOptions, BasicGetOptions, BasicPublishOptions, QueueDeclareOptions};
-use lapin::types::FieldTable;
+use lapin::options::{BasicAckOptions, BasicGetOptions, BasicPublishOptions};
 use lapin::{Confirmation, Connection};
 
-use crate::topology::{dlq_name, parked_name};
+use crate::topology::{dlq_name, parked_name, queue_state};
 
 /// Why an unpark stopped.
 #[derive(Debug, thiserror::Error)]
@@ -39,12 +38,7 @@ pub async fn unpark(conn: &Connection, route: &str) -> Result<u64, UnparkError> 
         source,
     };
     let channel = conn.create_channel().await.map_err(broker)?;
-    let passive = QueueDeclareOptions {
-        passive: true,
-        ..Default::default()
-    };
-    let count = channel
-        .queue_declare(parked.as_str().into(), passive, FieldTable::default())
+    let count = queue_state(&channel, &parked)
         .await
         .map_err(|source| UnparkError::NoParkedQueue {
             queue: parked.clone(),

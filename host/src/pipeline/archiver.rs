@@ -17,11 +17,11 @@ use crate::broker::field_table::{header_int, header_text, to_text_pairs};
 use crate::broker::seal;
 use crate::common::{header_names as h, now_ms};
 use crate::store::NewDeadLetter;
-use crate::topology::{QueueType, dlq_name, parked_name};
+use crate::topology::{QueueType, dlq_name, parked_name, queue_state};
 use futures::StreamExt;
 use lapin::BasicProperties;
 use lapin::message::Delivery;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use std::sync::Arc;
 use std::time::Duration;
@@ -211,13 +211,7 @@ pub async fn watch_parked(
         let Ok(channel) = conn.create_channel().await else {
             return;
         };
-        let passive = QueueDeclareOptions {
-            passive: true,
-            ..Default::default()
-        };
-        let declared = channel
-            .queue_declare(parked.as_str().into(), passive, FieldTable::default())
-            .await;
+        let declared = queue_state(&channel, &parked).await;
         let _ = channel.close(200, "looked".into()).await;
         let Ok(queue) = declared else { continue };
         let count = queue.message_count();

@@ -293,3 +293,15 @@ async fn bind(
         .await;
     finish(channel, entity, result).await
 }
+
+/// The queue `name` as the broker has it now, by a passive declare: its ready messages and
+/// consumers. A queue that does not exist is an error (`NOT_FOUND`), which closes `channel`.
+pub async fn queue_state(channel: &Channel, name: &str) -> lapin::Result<lapin::Queue> {
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    channel
+        .queue_declare(name.into(), passive, FieldTable::default())
+        .await
+}

@@ -12,7 +12,7 @@ use lapin::{
 };
 
 use super::*;
-use crate::broker::testing::{test_connection, unique_name};
+use crate::broker::testing::{declare_exchange, test_connection, unique_name};
 
 fn route(queue: &str, queue_type: QueueType) -> RouteTopology {
     RouteTopology {
@@ -53,13 +53,7 @@ async fn remove(conn: &Connection, d: &DeclaredRoute, exchanges: &[String]) {
 
 async fn queue_exists(conn: &Connection, name: &str) -> bool {
     let ch = conn.create_channel().await.expect("channel");
-    let opts = QueueDeclareOptions {
-        passive: true,
-        ..Default::default()
-    };
-    ch.queue_declare(name.into(), opts, FieldTable::default())
-        .await
-        .is_ok()
+    queue_state(&ch, name).await.is_ok()
 }
 
 #[tokio::test]
@@ -146,18 +140,12 @@ async fn existing_exchange_of_another_type_is_reported() {
     let q = unique_name("xtype");
     let exchange = format!("{q}.events");
     let ch = conn.create_channel().await.expect("channel");
-    let opts = ExchangeDeclareOptions {
+    let durable = ExchangeDeclareOptions {
         durable: true,
         ..Default::default()
     };
-    ch.exchange_declare(
-        exchange.as_str().into(),
-        ExchangeKind::Direct,
-        opts,
-        FieldTable::default(),
-    )
-    .await
-    .expect("pre-declare a direct exchange");
+    // A direct exchange where the route wants a topic one.
+    declare_exchange(&ch, &exchange, ExchangeKind::Direct, durable).await;
     match declare_route(&conn, &route(&q, QueueType::Classic)).await {
         Err(TopologyError::ExchangeMismatch {
             exchange: x,
