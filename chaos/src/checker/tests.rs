@@ -1,0 +1,370 @@
+//! The checker on states with known defects (and one without).
+
+use super::*;
+use crate::config::{
+    NS_COUNTER, NS_DOWNSTREAM, NS_ENROLL, NS_FLAKY, ROUTE_COUNTER, ROUTE_ENROLL, ROUTE_FLAKY,
+};
+
+fn sent(number: u64, kind: Kind) -> Sent {
+    Sent::new(number, kind)
+}
+
+fn kv(state: &mut State, ns: &str, key: &str, value: &str) {
+    state.kv.insert((ns.into(), key.into()), value.into());
+}
+
+fn event(state: &mut State, id: i64, route: &str, source: &str, at_ms: u64) -> String {
+    let event_id = format!("ev-{id}");
+    state.outbox.push(OutboxRow {
+        id,
+        event_id: event_id.clone(),
+        route: route.into(),
+        ordering_key: format!("{route}/{source}"),
+        published: true,
+    });
+    kv(state, NS_DOWNSTREAM, &format!("seen/{event_id}"), "1");
+    state.sink.push(Arrival {
+        event_id: event_id.clone(),
+        at_ms,
+        redelivered: false,
+    });
+    event_id
+}
+
+/// One enrollment, two counter messages on one key, one flaky and one poison message,
+/// every effect once.
+fn clean() -> State {
+    let mut s = State {
+        window_ms: 1_000,
+        lead_ms: 500,
+        drained: true,
+        ..State::default()
+    };
+    let enroll = sent(1, Kind::Enroll);
+    let c1 = sent(2, Kind::Counter { key: "hot".into() });
+    let c2 = sent(3, Kind::Counter { key: "hot".into() });
+    let flaky = sent(4, Kind::Flaky { until: 3 });
+    let poison = sent(5, Kind::PoisonJson);
+    kv(&mut s, NS_ENROLL, "matricula/1", "{}");
+    for i in 0..3 {
+        event(&mut s, 1 + i, ROUTE_ENROLL, &enroll.id, 10 + i as u64);
+    }
+    for (i, c) in [&c1, &c2].into_iter().enumerate() {
+        kv(&mut s, NS_COUNTER, &format!("seen/{}", c.id), "1");
+        event(&mut s, 10 + i as i64, ROUTE_COUNTER, &c.id, 20);
+    }
+    kv(&mut s, NS_COUNTER, "counter/hot", "2");
+    kv(&mut s, NS_COUNTER, "runs", "2");
+    kv(&mut s, NS_FLAKY, &format!("done/{}", flaky.id), "3");
+    s.dead_letters.push(DeadLetter {
+        route: ROUTE_ENROLL.into(),
+        message_id: Some(poison.id.clone()),
+        reason: "invalid matricula.confirmada: expected value".into(),
+    });
+    for x in [&enroll, &c1, &c2, &flaky, &poison] {
+        s.inbox.insert((x.kind.route().into(), x.id.clone()));
+    }
+    s.sent = vec![enroll, c1, c2, flaky, poison];
+    s
+}
+
+/// Checks `s`, which must pass.
+fn passing(s: &State) -> Findings {
+    let f = check(s);
+    assert!(f.passed(), "{f:#?}");
+    f
+}
+
+/// Checks `s`, which must fail.
+fn failing(s: &State) -> Findings {
+    let f = check(s);
+    assert!(!f.passed(), "{f:#?}");
+    f
+}
+
+/// Removes the flaky input's effect from `s`; returns its id.
+fn undo_flaky(s: &mut State) -> String {
+    let flaky = s.sent[3].id.clone();
+    s.kv.remove(&(NS_FLAKY.into(), format!("done/{flaky}")));
+    flaky
+}
+
+#[test]
+fn a_clean_state_passes() {
+    let f = passing(&clean());
+    assert_eq!((f.inputs, f.events, f.dead_letters), (5, 5, 1));
+}
+
+#[test]
+fn one_lost_message_and_one_duplicate_effect_are_both_reported() {
+    let mut s = clean();
+    // The second counter message's effects vanished (and its event with them)...
+    let lost = s.sent[2].id.clone();
+    s.kv.remove(&(NS_COUNTER.into(), format!("seen/{lost}")));
+    s.kv.insert((NS_COUNTER.into(), "counter/hot".into()), "1".into());
+    s.kv.insert((NS_COUNTER.into(), "runs".into()), "1".into());
+    s.outbox
+        .retain(|r| r.ordering_key != format!("{ROUTE_COUNTER}/{lost}"));
+    s.sink.retain(|a| a.event_id != "ev-11");
+    s.kv.remove(&(NS_DOWNSTREAM.into(), "seen/ev-11".into()));
+    // ...and the first one's applied twice.
+    let twice = s.sent[1].id.clone();
+    s.kv.insert((NS_COUNTER.into(), format!("seen/{twice}")), "2".into());
+    let f = failing(&s);
+    assert_eq!(f.lost, 1, "{f:#?}");
+    assert_eq!(f.duplicate_effects, 1, "{f:#?}");
+    assert!(f.examples["lost"][0].contains(&lost), "{f:#?}");
+    assert!(
+        f.examples["duplicate_effects"][0].contains(&twice),
+        "{f:#?}"
+    );
+}
+
+#[test]
+fn a_queued_message_is_not_lost_and_an_unsent_effect_is_unexpected() {
+    let mut s = clean();
+    let flaky = undo_flaky(&mut s);
+    s.queued.insert(flaky);
+    kv(&mut s, NS_ENROLL, "matricula/999", "{}");
+    let f = failing(&s);
+    assert_eq!((f.lost, f.still_queued, f.unexpected), (0, 1, 1), "{f:#?}");
+}
+
+#[test]
+fn counters_above_their_messages_are_duplicates() {
+    let mut s = clean();
+    kv(&mut s, NS_COUNTER, "counter/hot", "3");
+    assert_eq!(check(&s).duplicate_effects, 1);
+}
+
+#[test]
+fn duplicate_events_are_judged_by_the_fault_window() {
+    let mut s = clean();
+    s.sink[0].at_ms = 2_800;
+    copy(&mut s, "ev-1", 4_400);
+    assert_eq!(failing(&s).duplicate_events_beyond_window, 1);
+    s.faults.push(fault(3_000, 3_500));
+    let f = passing(&s);
+    let duplicates = (
+        f.duplicate_events_beyond_window,
+        f.duplicate_events_within_window,
+    );
+    assert_eq!(duplicates, (0, 1));
+    // A redelivery to the sink itself (its ack was lost) is not a second publish.
+    s.faults.clear();
+    s.sink.last_mut().expect("arrival").redelivered = true;
+    passing(&s);
+}
+
+#[test]
+fn out_of_order_events_and_reasonless_dead_letters_fail() {
+    let mut s = clean();
+    s.sink.swap(0, 1);
+    s.dead_letters[0].reason = " ".into();
+    let f = failing(&s);
+    assert_eq!((f.order_violations, f.dead_letters_without_reason), (1, 1));
+}
+
+#[test]
+fn a_poison_message_published_twice_may_be_dead_lettered_twice() {
+    let mut s = clean();
+    let poison = s.sent[4].id.clone();
+    s.dead_letters.push(s.dead_letters[0].clone());
+    assert_eq!(check(&s).repeated_dead_letters, 1);
+    s.publishes.insert(poison, 2);
+    assert_eq!(passing(&s).repeated_dead_letters, 0);
+}
+
+#[test]
+fn a_good_message_dead_lettered_is_unexpected() {
+    let mut s = clean();
+    let flaky = undo_flaky(&mut s);
+    s.dead_letters.push(DeadLetter {
+        route: ROUTE_FLAKY.into(),
+        message_id: Some(flaky),
+        reason: "store unavailable".into(),
+    });
+    let f = failing(&s);
+    assert_eq!((f.unexpected, f.lost), (1, 0), "{f:#?}");
+}
+
+fn fault(start_ms: u64, end_ms: u64) -> FaultSpan {
+    FaultSpan {
+        start_ms,
+        end_ms,
+        recovered: true,
+    }
+}
+
+fn copy(s: &mut State, event_id: &str, at_ms: u64) {
+    s.sink.push(Arrival {
+        event_id: event_id.into(),
+        at_ms,
+        redelivered: false,
+    });
+}
+
+/// Faults every 2 s, whose windows (1 s after, 0.5 s before) overlap into one stretch:
+/// the old "any fault between the first and the last copy" rule passed every duplicate
+/// in it. Each copy now needs one fault whose window holds it and the first copy.
+#[test]
+fn a_duplicate_spread_over_several_faults_windows_fails_even_when_they_overlap() {
+    let mut s = clean();
+    s.faults = (0..20)
+        .map(|i| fault(10_000 + i * 2_000, 10_500 + i * 2_000))
+        .collect();
+    s.sink[0].at_ms = 10_200;
+    copy(&mut s, "ev-1", 40_100);
+    let f = failing(&s);
+    assert_eq!(f.duplicate_events_beyond_window, 1, "{f:#?}");
+    assert!(f.examples["duplicate_events_beyond_window"][0].contains("ev-1"));
+    // The same copy soon after the first, in one fault's window, is at least once.
+    s.sink.last_mut().expect("copy").at_ms = 11_400;
+    let f = passing(&s);
+    let duplicates = (
+        f.duplicate_events_beyond_window,
+        f.duplicate_events_within_window,
+    );
+    assert_eq!(duplicates, (0, 1), "{f:#?}");
+}
+
+#[test]
+fn a_duplicate_outside_every_window_fails_and_that_time_is_measured() {
+    let mut s = clean();
+    s.faults = vec![fault(1_000, 2_000), fault(20_000, 21_000)];
+    s.sink[0].at_ms = 8_000;
+    copy(&mut s, "ev-1", 9_000);
+    assert_eq!(failing(&s).duplicate_events_beyond_window, 1);
+    // 0..30 s, minus the windows 0.5..3 s and 19.5..22 s.
+    s.sink.last_mut().expect("copy").at_ms = 30_000;
+    assert_eq!(check(&s).ms_outside_windows, 30_000 - 2_500 - 2_500);
+}
+
+#[test]
+fn an_input_left_in_a_queue_fails_the_run() {
+    let mut s = clean();
+    let flaky = undo_flaky(&mut s);
+    s.queued.insert(flaky);
+    let f = failing(&s);
+    let counts = (f.lost, f.still_queued, f.left_in_queues);
+    assert_eq!(counts, (0, 1, 1), "{f:#?}");
+}
+
+/// A redelivery of a finished message, still in its queue: the drain did not finish.
+#[test]
+fn any_message_left_in_a_queue_fails_the_run_even_with_its_effect_done() {
+    let mut s = clean();
+    s.queued.insert(s.sent[0].id.clone());
+    let f = failing(&s);
+    assert_eq!((f.still_queued, f.left_in_queues), (0, 1), "{f:#?}");
+}
+
+#[test]
+fn an_event_with_no_downstream_effect_left_in_a_queue_fails_the_run() {
+    let mut s = clean();
+    s.kv.remove(&(NS_DOWNSTREAM.into(), "seen/ev-2".into()));
+    s.queued.insert("ev-2".into());
+    let f = failing(&s);
+    assert_eq!((f.lost, f.still_queued), (0, 1), "{f:#?}");
+}
+
+#[test]
+fn a_run_that_did_not_drain_fails() {
+    let mut s = clean();
+    s.drained = false;
+    failing(&s);
+}
+
+#[test]
+fn a_process_that_exited_on_its_own_fails_the_run() {
+    let mut s = clean();
+    s.exits
+        .push("gateway-1 exited (exit status: 1) at 12.0 s".into());
+    assert_eq!(failing(&s).unexpected_exits, 1);
+}
+
+#[test]
+fn a_fault_with_no_recovery_fails_the_run() {
+    let mut s = clean();
+    s.faults.push(FaultSpan {
+        recovered: false,
+        ..fault(1_000, 2_000)
+    });
+    assert_eq!(failing(&s).stalled_faults, 1);
+}
+
+/// The publisher gave up on a message whose publishes all timed out: the broker may never
+/// have had it, so no effect is not a loss. Once confirmed, it is.
+#[test]
+fn an_input_never_confirmed_with_no_effect_is_not_lost_but_a_confirmed_one_is() {
+    let mut s = clean();
+    let flaky = undo_flaky(&mut s);
+    s.unconfirmed.insert(flaky);
+    let f = passing(&s);
+    assert_eq!((f.lost, f.unconfirmed_without_effect), (0, 1), "{f:#?}");
+    s.unconfirmed.clear();
+    assert_eq!(failing(&s).lost, 1);
+}
+
+/// A poison input's dead letter parked in `Q.dlq.parked` is not lost, and is counted; a
+/// good input parked was dead-lettered, which is unexpected.
+#[test]
+fn parked_dead_letters_are_counted_not_lost_and_a_good_one_parked_fails() {
+    let mut s = clean();
+    let poison = s.sent[4].id.clone();
+    s.dead_letters.clear();
+    s.parked.insert(poison);
+    let f = passing(&s);
+    assert_eq!((f.lost, f.parked_dead_letters), (0, 1), "{f:#?}");
+    let flaky = undo_flaky(&mut s);
+    s.parked.insert(flaky);
+    let f = failing(&s);
+    assert_eq!((f.unexpected, f.lost), (1, 0), "{f:#?}");
+}
+
+#[test]
+fn an_event_marked_published_that_never_reached_the_sink_is_lost() {
+    let mut s = clean();
+    s.sink.retain(|a| a.event_id != "ev-3");
+    assert_eq!(failing(&s).lost, 1);
+}
+
+#[test]
+fn an_event_applied_twice_downstream_or_missing_there_fails() {
+    let mut s = clean();
+    kv(&mut s, NS_DOWNSTREAM, "seen/ev-2", "2");
+    kv(&mut s, NS_DOWNSTREAM, "seen/ev-3", "0");
+    let f = failing(&s);
+    assert_eq!((f.duplicate_effects, f.lost), (1, 1), "{f:#?}");
+}
+
+#[test]
+fn an_enrollment_with_too_few_or_too_many_outbox_rows_fails() {
+    let mut s = clean();
+    s.outbox.retain(|r| r.id != 3);
+    s.sink.retain(|a| a.event_id != "ev-3");
+    assert_eq!(failing(&s).lost, 1);
+    let mut s = clean();
+    let enroll = s.sent[0].id.clone();
+    event(&mut s, 4, ROUTE_ENROLL, &enroll, 30);
+    assert_eq!(failing(&s).duplicate_effects, 1);
+}
+
+#[test]
+fn a_transient_input_acked_too_early_or_a_poison_input_that_took_effect_is_unexpected() {
+    let mut s = clean();
+    let flaky = s.sent[3].id.clone();
+    kv(&mut s, NS_FLAKY, &format!("done/{flaky}"), "2");
+    assert_eq!(failing(&s).unexpected, 1);
+    let mut s = clean();
+    kv(&mut s, NS_ENROLL, "matricula/5", "{}");
+    assert_eq!(failing(&s).unexpected, 1);
+}
+
+#[test]
+fn events_and_inbox_records_for_nothing_sent_are_unexpected() {
+    let mut s = clean();
+    s.inbox.insert((ROUTE_COUNTER.into(), "m-999".into()));
+    copy(&mut s, "ev-999", 50);
+    assert_eq!(failing(&s).unexpected, 2);
+}
