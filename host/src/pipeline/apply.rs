@@ -22,6 +22,9 @@ use lapin::options::{BasicNackOptions, BasicRejectOptions};
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
+/// The target of a delivery's log lines, whichever file writes them: README documents
+/// `CARTEIRO_LOG=...,carteiro::pipeline::process=debug` for the `delivery settled` lines.
+const LOG: &str = "carteiro::pipeline::process";
 /// Wait before requeueing a delivery we could not settle (broker trouble).
 const REQUEUE_DELAY: Duration = Duration::from_millis(500);
 
@@ -68,7 +71,7 @@ impl Apply<'_> {
                 class,
             } => {
                 telemetry.delivery_failed(FailureKind::Retry);
-                tracing::info!(attempt = self.received.attempt, ?delay, %reason, "scheduling retry");
+                tracing::info!(target: LOG, attempt = self.received.attempt, ?delay, %reason, "scheduling retry");
                 match self.to_retry(delay, &reason).await {
                     Ok(outcome) => {
                         // A retry copy too big to publish was archived as a dead letter instead.
@@ -89,7 +92,7 @@ impl Apply<'_> {
                 class,
             } => {
                 telemetry.delivery_failed(kind);
-                tracing::warn!(%reason, %kind, "dead-lettering");
+                tracing::warn!(target: LOG, %reason, %kind, "dead-lettering");
                 match self.to_dead_letter(&reason, kind).await {
                     Ok(outcome) => {
                         self.count_handed_on(outcome, class);
@@ -176,6 +179,7 @@ impl Apply<'_> {
                 metrics.delivery(queue, outcome, started.elapsed());
                 metrics.version_delivery(queue, version, outcome);
                 tracing::debug!(
+                    target: LOG,
                     outcome = outcome.label(),
                     sha256 = self.plugin.digest(),
                     "delivery settled"
@@ -185,28 +189,28 @@ impl Apply<'_> {
             Settle::Requeue(why) => {
                 metrics.delivery(queue, Outcome::Requeued, started.elapsed());
                 metrics.version_delivery(queue, version, Outcome::Requeued);
-                tracing::warn!(reason = %why, "requeueing delivery; nothing was committed");
+                tracing::warn!(target: LOG, reason = %why, "requeueing delivery; nothing was committed");
                 tokio::time::sleep(REQUEUE_DELAY).await;
                 let requeue = BasicNackOptions {
                     requeue: true,
                     ..Default::default()
                 };
                 if let Err(e) = self.delivery.acker.nack(requeue).await {
-                    tracing::warn!(error = %e, "nack failed; the broker requeues it when the channel closes");
+                    tracing::warn!(target: LOG, error = %e, "nack failed; the broker requeues it when the channel closes");
                 }
                 acks.settled_elsewhere(tag);
             }
             Settle::Reject(why) => {
                 metrics.delivery(queue, Outcome::DeadLettered, started.elapsed());
                 metrics.version_delivery(queue, version, Outcome::DeadLettered);
-                tracing::warn!(reason = %why, "rejecting delivery to the dead-letter exchange");
+                tracing::warn!(target: LOG, reason = %why, "rejecting delivery to the dead-letter exchange");
                 if let Err(e) = self
                     .delivery
                     .acker
                     .reject(BasicRejectOptions { requeue: false })
                     .await
                 {
-                    tracing::warn!(error = %e, "reject failed; the broker requeues it when the channel closes");
+                    tracing::warn!(target: LOG, error = %e, "reject failed; the broker requeues it when the channel closes");
                 }
                 acks.settled_elsewhere(tag);
             }
@@ -324,7 +328,7 @@ impl Apply<'_> {
         kind: FailureKind,
     ) -> Result<Outcome, HandOnError> {
         let ctx = self.ctx;
-        tracing::warn!(%reason, %kind, "archiving the dead letter directly into the store");
+        tracing::warn!(target: LOG, %reason, %kind, "archiving the dead letter directly into the store");
         let record = archiver::record(
             ctx,
             ctx.settings.queue.clone(),
@@ -340,7 +344,7 @@ impl Apply<'_> {
         match ctx.deps.store.dead_letter_insert(&record).await {
             Ok(id) => {
                 ctx.deps.metrics.dead_letter_archived(&ctx.settings.queue);
-                tracing::info!(id, route = %ctx.settings.queue, "dead letter archived directly");
+                tracing::info!(target: LOG, id, route = %ctx.settings.queue, "dead letter archived directly");
                 Ok(Outcome::Archived)
             }
             // The store keeps any text: only store trouble is left.
