@@ -25,6 +25,18 @@ pub const SEAL: &str = "x-carteiro-seal";
 /// What untrusted Carteiro headers are renamed to (prefix).
 pub const UNTRUSTED_PREFIX: &str = "x-untrusted-carteiro-";
 
+/// A received message's headers as Carteiro believes them ([`SealKey::check`]).
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// Carteiro's own headers kept if the seal holds for the route, renamed
+    /// `x-untrusted-carteiro-*` if not; the seal itself removed.
+    pub table: FieldTable,
+    /// The seal holds for the route: the Carteiro headers are believed.
+    pub trusted: bool,
+    /// Carteiro headers came without a seal that holds for the route.
+    pub unsealed: bool,
+}
+
 /// The store-held keys that seal Carteiro's headers: the current one seals, and keys
 /// retired by a rotation still verify until their window ends. Clones share one keyring,
 /// which [`SealKey::update`] replaces while everything runs (a rotation needs no restart).
@@ -125,6 +137,23 @@ impl SealKey {
             AMQPValue::LongString(LongString::from(format!("{}:{tag}", key.id))),
         );
         properties.with_headers(table)
+    }
+
+    /// The headers of a message received on `route`, checked: [`has_ours`], then the seal
+    /// ([`Self::verify`]), then [`sanitize`].
+    pub fn check(&self, route: &str, properties: &BasicProperties, body: &[u8]) -> Checked {
+        let ours = has_ours(properties);
+        let trusted = ours && self.verify(route, properties, body);
+        let table = properties
+            .headers()
+            .as_ref()
+            .map(|t| sanitize(t, trusted))
+            .unwrap_or_default();
+        Checked {
+            table,
+            trusted,
+            unsealed: ours && !trusted,
+        }
     }
 
     /// True when `properties` carry a valid seal for `route`, by the key the seal names
@@ -239,6 +268,25 @@ mod tests {
         assert!(key.verify("orders", &sealed.clone().with_headers(table), b"body"));
         // No seal at all.
         assert!(!key.verify("orders", &props(2), b"body"));
+    }
+
+    #[test]
+    fn a_check_believes_a_sealed_copy_and_renames_an_unsealed_one() {
+        let key = SealKey::new(b"0123456789abcdef0123456789abcdef");
+        let sealed = key.check("orders", &key.seal("orders", props(2), b"body"), b"body");
+        assert!(sealed.trusted && !sealed.unsealed);
+        assert!(sealed.table.inner().contains_key("x-carteiro-attempt"));
+        assert!(!sealed.table.inner().contains_key(SEAL));
+        let forged = key.check("orders", &props(2), b"body");
+        assert!(!forged.trusted && forged.unsealed);
+        assert!(
+            forged
+                .table
+                .inner()
+                .contains_key("x-untrusted-carteiro-attempt")
+        );
+        let plain = key.check("orders", &BasicProperties::default(), b"body");
+        assert!(!plain.trusted && !plain.unsealed && plain.table.inner().is_empty());
     }
 
     #[test]

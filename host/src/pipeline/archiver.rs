@@ -14,7 +14,6 @@
 use super::context::RouteContext;
 use crate::broker::JitteredBackoff;
 use crate::broker::field_table::{header_int, header_text, to_text_pairs};
-use crate::broker::seal;
 use crate::common::{header_names as h, now_ms};
 use crate::store::NewDeadLetter;
 use crate::topology::{QueueType, dlq_name, parked_name, queue_state};
@@ -121,12 +120,11 @@ pub fn record(
 
 fn record_of(ctx: &RouteContext, delivery: &Delivery) -> NewDeadLetter {
     let props = &delivery.properties;
-    let trusted = seal::has_ours(props)
-        && ctx
-            .deps
-            .seal
-            .verify(&ctx.settings.queue, props, &delivery.data);
-    let table = seal::sanitize(&props.headers().clone().unwrap_or_default(), trusted);
+    let table = ctx
+        .deps
+        .seal
+        .check(&ctx.settings.queue, props, &delivery.data)
+        .table;
     // After `sanitize`, Carteiro headers are left only on a sealed copy.
     let ours = header_text(Some(&table), h::REASON);
     // Our own dead letters failed on the route's queue; the broker's name the queue they

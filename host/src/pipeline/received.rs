@@ -3,7 +3,6 @@
 
 use super::context::RouteContext;
 use crate::broker::field_table::{header_int, header_text, to_text_pairs};
-use crate::broker::seal;
 use crate::common::header_names as h;
 use crate::runtime::{Header, Message};
 use lapin::message::Delivery;
@@ -64,18 +63,17 @@ impl Received {
     pub fn new(ctx: &RouteContext, delivery: &Delivery) -> Self {
         let props = &delivery.properties;
         let original = props.headers().clone().unwrap_or_default();
-        let trusted = seal::has_ours(props)
-            && ctx
-                .deps
-                .seal
-                .verify(&ctx.settings.queue, props, &delivery.data);
-        if seal::has_ours(props) && !trusted {
+        let checked = ctx
+            .deps
+            .seal
+            .check(&ctx.settings.queue, props, &delivery.data);
+        let (table, trusted) = (checked.table, checked.trusted);
+        if checked.unsealed {
             tracing::warn!(
                 "delivery carries x-carteiro-* headers without a valid seal for this route; \
                  they are kept as x-untrusted-carteiro-* and not believed"
             );
         }
-        let table = seal::sanitize(&original, trusted);
         let sealed_attempt = attempt_in(&table).unwrap_or(1);
         let attempt = match trusted {
             true => sealed_attempt,
