@@ -160,9 +160,9 @@ async fn settle(apply: &Apply<'_>, tally: Option<&(Arc<Canary>, bool)>) -> Settl
 /// `apply` carries out.
 async fn step(apply: &Apply<'_>, tally: Option<&(Arc<Canary>, bool)>) -> Step {
     let (ctx, plugin, received) = (apply.ctx, apply.plugin, apply.received);
-    // 1. Guards, before any plugin code runs.
-    if let Some(reason) = received.guard(ctx) {
-        let plan = plan::dead_letter(reason, FailureKind::Rejected);
+    // 1. Guards (checked at receipt), before any plugin code runs.
+    if let Some(reason) = &received.refused {
+        let plan = plan::dead_letter(reason.clone(), FailureKind::Rejected);
         return Step::Done(apply.hand_on(plan).await);
     }
 

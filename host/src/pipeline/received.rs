@@ -34,6 +34,9 @@ pub struct Received {
     pub content_type: Option<String>,
     /// The body's size in bytes, checked against the route's `max_body_size`.
     pub body_len: u64,
+    /// Why the route refuses this delivery before any plugin code runs (DESIGN.md "One
+    /// delivery", step 1: body size, content type), if it does.
+    pub refused: Option<String>,
 }
 
 /// `x-carteiro-attempt` of `table`, when it holds a usable one.
@@ -83,7 +86,7 @@ impl Received {
             .unwrap_or_else(|| delivery.exchange.as_str().to_owned());
         let routing_key = header_text(Some(&table), h::ORIGINAL_ROUTING_KEY)
             .unwrap_or_else(|| delivery.routing_key.as_str().to_owned());
-        Self {
+        let mut received = Self {
             headers: to_text_pairs(&table),
             first_failure_at: header_int(Some(&table), h::FIRST_FAILURE_AT),
             table,
@@ -94,11 +97,14 @@ impl Received {
             message_id: props.message_id().as_ref().map(|s| s.as_str().to_owned()),
             content_type: props.content_type().as_ref().map(|s| s.as_str().to_owned()),
             body_len: delivery.data.len() as u64,
-        }
+            refused: None,
+        };
+        received.refused = received.guard(ctx);
+        received
     }
 
     /// Why the route refuses this delivery before any plugin code runs, if it does.
-    pub fn guard(&self, ctx: &RouteContext) -> Option<String> {
+    fn guard(&self, ctx: &RouteContext) -> Option<String> {
         let size = self.body_len;
         if size > ctx.settings.max_body_size {
             return Some(format!(
