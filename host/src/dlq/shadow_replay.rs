@@ -115,7 +115,8 @@ impl KvSource for DirectKv {
 pub fn message_of(d: &DeadLetter) -> anyhow::Result<Message> {
     let properties = super::replay_properties_of(d)?;
     let header = |name: &str| {
-        d.headers
+        d.letter
+            .headers
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.clone())
@@ -131,7 +132,7 @@ pub fn message_of(d: &DeadLetter) -> anyhow::Result<Message> {
             .as_ref()
             .map(|s| s.as_str().to_owned()),
         exchange: header(ORIGINAL_EXCHANGE).unwrap_or_default(),
-        routing_key: header(ORIGINAL_ROUTING_KEY).unwrap_or_else(|| d.route.clone()),
+        routing_key: header(ORIGINAL_ROUTING_KEY).unwrap_or_else(|| d.letter.route.clone()),
         headers: headers
             .into_iter()
             .map(|(name, value)| Header { name, value })
@@ -140,7 +141,7 @@ pub fn message_of(d: &DeadLetter) -> anyhow::Result<Message> {
             .content_type()
             .as_ref()
             .map(|s| s.as_str().to_owned()),
-        body: d.body.clone(),
+        body: d.letter.body.clone(),
         attempt: 1,
         redelivered: false,
     })
@@ -211,10 +212,11 @@ async fn shadow_one(
 ) -> anyhow::Result<Verdicts> {
     let mut out = Verdicts {
         id: d.id,
-        route: d.route.clone(),
+        route: d.letter.route.clone(),
         message_id: None,
-        then_reason: d.reason.clone(),
+        then_reason: d.letter.reason.clone(),
         then_sha256: d
+            .letter
             .headers
             .iter()
             .find(|(k, _)| k == crate::common::header_names::PLUGIN_SHA256)
@@ -230,8 +232,8 @@ async fn shadow_one(
         kind: "not-run".into(),
         detail,
     };
-    let Some(route) = config.routes.iter().find(|r| r.queue == d.route) else {
-        out.now = not_run(format!("route `{}` is not in the config", d.route));
+    let Some(route) = config.routes.iter().find(|r| r.queue == d.letter.route) else {
+        out.now = not_run(format!("route `{}` is not in the config", d.letter.route));
         return Ok(out);
     };
     let name = route.plugin_name().to_owned();

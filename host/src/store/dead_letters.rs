@@ -8,29 +8,13 @@ use sqlx::{Arguments, AssertSqlSafe, Row};
 use super::dead_letter_text::{self, NewDeadLetter, SHORT_MAX, TEXT_MAX, stand_in};
 use super::{Backend, PURGE_CHUNK, Store, StoreError, headers_from_json, now_ms, nul_free};
 
-/// An archived dead letter.
+/// An archived dead letter: the message as it was archived, and the archive's bookkeeping.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadLetter {
     /// Archive id.
     pub id: i64,
-    /// Route.
-    pub route: String,
-    /// Queue it was archived from.
-    pub queue: String,
-    /// Why.
-    pub reason: String,
-    /// Plugin, when known.
-    pub plugin: Option<String>,
-    /// Delivery attempts.
-    pub attempts: i64,
-    /// AMQP headers.
-    pub headers: Vec<(String, String)>,
-    /// Body.
-    pub body: Vec<u8>,
-    /// First failure, unix ms.
-    pub first_failed_at: Option<i64>,
-    /// Dead-lettered, unix ms.
-    pub dead_lettered_at: i64,
+    /// What was archived, its text exactly as given (see `stored_encoded`).
+    pub letter: NewDeadLetter,
     /// Last replay, unix ms.
     pub replayed_at: Option<i64>,
     /// Number of replays.
@@ -463,15 +447,17 @@ fn dead_letter(row: &AnyRow) -> Result<DeadLetter, StoreError> {
     let plugin: Option<String> = row.try_get("plugin")?;
     Ok(DeadLetter {
         id: row.try_get("id")?,
-        route: original.route.unwrap_or(route),
-        queue: original.queue.unwrap_or(queue),
-        reason: original.reason.unwrap_or(reason),
-        plugin: original.plugin.or(plugin),
-        attempts: row.try_get("attempts")?,
-        headers: headers_from_json(&headers)?,
-        body: row.try_get("body")?,
-        first_failed_at: row.try_get("first_failed_at")?,
-        dead_lettered_at: row.try_get("dead_lettered_at")?,
+        letter: NewDeadLetter {
+            route: original.route.unwrap_or(route),
+            queue: original.queue.unwrap_or(queue),
+            reason: original.reason.unwrap_or(reason),
+            plugin: original.plugin.or(plugin),
+            attempts: row.try_get("attempts")?,
+            headers: headers_from_json(&headers)?,
+            body: row.try_get("body")?,
+            first_failed_at: row.try_get("first_failed_at")?,
+            dead_lettered_at: row.try_get("dead_lettered_at")?,
+        },
         replayed_at: row.try_get("replayed_at")?,
         replay_count: row.try_get("replay_count")?,
         stored_encoded,
