@@ -165,19 +165,20 @@ mod tests {
     use crate::store::NewOutboxRow;
 
     fn leased(id: i64, key: &str) -> Leased {
+        let event = NewOutboxRow {
+            event_id: uuid::Uuid::now_v7(),
+            route: "r".into(),
+            plugin: "p".into(),
+            exchange: "x".into(),
+            routing_key: "k".into(),
+            headers: Vec::new(),
+            content_type: None,
+            payload: Vec::new(),
+            ordering_key: key.into(),
+        };
         let row = OutboxRow {
             id,
-            event: NewOutboxRow {
-                event_id: uuid::Uuid::now_v7(),
-                route: "r".into(),
-                plugin: "p".into(),
-                exchange: "x".into(),
-                routing_key: "k".into(),
-                headers: Vec::new(),
-                content_type: None,
-                payload: Vec::new(),
-                ordering_key: key.into(),
-            },
+            event,
             created_at: 0,
             attempts: 0,
             last_error: None,
