@@ -121,16 +121,9 @@ impl Store {
         &self,
         filter: &DeadLetterFilter,
     ) -> Result<Vec<DeadLetter>, StoreError> {
-        self.bounded("dead letters list", async {
-            let (mut sql, mut args) = self.filter_sql(filter, &format!("SELECT {COLUMNS}"));
-            args.push(Arg::Int(filter.limit.unwrap_or(100).max(0)));
-            sql.push_str(&format!(" ORDER BY id DESC LIMIT ${}", args.len()));
-            let rows = sqlx::query_with(AssertSqlSafe(sql), arguments(args)?)
-                .fetch_all(self.pool())
-                .await?;
-            rows.iter().map(dead_letter).collect()
-        })
-        .await
+        let limit = filter.limit.unwrap_or(100);
+        self.dead_letters_in_order("dead letters list", filter, "id DESC", limit)
+            .await
     }
 
     /// Up to `limit` dead letters matching `filter`, oldest first (id order), after
@@ -140,10 +133,23 @@ impl Store {
         filter: &DeadLetterFilter,
         limit: i64,
     ) -> Result<Vec<DeadLetter>, StoreError> {
-        self.bounded("dead letters page", async {
+        self.dead_letters_in_order("dead letters page", filter, "id", limit)
+            .await
+    }
+
+    /// Up to `limit` dead letters matching `filter`, sorted by `order` (SQL: `id` or
+    /// `id DESC`); `what` names the operation in a timeout error.
+    async fn dead_letters_in_order(
+        &self,
+        what: &str,
+        filter: &DeadLetterFilter,
+        order: &'static str,
+        limit: i64,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        self.bounded(what, async {
             let (mut sql, mut args) = self.filter_sql(filter, &format!("SELECT {COLUMNS}"));
             args.push(Arg::Int(limit.max(0)));
-            sql.push_str(&format!(" ORDER BY id LIMIT ${}", args.len()));
+            sql.push_str(&format!(" ORDER BY {order} LIMIT ${}", args.len()));
             let rows = sqlx::query_with(AssertSqlSafe(sql), arguments(args)?)
                 .fetch_all(self.pool())
                 .await?;
@@ -154,14 +160,10 @@ impl Store {
 
     /// How many dead letters match `filter` (its `limit` is ignored).
     pub async fn dead_letters_count(&self, filter: &DeadLetterFilter) -> Result<i64, StoreError> {
-        self.bounded("dead letters count", async {
-            let (sql, args) = self.filter_sql(filter, "SELECT COUNT(*)");
-            let n: i64 = sqlx::query_scalar_with(AssertSqlSafe(sql), arguments(args)?)
-                .fetch_one(self.pool())
-                .await?;
-            Ok(n)
-        })
-        .await
+        let count = self
+            .dead_letters_number("dead letters count", filter, "SELECT COUNT(*)")
+            .await?;
+        Ok(count.unwrap_or(0))
     }
 
     /// The highest id among the dead letters matching `filter`.
@@ -169,12 +171,24 @@ impl Store {
         &self,
         filter: &DeadLetterFilter,
     ) -> Result<Option<i64>, StoreError> {
-        self.bounded("dead letters max id", async {
-            let (sql, args) = self.filter_sql(filter, "SELECT MAX(id)");
-            let max: Option<i64> = sqlx::query_scalar_with(AssertSqlSafe(sql), arguments(args)?)
+        self.dead_letters_number("dead letters max id", filter, "SELECT MAX(id)")
+            .await
+    }
+
+    /// One number over the dead letters matching `filter`: `select` is its `SELECT` clause
+    /// (an aggregate; `None` where SQL gives NULL). `what` names it in a timeout error.
+    async fn dead_letters_number(
+        &self,
+        what: &str,
+        filter: &DeadLetterFilter,
+        select: &str,
+    ) -> Result<Option<i64>, StoreError> {
+        self.bounded(what, async {
+            let (sql, args) = self.filter_sql(filter, select);
+            let number: Option<i64> = sqlx::query_scalar_with(AssertSqlSafe(sql), arguments(args)?)
                 .fetch_one(self.pool())
                 .await?;
-            Ok(max)
+            Ok(number)
         })
         .await
     }
