@@ -403,12 +403,7 @@ async fn shadow_report(
 }
 
 fn print_verdicts(v: &Verdicts) {
-    let now = match &v.now {
-        Now::Ack => "ack".to_owned(),
-        Now::Retry { reason, .. } => format!("retry: {reason}"),
-        Now::DeadLetter { reason } => format!("still dead-letter: {reason}"),
-        Now::Failure { kind, detail } => format!("failure ({kind}): {detail}"),
-    };
+    let now = &v.now;
     println!(
         "#{:<6} {:<24} {:<20} dead-letter → {now}   (then: {})",
         v.id,

@@ -53,6 +53,19 @@ impl Now {
     }
 }
 
+/// How a person reads it: `ack`, `retry: REASON`, `still dead-letter: REASON` or
+/// `failure (KIND): DETAIL` (the CLI's and the console's shadow lines).
+impl std::fmt::Display for Now {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Now::Ack => f.write_str("ack"),
+            Now::Retry { reason, .. } => write!(f, "retry: {reason}"),
+            Now::DeadLetter { reason } => write!(f, "still dead-letter: {reason}"),
+            Now::Failure { kind, detail } => write!(f, "failure ({kind}): {detail}"),
+        }
+    }
+}
+
 /// One dead letter, then and now.
 #[derive(Debug, Clone)]
 pub struct Verdicts {
