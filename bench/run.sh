@@ -33,11 +33,7 @@ fi
 rustup target add wasm32-wasip2 >/dev/null 2>&1 || true
 
 echo "== services"
-CARTEIRO_TEST_AMQP_URL="$(scripts/rabbitmq.sh start | tail -n 1)"
-CARTEIRO_TEST_POSTGRES_URL="$(scripts/postgres.sh start | tail -n 1)"
-export CARTEIRO_TEST_AMQP_URL CARTEIRO_TEST_POSTGRES_URL
-echo "rabbitmq:   $CARTEIRO_TEST_AMQP_URL"
-echo "postgresql: $CARTEIRO_TEST_POSTGRES_URL"
+source scripts/services.sh
 
 echo "== plugins (wasm32-wasip2 components)"
 scripts/build-plugins.sh  # Rust, Python and JavaScript

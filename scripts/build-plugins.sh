@@ -3,7 +3,8 @@
 # and copies them to <repo>/target/plugins/:
 #   plugins/<name>/              -> target/plugins/<name>.wasm           (enrollment, noop, counter)
 #   plugins/fixtures/<name>/     -> target/plugins/fixture-<name>.wasm   (trap, spin, hog, ...)
-# The output file is the cargo package name with a .wasm suffix. Then the Python and
+# The output file is the cargo package name with a .wasm suffix; a member without
+# `crate-type = ["cdylib"]` is a shared library, built into them, and not copied. Then the Python and
 # JavaScript handlers, through scripts/build-lang-plugins.sh (which installs its own
 # toolchains and skips components whose inputs did not change).
 #
@@ -36,6 +37,8 @@ mkdir -p "$out_dir"
 built="$target_dir/$triple/release"
 # Package names from the workspace members' manifests: `name = "..."` in [package].
 while IFS= read -r manifest; do
+    # A library the handlers share (no cdylib, e.g. enrollment-rules) is no component.
+    grep -q '"cdylib"' "$manifest" || continue
     name="$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$manifest" | head -n 1)"
     artifact="$built/${name//-/_}.wasm"
     if [[ ! -f "$artifact" ]]; then

@@ -58,19 +58,23 @@ run_node() {
     record "$name" "${p:-0}" "${f:-0}" "$status"
 }
 
+each_plugin() { # each_plugin FILE FOLDER RUNNER: RUNNER DIR for each plugins/**/ with both
+    local dir
+    for dir in "$repo"/plugins/*/ "$repo"/plugins/fixtures/*/; do
+        dir="${dir%/}"
+        if [[ -f "$dir/$1" && -d "$dir/$2" ]]; then "$3" "$dir"; fi
+    done
+}
+
+run_node_plugin() { run_node "$1/test"; }
+
 ensure_py_toolchain
 run_pytest "$repo/plugin-sdk/python"
-for dir in "$repo"/plugins/*/ "$repo"/plugins/fixtures/*/; do
-    dir="${dir%/}"
-    if [[ -f "$dir/app.py" && -d "$dir/tests" ]]; then run_pytest "$dir"; fi
-done
+each_plugin app.py tests run_pytest
 
 ensure_js_toolchain
 run_node "$repo/plugin-sdk/js/test"
-for dir in "$repo"/plugins/*/ "$repo"/plugins/fixtures/*/; do
-    dir="${dir%/}"
-    if [[ -f "$dir/package.json" && -d "$dir/test" ]]; then run_node "$dir/test"; fi
-done
+each_plugin package.json test run_node_plugin
 
 echo "lang-sdks: $passed passed, $failed failed"
 if [[ ${#failures[@]} -gt 0 ]]; then

@@ -24,11 +24,7 @@ if ! command -v openssl >/dev/null; then
 fi
 
 echo "== services"
-CARTEIRO_TEST_AMQP_URL="$(scripts/rabbitmq.sh start | tail -n 1)"
-CARTEIRO_TEST_POSTGRES_URL="$(scripts/postgres.sh start | tail -n 1)"
-export CARTEIRO_TEST_AMQP_URL CARTEIRO_TEST_POSTGRES_URL
-echo "rabbitmq:   $CARTEIRO_TEST_AMQP_URL"
-echo "postgresql: $CARTEIRO_TEST_POSTGRES_URL"
+source scripts/services.sh
 
 echo "== fmt"
 cargo fmt --all --check

@@ -314,25 +314,20 @@ pub async fn inject(world: &mut World, fault: Fault, rng: &mut StdRng) -> anyhow
 /// only one of them, is confirmed and never reaches the other). Unbound, nothing takes it.
 pub async fn bind_unroutable_key(ch: &lapin::Channel, bind: bool) -> anyhow::Result<()> {
     use crate::config::{EVENTS_EXCHANGE, UNROUTABLE_EXCHANGE, UNROUTABLE_KEY};
+    use lapin::options::{ExchangeBindOptions, ExchangeUnbindOptions};
     use lapin::types::FieldTable;
+    let (to, from, key) = (
+        UNROUTABLE_EXCHANGE.into(),
+        EVENTS_EXCHANGE.into(),
+        UNROUTABLE_KEY.into(),
+    );
+    let args = FieldTable::default();
     if bind {
-        ch.exchange_bind(
-            UNROUTABLE_EXCHANGE.into(),
-            EVENTS_EXCHANGE.into(),
-            UNROUTABLE_KEY.into(),
-            lapin::options::ExchangeBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
+        let options = ExchangeBindOptions::default();
+        ch.exchange_bind(to, from, key, options, args).await?;
     } else {
-        ch.exchange_unbind(
-            UNROUTABLE_EXCHANGE.into(),
-            EVENTS_EXCHANGE.into(),
-            UNROUTABLE_KEY.into(),
-            lapin::options::ExchangeUnbindOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
+        let options = ExchangeUnbindOptions::default();
+        ch.exchange_unbind(to, from, key, options, args).await?;
     }
     Ok(())
 }

@@ -1,18 +1,18 @@
 //! `plugins/enrollment` (the reference handler) written against [`NativeHost`]: the same
 //! decisions, kv record and events, so that the pipeline benchmark can compare it with the
 //! component. A measuring instrument, not part of the product build: the bench and the e2e
-//! test that checks it decides as the component does include this file by path.
+//! test that checks it decides as the component does include this file by path. What the two
+//! must agree on (payload, ids, kv key, routing keys, verdict texts) is not copied here but
+//! shared with the component: `plugins/enrollment-rules`; this file only does the I/O.
 
 use carteiro::runtime::native::{
     Event, KvError, Level, NativeFuture, NativeHandler, NativeHost, OutboxError,
 };
 use carteiro::runtime::{Header, Message, RetryRequest, Verdict};
-use serde::de::{self, Deserializer, Visitor};
-use serde::{Deserialize, Serialize, Serializer};
-use std::fmt;
-
-const DEFAULT_EVENTS_EXCHANGE: &str = "carteiro.events";
-const ROUTING_KEYS: [&str; 3] = ["acesso.liberado", "fatura.solicitada", "email.solicitado"];
+use enrollment_rules::{
+    CAUSATION_HEADER, CONTENT_SERVICE_DOWN, DEFAULT_EVENTS_EXCHANGE, Matricula, ROUTING_KEYS,
+    invalid,
+};
 
 /// The enrollment handler compiled into the host (see the module docs).
 #[derive(Debug, Default, Clone, Copy)]
@@ -27,62 +27,6 @@ impl NativeHandler for Enrollment {
             })
         })
     }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Id {
-    Text(String),
-    Number(i128),
-}
-
-impl fmt::Display for Id {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Id::Text(s) => f.write_str(s),
-            Id::Number(n) => write!(f, "{n}"),
-        }
-    }
-}
-
-impl Serialize for Id {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Id::Text(t) => s.serialize_str(t),
-            Id::Number(n) => s.serialize_i128(*n),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Id {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct IdVisitor;
-        impl Visitor<'_> for IdVisitor {
-            type Value = Id;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a non-empty string or an integer id")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Id, E> {
-                if v.is_empty() {
-                    return Err(E::invalid_value(de::Unexpected::Str(v), &self));
-                }
-                Ok(Id::Text(v.to_owned()))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Id, E> {
-                Ok(Id::Number(v.into()))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Id, E> {
-                Ok(Id::Number(v.into()))
-            }
-        }
-        d.deserialize_any(IdVisitor)
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Matricula {
-    matricula_id: Id,
-    usuario_id: Id,
-    curso_id: Id,
 }
 
 fn retry(reason: String) -> Verdict {
@@ -114,16 +58,12 @@ fn outbox_verdict(e: OutboxError) -> Verdict {
 async fn confirm(msg: &Message, host: &mut NativeHost) -> wasmtime::Result<Result<(), Verdict>> {
     let matricula: Matricula = match serde_json::from_slice(&msg.body) {
         Ok(m) => m,
-        Err(e) => {
-            return Ok(Err(Verdict::DeadLetter(format!(
-                "invalid matricula.confirmada: {e}"
-            ))));
-        }
+        Err(e) => return Ok(Err(Verdict::DeadLetter(invalid(e)))),
     };
     if host.config_var("content_service".into()).await?.as_deref() == Some("down") {
-        return Ok(Err(retry("content service unavailable".into())));
+        return Ok(Err(retry(CONTENT_SERVICE_DOWN.into())));
     }
-    let key = format!("matricula/{}", matricula.matricula_id);
+    let key = matricula.key();
     let existing = match host.kv_get(key.clone()).await? {
         Ok(found) => found,
         Err(e) => return Ok(Err(kv_verdict(e))),
@@ -131,17 +71,10 @@ async fn confirm(msg: &Message, host: &mut NativeHost) -> wasmtime::Result<Resul
     if let Some(bytes) = existing {
         let verdict = match serde_json::from_slice::<Matricula>(&bytes) {
             Ok(existing) if existing == matricula => {
-                let text = format!(
-                    "matricula {} already confirmed; nothing to do",
-                    matricula.matricula_id
-                );
-                host.log(Level::Info, text).await?;
+                host.log(Level::Info, matricula.already_confirmed()).await?;
                 return Ok(Ok(()));
             }
-            Ok(_) => Verdict::DeadLetter(format!(
-                "matricula {} was already confirmed with a different usuario_id or curso_id",
-                matricula.matricula_id
-            )),
+            Ok(_) => Verdict::DeadLetter(matricula.confirmed_differently()),
             Err(e) => {
                 Verdict::DeadLetter(format!("value of `{key}` is not the expected JSON: {e}"))
             }
@@ -161,7 +94,7 @@ async fn confirm(msg: &Message, host: &mut NativeHost) -> wasmtime::Result<Resul
             .id
             .iter()
             .map(|id| Header {
-                name: "x-causation-id".into(),
+                name: CAUSATION_HEADER.into(),
                 value: id.clone(),
             })
             .collect();
@@ -176,7 +109,6 @@ async fn confirm(msg: &Message, host: &mut NativeHost) -> wasmtime::Result<Resul
             return Ok(Err(outbox_verdict(e)));
         }
     }
-    let text = format!("matricula {} confirmed", matricula.matricula_id);
-    host.log(Level::Info, text).await?;
+    host.log(Level::Info, matricula.confirmed()).await?;
     Ok(Ok(()))
 }

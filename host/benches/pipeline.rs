@@ -22,7 +22,10 @@ use carteiro::config::{self, Config};
 use carteiro::metrics::Metrics;
 use carteiro::runtime::native::NativeHandler;
 use carteiro::topology::{self, DeclaredRoute, QueueType, RouteTopology};
-use common::{CpuBudget, CpuSample, create_pg_database, drop_pg_database, env_or, median, unique};
+use common::{
+    CpuBudget, CpuSample, amqp_url, create_pg_database, drop_pg_database, env_list, env_or, median,
+    unique,
+};
 use futures::StreamExt;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions,
@@ -88,22 +91,16 @@ struct Run {
 }
 
 fn settings() -> Settings {
-    let amqp = std::env::var("CARTEIRO_TEST_AMQP_URL").unwrap_or_else(|_| {
-        panic!("CARTEIRO_TEST_AMQP_URL is not set: run bench/run.sh (or scripts/rabbitmq.sh start and export the URL)")
-    });
+    let amqp = amqp_url();
     let pg_admin = std::env::var("CARTEIRO_TEST_POSTGRES_URL").ok();
-    let mut systems: Vec<System> = std::env::var("BENCH_SYSTEMS")
-        .unwrap_or_else(|_| "sqlite,postgres,baseline".into())
-        .split(',')
-        .filter_map(|s| match s.trim() {
-            "sqlite" => Some(System::Sqlite),
-            "postgres" => Some(System::Postgres),
-            "sqlite-native" => Some(System::SqliteNative),
-            "postgres-native" => Some(System::PostgresNative),
-            "baseline" => Some(System::Baseline),
-            _ => None,
-        })
-        .collect();
+    let mut systems = env_list("BENCH_SYSTEMS", "sqlite,postgres,baseline", |s| match s {
+        "sqlite" => Some(System::Sqlite),
+        "postgres" => Some(System::Postgres),
+        "sqlite-native" => Some(System::SqliteNative),
+        "postgres-native" => Some(System::PostgresNative),
+        "baseline" => Some(System::Baseline),
+        _ => None,
+    });
     if pg_admin.is_none() && systems.iter().any(|s| s.on_postgres()) {
         println!("CARTEIRO_TEST_POSTGRES_URL is not set: skipping PostgreSQL");
         systems.retain(|s| !s.on_postgres());

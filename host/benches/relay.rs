@@ -40,7 +40,10 @@ mod common;
 use carteiro::metrics::Metrics;
 use carteiro::relay::{Relay, event_properties};
 use carteiro::store::{CommitOutcome, CommitRequest, GroupCommitter, NewOutboxRow, Store};
-use common::{CpuBudget, CpuSample, create_pg_database, drop_pg_database, env_or, median, unique};
+use common::{
+    CpuBudget, CpuSample, amqp_url, create_pg_database, drop_pg_database, env_list, env_or, median,
+    unique,
+};
 use futures::StreamExt;
 use lapin::options::{
     BasicConsumeOptions, BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions,
@@ -97,19 +100,13 @@ struct Settings {
 }
 
 fn settings() -> Settings {
-    let amqp = std::env::var("CARTEIRO_TEST_AMQP_URL").unwrap_or_else(|_| {
-        panic!("CARTEIRO_TEST_AMQP_URL is not set: run bench/run.sh (or scripts/rabbitmq.sh start and export the URL)")
-    });
+    let amqp = amqp_url();
     let pg_admin = std::env::var("CARTEIRO_TEST_POSTGRES_URL").ok();
-    let mut backends: Vec<Backend> = std::env::var("BENCH_BACKENDS")
-        .unwrap_or_else(|_| "sqlite,postgres".into())
-        .split(',')
-        .filter_map(|s| match s.trim() {
-            "sqlite" => Some(Backend::Sqlite),
-            "postgres" => Some(Backend::Postgres),
-            _ => None,
-        })
-        .collect();
+    let mut backends = env_list("BENCH_BACKENDS", "sqlite,postgres", |s| match s {
+        "sqlite" => Some(Backend::Sqlite),
+        "postgres" => Some(Backend::Postgres),
+        _ => None,
+    });
     if pg_admin.is_none() && backends.contains(&Backend::Postgres) {
         println!("CARTEIRO_TEST_POSTGRES_URL is not set: skipping PostgreSQL");
         backends.retain(|b| *b != Backend::Postgres);
@@ -124,17 +121,13 @@ fn settings() -> Settings {
         secs: env_or("BENCH_LATENCY_SECS", 10),
         max_in_flight: env_or("BENCH_MAX_IN_FLIGHT", 1024),
         keys: env_or("BENCH_RELAY_KEYS", 50usize).max(1),
-        drain_systems: std::env::var("BENCH_DRAIN_SYSTEMS")
-            .unwrap_or_else(|_| "relay,lanes,poller".into())
-            .split(',')
-            .filter_map(|s| match s.trim() {
-                "relay" => Some(Publisher::Relay),
-                "lanes" => Some(Publisher::Lanes),
-                "poller" => Some(Publisher::Poller),
-                "pipelined" => Some(Publisher::Pipelined),
-                _ => None,
-            })
-            .collect(),
+        drain_systems: env_list("BENCH_DRAIN_SYSTEMS", "relay,lanes,poller", |s| match s {
+            "relay" => Some(Publisher::Relay),
+            "lanes" => Some(Publisher::Lanes),
+            "poller" => Some(Publisher::Poller),
+            "pipelined" => Some(Publisher::Pipelined),
+            _ => None,
+        }),
         parts: std::env::var("BENCH_RELAY_PARTS").unwrap_or_else(|_| "drain,latency".into()),
     }
 }

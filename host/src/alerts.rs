@@ -194,22 +194,19 @@ impl DeadLetterAlerts {
                 since_ms: w.state.raised_at.unwrap_or(now),
                 top_reasons,
             };
-            match change {
-                Some(Change::Raised) => tracing::error!(
-                    route,
-                    count,
-                    threshold = w.rule.count,
+            let message = match change {
+                Some(Change::Raised) => Some(format!(
                     "dead-letter alert: {}. Look with `carteiro dlq stats --route {route}` or the console; replay with `carteiro dlq replay --route {route} --reason ...` once fixed",
                     alert.describe()
-                ),
-                Some(Change::Reminder) => tracing::error!(
-                    route,
-                    count,
-                    threshold = w.rule.count,
+                )),
+                Some(Change::Reminder) => Some(format!(
                     "dead-letter alert still raised: {}",
                     alert.describe()
-                ),
-                _ => {}
+                )),
+                _ => None,
+            };
+            if let Some(message) = message {
+                tracing::error!(route, count, threshold = w.rule.count, "{message}");
             }
             w.last = Some(alert);
             self.metrics.set_alert_active(route, true);

@@ -237,14 +237,14 @@ async fn hostile_keys_are_stored_verbatim_or_refused_and_the_schema_survives() {
     })
     .await;
     assert!(
-        dead.iter().any(|d| d.reason.contains("NUL")),
+        dead.iter().any(|d| d.letter.reason.contains("NUL")),
         "{:?}",
-        dead.iter().map(|d| &d.reason).collect::<Vec<_>>()
+        dead.iter().map(|d| &d.letter.reason).collect::<Vec<_>>()
     );
     assert!(
-        dead.iter().any(|d| d.reason.contains("1024")),
+        dead.iter().any(|d| d.letter.reason.contains("1024")),
         "{:?}",
-        dead.iter().map(|d| &d.reason).collect::<Vec<_>>()
+        dead.iter().map(|d| &d.letter.reason).collect::<Vec<_>>()
     );
     gw.store
         .outbox_status()

@@ -99,12 +99,12 @@ async fn malformed_payload_is_dead_lettered_with_reason_and_no_effects() {
         .await;
     let rows = route.dead_letters(1).await;
     assert!(
-        rows[0].reason.contains("usuario_id") || rows[0].reason.contains("curso_id"),
+        rows[0].letter.reason.contains("usuario_id") || rows[0].letter.reason.contains("curso_id"),
         "{}",
-        rows[0].reason
+        rows[0].letter.reason
     );
-    assert_eq!(rows[0].plugin.as_deref(), Some("enrollment"));
-    assert_eq!(rows[0].attempts, 1);
+    assert_eq!(rows[0].letter.plugin.as_deref(), Some("enrollment"));
+    assert_eq!(rows[0].letter.attempts, 1);
     let store = &route.gw.store;
     assert!(
         store
@@ -136,13 +136,16 @@ async fn retries_back_off_then_exhaust_into_the_dlq() {
     );
     let row = &rows[0];
     assert!(
-        row.reason.starts_with("retries exhausted after 3 attempts"),
+        row.letter
+            .reason
+            .starts_with("retries exhausted after 3 attempts"),
         "{}",
-        row.reason
+        row.letter.reason
     );
-    assert_eq!(row.attempts, 3);
+    assert_eq!(row.letter.attempts, 3);
     assert!(
-        row.headers
+        row.letter
+            .headers
             .iter()
             .any(|(k, v)| k == "x-carteiro-original-exchange" && v == &route.exchange)
     );
@@ -161,7 +164,7 @@ async fn guards_and_traps_end_in_the_dlq_while_good_messages_flow() {
         .publish(json_props("ok-3"), &enrollment_body("M3"))
         .await;
     let rows = route.dead_letters(2).await;
-    let reasons: Vec<&str> = rows.iter().map(|r| r.reason.as_str()).collect();
+    let reasons: Vec<&str> = rows.iter().map(|r| r.letter.reason.as_str()).collect();
     assert!(
         reasons.iter().any(|r| r.contains("max_body_size")),
         "{reasons:?}"
@@ -184,12 +187,17 @@ async fn a_trapping_plugin_is_dead_lettered_after_its_attempt_limit() {
     let rows = route.dead_letters(1).await;
     assert!(
         rows[0]
+            .letter
             .reason
             .contains("retries exhausted after 2 attempts: plugin trapped"),
         "{}",
-        rows[0].reason
+        rows[0].letter.reason
     );
-    assert!(rows[0].reason.contains("panicked"), "{}", rows[0].reason);
+    assert!(
+        rows[0].letter.reason.contains("panicked"),
+        "{}",
+        rows[0].letter.reason
+    );
     route.gw.stop().await;
 }
 
@@ -231,7 +239,7 @@ async fn trapping_and_looping_messages_are_dead_lettered_while_others_flow() {
         committed(&route.gw.store, "fixture-mixed", &format!("done/good-{i}")).await;
     }
     let rows = route.dead_letters(2).await;
-    let reasons: Vec<&str> = rows.iter().map(|r| r.reason.as_str()).collect();
+    let reasons: Vec<&str> = rows.iter().map(|r| r.letter.reason.as_str()).collect();
     assert!(
         reasons
             .iter()

@@ -41,7 +41,8 @@ fn text(value: &[u8]) -> AMQPValue {
 }
 
 fn header(d: &DeadLetter, name: &str) -> Option<String> {
-    d.headers
+    d.letter
+        .headers
         .iter()
         .find(|(k, _)| k == name)
         .map(|(_, v)| v.clone())
@@ -69,11 +70,16 @@ async fn forged_carteiro_headers_are_kept_renamed_and_never_believed() {
 
     let rows = route.dead_letters(1).await;
     let d = &rows[0];
-    assert_eq!(d.attempts, 3, "the forged attempt 99 was believed: {d:?}");
+    assert_eq!(
+        d.letter.attempts, 3,
+        "the forged attempt 99 was believed: {d:?}"
+    );
     assert!(
-        d.reason.starts_with("retries exhausted after 3 attempts"),
+        d.letter
+            .reason
+            .starts_with("retries exhausted after 3 attempts"),
         "{}",
-        d.reason
+        d.letter.reason
     );
     assert_eq!(
         header(d, "x-untrusted-carteiro-attempt").as_deref(),
@@ -89,7 +95,7 @@ async fn forged_carteiro_headers_are_kept_renamed_and_never_believed() {
         Some(route.exchange.as_str())
     );
     assert_ne!(
-        d.first_failed_at,
+        d.letter.first_failed_at,
         Some(1),
         "forged first-failure time believed"
     );
@@ -117,19 +123,26 @@ async fn hostile_dead_letter_is_archived(store_url: Option<&str>) {
     let rows = route.dead_letters(1).await;
     let d = &rows[0];
     assert!(
-        d.reason.contains("dead-letter"),
+        d.letter.reason.contains("dead-letter"),
         "archived with a reason of its own: {}",
-        d.reason
+        d.letter.reason
     );
-    assert_eq!(d.attempts, 0, "unsealed attempts are not believed");
-    assert_eq!(d.plugin, None, "unsealed plugin name is not believed");
-    assert_eq!(d.body, b"b\0dy\xfe", "the body is kept byte for byte");
+    assert_eq!(d.letter.attempts, 0, "unsealed attempts are not believed");
+    assert_eq!(
+        d.letter.plugin, None,
+        "unsealed plugin name is not believed"
+    );
+    assert_eq!(
+        d.letter.body, b"b\0dy\xfe",
+        "the body is kept byte for byte"
+    );
     assert!(
-        d.headers
+        d.letter
+            .headers
             .iter()
             .any(|(k, _)| k.starts_with("x-untrusted-carteiro-reason")),
         "{:?}",
-        d.headers
+        d.letter.headers
     );
     // Still archiving: a second one lands too, and good messages still flow.
     route
@@ -175,8 +188,16 @@ async fn a_copy_too_large_for_the_frame_is_archived_directly() {
     route.good_messages_flow("fixture-mixed", "done", 3).await;
     let rows = route.dead_letters(1).await;
     let d = &rows[0];
-    assert!(d.reason.contains("plugin trapped"), "{}", d.reason);
-    assert!(d.reason.contains("archived directly"), "{}", d.reason);
+    assert!(
+        d.letter.reason.contains("plugin trapped"),
+        "{}",
+        d.letter.reason
+    );
+    assert!(
+        d.letter.reason.contains("archived directly"),
+        "{}",
+        d.letter.reason
+    );
     assert_eq!(header(d, "x-padding").map(|v| v.len()), Some(130_500));
     route.gw.stop().await;
 }
@@ -222,9 +243,9 @@ async fn an_outbox_row_amqp_cannot_carry_is_parked_and_the_relay_goes_on() {
         .await;
     let rows = route.dead_letters(1).await;
     assert!(
-        rows[0].reason.contains("content type is 300 bytes"),
+        rows[0].letter.reason.contains("content type is 300 bytes"),
         "{}",
-        rows[0].reason
+        rows[0].letter.reason
     );
     route.good_messages_flow("fixture-hostile", "ok", 3).await;
     route.gw.stop().await;

@@ -181,11 +181,12 @@ async fn random_headers_and_bodies_never_lose_stall_or_panic() {
                 .into_iter()
                 .filter_map(|d| {
                     let id = d
+                        .letter
                         .headers
                         .iter()
                         .find(|(k, _)| k == ":message-id")
                         .map(|(_, v)| v.clone())?;
-                    Some((id, d.reason))
+                    Some((id, d.letter.reason))
                 })
                 .collect();
             (done.len() + dead.len() >= ids.len()).then_some((done, dead))

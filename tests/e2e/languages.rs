@@ -215,9 +215,9 @@ async fn dead_letter_names_the_field(plugin: &str) {
         .await;
     let rows = dead_letters(&gw.store, &route.queue, 1).await;
     assert!(
-        rows[0].reason.contains("missing field `curso_id`"),
+        rows[0].letter.reason.contains("missing field `curso_id`"),
         "{plugin}: {}",
-        rows[0].reason
+        rows[0].letter.reason
     );
     gw.stop().await;
 }
@@ -291,14 +291,15 @@ async fn fixture_is_classified(fixture: &str) {
     let kind = |body: &str| {
         let row = rows
             .iter()
-            .find(|d| d.body == body.as_bytes())
+            .find(|d| d.letter.body == body.as_bytes())
             .unwrap_or_else(|| panic!("{fixture}: no dead letter for {body}"));
         let kind = row
+            .letter
             .headers
             .iter()
             .find(|(k, _)| k == "x-carteiro-failure")
             .map(|(_, v)| v.clone());
-        (kind, row.reason.clone())
+        (kind, row.letter.reason.clone())
     };
     let (raise, reason) = kind("raise");
     assert_eq!(raise.as_deref(), Some("trap"), "{fixture}: {reason}");

@@ -59,11 +59,14 @@ async fn a_copy_sealed_with_another_key_still_counts_towards_the_attempt_limit()
     })
     .await;
     assert!(
-        dead.reason.starts_with("retries exhausted"),
+        dead.letter.reason.starts_with("retries exhausted"),
         "{}",
-        dead.reason
+        dead.letter.reason
     );
-    assert_eq!(dead.attempts, 3, "counted from the copy's own attempt");
+    assert_eq!(
+        dead.letter.attempts, 3,
+        "counted from the copy's own attempt"
+    );
     assert_eq!(
         metrics.handler_runs(&queue),
         1,
@@ -71,11 +74,12 @@ async fn a_copy_sealed_with_another_key_still_counts_towards_the_attempt_limit()
     );
     // The untrusted header is kept for the record, renamed.
     assert!(
-        dead.headers
+        dead.letter
+            .headers
             .iter()
             .any(|(k, _)| k == "x-untrusted-carteiro-attempt"),
         "{:?}",
-        dead.headers
+        dead.letter.headers
     );
     gw.stop().await;
 }

@@ -84,23 +84,25 @@ async fn a_seal_key_file_replaces_the_stores_key() {
     };
     let believed = wait_for("the sealed copy's dead letter", WAIT, || async {
         let rows = gw.store.dead_letters_list(&filter).await.ok()?;
-        rows.into_iter().find(|d| d.body == body)
+        rows.into_iter().find(|d| d.letter.body == body)
     })
     .await;
     assert!(
         !believed
+            .letter
             .headers
             .iter()
             .any(|(k, _)| k.starts_with("x-untrusted-carteiro-")),
         "the file key's seal was not believed: {:?}",
-        believed.headers
+        believed.letter.headers
     );
     assert!(
         believed
+            .letter
             .reason
             .starts_with("retries exhausted after 3 attempts"),
         "{}",
-        believed.reason
+        believed.letter.reason
     );
 
     // The control: the same copy sealed with another key is not believed.
@@ -116,16 +118,17 @@ async fn a_seal_key_file_replaces_the_stores_key() {
         .await;
     let doubted = wait_for("the other copy's dead letter", WAIT, || async {
         let rows = gw.store.dead_letters_list(&filter).await.ok()?;
-        rows.into_iter().find(|d| d.body == other_body)
+        rows.into_iter().find(|d| d.letter.body == other_body)
     })
     .await;
     assert!(
         doubted
+            .letter
             .headers
             .iter()
             .any(|(k, v)| k == "x-untrusted-carteiro-attempt" && v == "3"),
         "{:?}",
-        doubted.headers
+        doubted.letter.headers
     );
 
     // The store's own key was never made.

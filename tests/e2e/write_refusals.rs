@@ -162,7 +162,9 @@ async fn a_revoked_grant_holds_quorum_deliveries_and_dead_letters_without_spendi
     .await;
     assert_eq!(archived.len(), 2, "{archived:?}");
     assert!(
-        archived.iter().all(|d| d.reason.starts_with("runs ")),
+        archived
+            .iter()
+            .all(|d| d.letter.reason.starts_with("runs ")),
         "only the two dead letters, by the handler's verdict: {archived:?}"
     );
     assert_eq!(queue_depth(&client, &format!("{queue}.dlq")).await, 0);
@@ -308,7 +310,7 @@ async fn a_parked_dead_letter_is_counted_and_unpark_brings_it_to_the_archive() {
     })
     .await;
     assert_eq!(archived.len(), 1);
-    assert_eq!(archived[0].body, b"parked body");
+    assert_eq!(archived[0].letter.body, b"parked body");
     assert_eq!(queue_depth(&client, &parked).await, 0);
     gw.stop().await;
 }

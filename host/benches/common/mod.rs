@@ -20,6 +20,24 @@ pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
+/// The comma-separated list in `name` (or `default` when unset), each item (trimmed) read
+/// by `parse`; items it does not know (`None`) are left out.
+pub fn env_list<T>(name: &str, default: &str, parse: impl Fn(&str) -> Option<T>) -> Vec<T> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.to_owned())
+        .split(',')
+        .filter_map(|s| parse(s.trim()))
+        .collect()
+}
+
+/// The broker of the benchmarks, `CARTEIRO_TEST_AMQP_URL`; unset, the benchmark stops and
+/// says how to get one.
+pub fn amqp_url() -> String {
+    std::env::var("CARTEIRO_TEST_AMQP_URL").unwrap_or_else(|_| {
+        panic!("CARTEIRO_TEST_AMQP_URL is not set: run bench/run.sh (or scripts/rabbitmq.sh start and export the URL)")
+    })
+}
+
 /// `prefix-<uuid v7>`: names no earlier run used.
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::now_v7().simple())

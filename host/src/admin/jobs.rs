@@ -7,7 +7,7 @@
 use super::Refusal;
 use crate::config::Config;
 use crate::dlq::run::{Progress, ReplayOptions, ReplayReport};
-use crate::dlq::shadow_replay::{self, Now, ShadowOptions, Verdicts};
+use crate::dlq::shadow_replay::{self, ShadowOptions, Verdicts};
 use crate::runtime::Runtime;
 use crate::store::{DeadLetterFilter, Store};
 use serde::Serialize;
@@ -387,12 +387,7 @@ impl Progress for JobProgress {
 }
 
 fn verdict_line(v: &Verdicts) -> String {
-    let now = match &v.now {
-        Now::Ack => "ack".to_owned(),
-        Now::Retry { reason, .. } => format!("retry: {reason}"),
-        Now::DeadLetter { reason } => format!("still dead-letter: {reason}"),
-        Now::Failure { kind, detail } => format!("failure ({kind}): {detail}"),
-    };
+    let now = &v.now;
     format!(
         "#{} {}: dead-letter ({}) → {now}; {} kv writes, {} events",
         v.id,

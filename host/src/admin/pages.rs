@@ -234,9 +234,9 @@ fn message_row(d: &DeadLetter) -> Markup {
         tr.message data-id=(d.id) {
             td { input type="checkbox" name="id" value=(d.id); }
             td { a href=(format!("/dead-letters/message/{}", d.id)) { "#" (d.id) } }
-            td { (time(d.dead_lettered_at)) }
-            td.num { (d.attempts) }
-            td { (d.reason) }
+            td { (time(d.letter.dead_lettered_at)) }
+            td.num { (d.letter.attempts) }
+            td { (d.letter.reason) }
             td.num { (d.replay_count) }
         }
     }
@@ -272,26 +272,26 @@ pub async fn message(State(s): State<AdminState>, Path(id): Path<i64>) -> Respon
         }
         Err(e) => return error_page(StatusCode::SERVICE_UNAVAILABLE, &banners(h), &e.to_string()),
     };
-    let reason = groups::normalise_reason(&d.reason);
-    let (body, kind) = body_text(&d.body);
+    let reason = groups::normalise_reason(&d.letter.reason);
+    let (body, kind) = body_text(&d.letter.body);
     page(
         &format!("Dead letter #{}", d.id),
         &banners(h),
         html! {
-            p { a href=(group_url(&d.route, &reason)) { "Group: " (reason) } }
+            p { a href=(group_url(&d.letter.route, &reason)) { "Group: " (reason) } }
             table #facts {
-                tr { th { "Route" } td { (d.route) } }
-                tr { th { "Queue" } td { (d.queue) } }
-                tr { th { "Reason" } td #reason { (d.reason) } }
-                tr { th { "Plugin" } td { (d.plugin.as_deref().unwrap_or("-")) } }
-                tr { th { "Attempts" } td #attempts { (d.attempts) } }
-                tr { th { "First failed" } td { @match d.first_failed_at { Some(t) => (time(t)), None => "-" } } }
-                tr { th { "Dead-lettered" } td { (time(d.dead_lettered_at)) } }
+                tr { th { "Route" } td { (d.letter.route) } }
+                tr { th { "Queue" } td { (d.letter.queue) } }
+                tr { th { "Reason" } td #reason { (d.letter.reason) } }
+                tr { th { "Plugin" } td { (d.letter.plugin.as_deref().unwrap_or("-")) } }
+                tr { th { "Attempts" } td #attempts { (d.letter.attempts) } }
+                tr { th { "First failed" } td { @match d.letter.first_failed_at { Some(t) => (time(t)), None => "-" } } }
+                tr { th { "Dead-lettered" } td { (time(d.letter.dead_lettered_at)) } }
                 tr { th { "Replayed" } td { (d.replay_count) " times"
                     @if let Some(t) = d.replayed_at { ", last " (time(t)) } } }
             }
             form.inline method="post" action="/dead-letters/replay" {
-                input type="hidden" name="route" value=(d.route);
+                input type="hidden" name="route" value=(d.letter.route);
                 input type="hidden" name="reason" value=(reason);
                 input type="hidden" name="scope" value="selection";
                 input type="hidden" name="id" value=(d.id);
@@ -301,9 +301,9 @@ pub async fn message(State(s): State<AdminState>, Path(id): Path<i64>) -> Respon
             h2 { "Headers" }
             table #headers {
                 tr { th { "Name" } th { "Value" } }
-                @for (k, v) in &d.headers { tr { td { code { (k) } } td { code { (v) } } } }
+                @for (k, v) in &d.letter.headers { tr { td { code { (k) } } td { code { (v) } } } }
             }
-            h2 { "Body " span.muted { "(" (d.body.len()) " bytes, " (kind) ")" } }
+            h2 { "Body " span.muted { "(" (d.letter.body.len()) " bytes, " (kind) ")" } }
             pre #body { (body) }
         },
     )

@@ -153,7 +153,7 @@ pub async fn run(config_path: &Path, command: DlqCommand) -> anyhow::Result<i32>
                 } else {
                     println!(
                         "#{:<6} {:<24} attempts {:<3} {}",
-                        d.id, d.route, d.attempts, d.reason
+                        d.id, d.letter.route, d.letter.attempts, d.letter.reason
                     );
                 }
             }
@@ -233,7 +233,7 @@ async fn replay(
     if dry_run {
         let (count, groups) = match id {
             Some(id) => match store.dead_letter_get(id).await? {
-                Some(d) => (1, vec![(d.route, d.reason, 1)]),
+                Some(d) => (1, vec![(d.letter.route, d.letter.reason, 1)]),
                 None => (0, Vec::new()),
             },
             None => {
@@ -274,7 +274,7 @@ async fn replay(
         return Ok(
             match crate::dlq::replay(store, &publisher, &seal, &d, timeout, since, None).await? {
                 crate::dlq::Replayed::Done => {
-                    println!("replayed #{} to queue {}", d.id, d.route);
+                    println!("replayed #{} to queue {}", d.id, d.letter.route);
                     println!("1 replayed");
                     0
                 }
@@ -403,12 +403,7 @@ async fn shadow_report(
 }
 
 fn print_verdicts(v: &Verdicts) {
-    let now = match &v.now {
-        Now::Ack => "ack".to_owned(),
-        Now::Retry { reason, .. } => format!("retry: {reason}"),
-        Now::DeadLetter { reason } => format!("still dead-letter: {reason}"),
-        Now::Failure { kind, detail } => format!("failure ({kind}): {detail}"),
-    };
+    let now = &v.now;
     println!(
         "#{:<6} {:<24} {:<20} dead-letter → {now}   (then: {})",
         v.id,

@@ -26,12 +26,12 @@ fn body_preview(body: &[u8]) -> serde_json::Value {
 pub fn summary_json(d: &DeadLetter) -> serde_json::Value {
     serde_json::json!({
         "id": d.id,
-        "route": d.route,
-        "queue": d.queue,
-        "reason": d.reason,
-        "plugin": d.plugin,
-        "attempts": d.attempts,
-        "dead_lettered_at": d.dead_lettered_at,
+        "route": d.letter.route,
+        "queue": d.letter.queue,
+        "reason": d.letter.reason,
+        "plugin": d.letter.plugin,
+        "attempts": d.letter.attempts,
+        "dead_lettered_at": d.letter.dead_lettered_at,
         "replay_count": d.replay_count,
     })
 }
@@ -39,13 +39,20 @@ pub fn summary_json(d: &DeadLetter) -> serde_json::Value {
 /// Everything about one dead letter.
 pub fn detail_json(d: &DeadLetter) -> serde_json::Value {
     let mut value = summary_json(d);
-    value["headers"] = serde_json::json!(d.headers.iter().map(|(k, v)| [k, v]).collect::<Vec<_>>());
-    value["body"] = body_preview(&d.body);
-    value["body_bytes"] = serde_json::json!(d.body.len());
-    value["first_failed_at"] = serde_json::json!(d.first_failed_at);
+    value["headers"] = serde_json::json!(
+        d.letter
+            .headers
+            .iter()
+            .map(|(k, v)| [k, v])
+            .collect::<Vec<_>>()
+    );
+    value["body"] = body_preview(&d.letter.body);
+    value["body_bytes"] = serde_json::json!(d.letter.body.len());
+    value["first_failed_at"] = serde_json::json!(d.letter.first_failed_at);
     // The plugin version that gave up on it (a sealed header of the dead-letter copy).
     value["plugin_sha256"] = serde_json::json!(
-        d.headers
+        d.letter
+            .headers
             .iter()
             .find(|(k, _)| k == crate::common::header_names::PLUGIN_SHA256)
             .map(|(_, v)| v)
@@ -70,12 +77,14 @@ fn is_failure_header(name: &str) -> bool {
 /// failure story, and its archived message id, content type and correlation id.
 pub fn replay_properties_of(d: &DeadLetter) -> anyhow::Result<lapin::BasicProperties> {
     let prop = |name: &str| {
-        d.headers
+        d.letter
+            .headers
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.clone())
     };
     let pairs: Vec<(String, String)> = d
+        .letter
         .headers
         .iter()
         .filter(|(k, _)| !is_failure_header(k))
@@ -150,7 +159,7 @@ pub async fn replay(
     };
     let properties = replay_properties_of(d)?;
     // Sealed, so the route believes the original exchange and routing key it carries.
-    let properties = seal.seal(&d.route, properties, &d.body);
+    let properties = seal.seal(&d.letter.route, properties, &d.letter.body);
     let claimed = store
         .dead_letter_claim_replay(d.id, owner, claim_lease(timeout), replayed_before)
         .await
@@ -162,9 +171,9 @@ pub async fn replay(
         .publish(
             Outgoing {
                 exchange: String::new(),
-                routing_key: d.route.clone(),
+                routing_key: d.letter.route.clone(),
                 properties,
-                body: d.body.clone(),
+                body: d.letter.body.clone(),
                 mandatory: true,
             },
             timeout,
@@ -176,7 +185,7 @@ pub async fn replay(
         return Err(anyhow::anyhow!(
             "replay of dead letter {} to queue `{}` failed: {e}",
             d.id,
-            d.route
+            d.letter.route
         )
         .into());
     }
@@ -191,7 +200,7 @@ pub async fn replay(
             Err(source) => {
                 return Err(ReplayError::Unmarked {
                     id: d.id,
-                    route: d.route.clone(),
+                    route: d.letter.route.clone(),
                     source,
                 });
             }

@@ -261,7 +261,7 @@ pub async fn replay_matching(
                     break 'pages;
                 }
                 Err(e) => {
-                    tracing::warn!(id = d.id, route = %d.route, error = %e, "replay failed; the dead letter stays unreplayed");
+                    tracing::warn!(id = d.id, route = %d.letter.route, error = %e, "replay failed; the dead letter stays unreplayed");
                     report.failed.push((d.id, format!("{e:#}")));
                     failures_in_a_row += 1;
                     if failures_in_a_row >= MAX_FAILURES_IN_A_ROW {

@@ -53,6 +53,19 @@ impl Now {
     }
 }
 
+/// How a person reads it: `ack`, `retry: REASON`, `still dead-letter: REASON` or
+/// `failure (KIND): DETAIL` (the CLI's and the console's shadow lines).
+impl std::fmt::Display for Now {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Now::Ack => f.write_str("ack"),
+            Now::Retry { reason, .. } => write!(f, "retry: {reason}"),
+            Now::DeadLetter { reason } => write!(f, "still dead-letter: {reason}"),
+            Now::Failure { kind, detail } => write!(f, "failure ({kind}): {detail}"),
+        }
+    }
+}
+
 /// One dead letter, then and now.
 #[derive(Debug, Clone)]
 pub struct Verdicts {
@@ -115,7 +128,8 @@ impl KvSource for DirectKv {
 pub fn message_of(d: &DeadLetter) -> anyhow::Result<Message> {
     let properties = super::replay_properties_of(d)?;
     let header = |name: &str| {
-        d.headers
+        d.letter
+            .headers
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.clone())
@@ -131,7 +145,7 @@ pub fn message_of(d: &DeadLetter) -> anyhow::Result<Message> {
             .as_ref()
             .map(|s| s.as_str().to_owned()),
         exchange: header(ORIGINAL_EXCHANGE).unwrap_or_default(),
-        routing_key: header(ORIGINAL_ROUTING_KEY).unwrap_or_else(|| d.route.clone()),
+        routing_key: header(ORIGINAL_ROUTING_KEY).unwrap_or_else(|| d.letter.route.clone()),
         headers: headers
             .into_iter()
             .map(|(name, value)| Header { name, value })
@@ -140,7 +154,7 @@ pub fn message_of(d: &DeadLetter) -> anyhow::Result<Message> {
             .content_type()
             .as_ref()
             .map(|s| s.as_str().to_owned()),
-        body: d.body.clone(),
+        body: d.letter.body.clone(),
         attempt: 1,
         redelivered: false,
     })
@@ -211,10 +225,11 @@ async fn shadow_one(
 ) -> anyhow::Result<Verdicts> {
     let mut out = Verdicts {
         id: d.id,
-        route: d.route.clone(),
+        route: d.letter.route.clone(),
         message_id: None,
-        then_reason: d.reason.clone(),
+        then_reason: d.letter.reason.clone(),
         then_sha256: d
+            .letter
             .headers
             .iter()
             .find(|(k, _)| k == crate::common::header_names::PLUGIN_SHA256)
@@ -230,8 +245,8 @@ async fn shadow_one(
         kind: "not-run".into(),
         detail,
     };
-    let Some(route) = config.routes.iter().find(|r| r.queue == d.route) else {
-        out.now = not_run(format!("route `{}` is not in the config", d.route));
+    let Some(route) = config.routes.iter().find(|r| r.queue == d.letter.route) else {
+        out.now = not_run(format!("route `{}` is not in the config", d.letter.route));
         return Ok(out);
     };
     let name = route.plugin_name().to_owned();

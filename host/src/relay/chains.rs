@@ -65,8 +65,13 @@ impl Drop for Held {
 
 /// What a row weighs in memory, as the claim's byte budget counts it.
 pub(super) fn row_bytes(row: &OutboxRow) -> u64 {
-    let headers: usize = row.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
-    (row.payload.len() + headers) as u64
+    let headers: usize = row
+        .event
+        .headers
+        .iter()
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
+    (row.event.payload.len() + headers) as u64
 }
 
 #[derive(Debug, Default)]
@@ -86,7 +91,7 @@ impl Chains {
     /// A freshly leased row: returns it when it may be published now (its key has no row in
     /// flight), or queues it behind its key's chain.
     pub fn admit(&mut self, leased: Leased) -> Option<Leased> {
-        let key = &leased.row.ordering_key;
+        let key = &leased.row.event.ordering_key;
         if key.is_empty() {
             return Some(leased);
         }
@@ -157,10 +162,10 @@ impl Chains {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::NewOutboxRow;
 
     fn leased(id: i64, key: &str) -> Leased {
-        let row = OutboxRow {
-            id,
+        let event = NewOutboxRow {
             event_id: uuid::Uuid::now_v7(),
             route: "r".into(),
             plugin: "p".into(),
@@ -170,6 +175,10 @@ mod tests {
             content_type: None,
             payload: Vec::new(),
             ordering_key: key.into(),
+        };
+        let row = OutboxRow {
+            id,
+            event,
             created_at: 0,
             attempts: 0,
             last_error: None,
@@ -185,8 +194,8 @@ mod tests {
     fn held_bytes_follow_the_rows_alive() {
         let bytes = HeldBytes::default();
         let mut row = leased(1, "A").row;
-        row.payload = vec![0; 1000];
-        row.headers = vec![("x-a".into(), "12345".into())];
+        row.event.payload = vec![0; 1000];
+        row.event.headers = vec![("x-a".into(), "12345".into())];
         let a = bytes.hold(&row);
         let b = bytes.hold(&row);
         assert_eq!(bytes.get(), 2 * 1008);

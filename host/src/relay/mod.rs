@@ -151,16 +151,17 @@ impl Relay {
 /// The AMQP message for a row: `event_id` is the `message_id`. `Err`: AMQP cannot carry
 /// it (a row written before the host checked events, or by hand); it never will.
 fn outgoing(row: &OutboxRow) -> Result<Outgoing, Unpublishable> {
+    let event = &row.event;
     Ok(Outgoing {
-        exchange: row.exchange.clone(),
-        routing_key: row.routing_key.clone(),
+        exchange: event.exchange.clone(),
+        routing_key: event.routing_key.clone(),
         properties: event_properties(
-            &row.event_id.to_string(),
+            &event.event_id.to_string(),
             row.created_at,
-            &row.headers,
-            row.content_type.as_deref(),
+            &event.headers,
+            event.content_type.as_deref(),
         )?,
-        body: row.payload.clone(),
+        body: event.payload.clone(),
         mandatory: true,
     })
 }
@@ -203,23 +204,26 @@ mod tests {
 
     use super::*;
     use crate::broker::field_table::to_text_pairs;
+    use crate::store::NewOutboxRow;
 
     #[test]
     fn a_row_goes_out_with_its_event_id_headers_content_type_and_commit_time() {
         let row = OutboxRow {
             id: 7,
-            event_id: uuid::Uuid::now_v7(),
-            route: "r".into(),
-            plugin: "p".into(),
-            exchange: "events".into(),
-            routing_key: "acesso.liberado".into(),
-            headers: vec![
-                ("x-causation-id".into(), "m-1".into()),
-                ("traceparent".into(), "00-abc-def-01".into()),
-            ],
-            content_type: Some("application/json".into()),
-            payload: b"{}".to_vec(),
-            ordering_key: "k".into(),
+            event: NewOutboxRow {
+                event_id: uuid::Uuid::now_v7(),
+                route: "r".into(),
+                plugin: "p".into(),
+                exchange: "events".into(),
+                routing_key: "acesso.liberado".into(),
+                headers: vec![
+                    ("x-causation-id".into(), "m-1".into()),
+                    ("traceparent".into(), "00-abc-def-01".into()),
+                ],
+                content_type: Some("application/json".into()),
+                payload: b"{}".to_vec(),
+                ordering_key: "k".into(),
+            },
             created_at: 1_700_000_123_456,
             attempts: 0,
             last_error: None,
@@ -228,7 +232,7 @@ mod tests {
         let p = &out.properties;
         assert_eq!(
             p.message_id().as_ref().map(|s| s.to_string()),
-            Some(row.event_id.to_string())
+            Some(row.event.event_id.to_string())
         );
         assert_eq!(*p.delivery_mode(), Some(2), "persistent");
         assert_eq!(
@@ -237,7 +241,7 @@ mod tests {
             "commit time in seconds"
         );
         // An AMQP field table keeps its names sorted (lapin's `FieldTable` is a map).
-        let mut sent_headers = row.headers.clone();
+        let mut sent_headers = row.event.headers.clone();
         sent_headers.sort();
         assert_eq!(to_text_pairs(p.headers().as_ref().unwrap()), sent_headers);
         assert_eq!(

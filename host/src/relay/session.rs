@@ -236,7 +236,7 @@ impl<'a> Session<'a> {
             }
         }
         for first in starting {
-            let mut batch = self.chains.take_waiting(&first.row.ordering_key);
+            let mut batch = self.chains.take_waiting(&first.row.event.ordering_key);
             batch.insert(0, first);
             self.start(batch, marks);
         }
@@ -251,7 +251,7 @@ impl<'a> Session<'a> {
     /// were not confirmed go back to the key's chain and out again, in order, once the
     /// failure is settled.
     fn start(&mut self, batch: Vec<Leased>, marks: &MarkSender) {
-        let Some(key) = batch.first().map(|l| l.row.ordering_key.clone()) else {
+        let Some(key) = batch.first().map(|l| l.row.event.ordering_key.clone()) else {
             return;
         };
         let publisher = self.publisher.clone();
@@ -302,7 +302,7 @@ impl<'a> Session<'a> {
                 }
                 if let Some(failed) = failed {
                     if overtook > 0 {
-                        tracing::warn!(ordering_key = %key, event_id = %failed.0.row.event_id, overtook, "outbox rows published ahead of an earlier row of their key that failed in the same run; that row follows them when it is retried");
+                        tracing::warn!(ordering_key = %key, event_id = %failed.0.row.event.event_id, overtook, "outbox rows published ahead of an earlier row of their key that failed in the same run; that row follows them when it is retried");
                     }
                     unpublished.extend(rows);
                     return BatchDone {
@@ -351,11 +351,11 @@ impl<'a> Session<'a> {
             match error {
                 Some(error) => record_failure(self.relay, &self.owner, row, &error).await?,
                 None => {
-                    tracing::warn!(event_id = %row.event_id, "outbox row not published before its lease ran low; giving it back");
+                    tracing::warn!(event_id = %row.event.event_id, "outbox row not published before its lease ran low; giving it back");
                     give_back.push(row.id);
                 }
             }
-            let waiting = self.chains.settle(&row.ordering_key);
+            let waiting = self.chains.settle(&row.event.ordering_key);
             give_back.extend(waiting.iter().map(|l| l.row.id));
             self.relay
                 .store
@@ -424,7 +424,7 @@ fn next_run(rows: &mut VecDeque<Leased>) -> (Vec<Leased>, Vec<Outgoing>, Option<
     while let Some(head) = rows.front() {
         let same_exchange = run
             .first()
-            .is_none_or(|f| f.row.exchange == head.row.exchange);
+            .is_none_or(|f| f.row.event.exchange == head.row.event.exchange);
         if run.len() == MAX_BATCH || !same_exchange || now > head.start_by {
             break;
         }
@@ -454,7 +454,7 @@ async fn record_failure(
     if let PublishError::Invalid(why) = error {
         // Publishing it again can never help: park the row (it keeps holding its ordering
         // key) with the reason, for `carteiro outbox status` and the operator.
-        tracing::error!(event_id = %row.event_id, exchange = %row.exchange, routing_key = %row.routing_key, %why, "outbox row can never be published; parked with its error");
+        tracing::error!(event_id = %row.event.event_id, exchange = %row.event.exchange, routing_key = %row.event.routing_key, %why, "outbox row can never be published; parked with its error");
         let error = format!("permanent: cannot be published: {why}");
         let held = relay
             .store
@@ -464,7 +464,7 @@ async fn record_failure(
         return Ok(());
     }
     let delay_ms = (500_i64 << attempts.clamp(0, 7)).min(60_000);
-    tracing::warn!(event_id = %row.event_id, exchange = %row.exchange, routing_key = %row.routing_key, attempts, %error, "outbox publish failed; the row stays pending");
+    tracing::warn!(event_id = %row.event.event_id, exchange = %row.event.exchange, routing_key = %row.event.routing_key, attempts, %error, "outbox publish failed; the row stays pending");
     let held = relay
         .store
         .outbox_mark_failed(row.id, owner, &error.to_string(), delay_ms)
@@ -477,6 +477,6 @@ async fn record_failure(
 /// relay owns the row now.
 fn lease_lost_unless(held: bool, row: &OutboxRow) {
     if !held {
-        tracing::warn!(event_id = %row.event_id, "outbox row's lease ran out before its failure was recorded; another relay owns it now");
+        tracing::warn!(event_id = %row.event.event_id, "outbox row's lease ran out before its failure was recorded; another relay owns it now");
     }
 }

@@ -175,77 +175,61 @@ async fn apply(
 
     for write in last_write_per_key(&req.writes) {
         let observed = observed_version(req, &write.key);
-        let key = write.key.as_str();
-        let changed = match (&write.value, observed) {
+        let value = write.value.as_deref();
+        // Every statement binds $1 namespace and $2 key, then its value (a write), the time,
+        // and the version it expects (when it has one), in that order. `checked`: no row
+        // changed means another writer got there first (a conflict).
+        let (sql, version, checked) = match (value, observed) {
             // Read as absent: create, or revive a tombstone; a live row (a concurrent
             // creator) makes us lose instead of overwriting it.
-            (Some(value), Some(None)) => sqlx::query(
+            (Some(_), Some(None)) => (
                 "INSERT INTO kv (namespace, key, value, version, updated_at) \
                  VALUES ($1, $2, $3, 1, $4) ON CONFLICT (namespace, key) DO UPDATE \
                  SET value = excluded.value, version = kv.version + 1, \
                  updated_at = excluded.updated_at WHERE kv.value IS NULL",
-            )
-            .bind(ns)
-            .bind(key)
-            .bind(value.as_slice())
-            .bind(now)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected(),
-            (Some(value), Some(Some(version))) => sqlx::query(
+                None,
+                true,
+            ),
+            (Some(_), Some(Some(version))) => (
                 "UPDATE kv SET value = $3, version = version + 1, updated_at = $4 \
                  WHERE namespace = $1 AND key = $2 AND version = $5 AND value IS NOT NULL",
-            )
-            .bind(ns)
-            .bind(key)
-            .bind(value.as_slice())
-            .bind(now)
-            .bind(version)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected(),
+                Some(version),
+                true,
+            ),
             // Blind write: upsert.
-            (Some(value), None) => sqlx::query(
+            (Some(_), None) => (
                 "INSERT INTO kv (namespace, key, value, version, updated_at) \
                  VALUES ($1, $2, $3, 1, $4) ON CONFLICT (namespace, key) DO UPDATE \
                  SET value = excluded.value, version = kv.version + 1, \
                  updated_at = excluded.updated_at",
-            )
-            .bind(ns)
-            .bind(key)
-            .bind(value.as_slice())
-            .bind(now)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected()
-            .max(1),
+                None,
+                false,
+            ),
             // Deletes leave a tombstone with the next version (see the migration).
-            (None, Some(Some(version))) => sqlx::query(
+            (None, Some(Some(version))) => (
                 "UPDATE kv SET value = NULL, version = version + 1, updated_at = $3 \
                  WHERE namespace = $1 AND key = $2 AND version = $4 AND value IS NOT NULL",
-            )
-            .bind(ns)
-            .bind(key)
-            .bind(now)
-            .bind(version)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected(),
+                Some(version),
+                true,
+            ),
             // Deleting a key read as absent, or a blind delete: nothing to check.
-            (None, _) => {
-                sqlx::query(
-                    "UPDATE kv SET value = NULL, version = version + 1, updated_at = $3 \
-                     WHERE namespace = $1 AND key = $2 AND value IS NOT NULL",
-                )
-                .bind(ns)
-                .bind(key)
-                .bind(now)
-                .execute(&mut *conn)
-                .await?;
-                1
-            }
+            (None, _) => (
+                "UPDATE kv SET value = NULL, version = version + 1, updated_at = $3 \
+                 WHERE namespace = $1 AND key = $2 AND value IS NOT NULL",
+                None,
+                false,
+            ),
         };
-        if changed == 0 {
+        let mut query = sqlx::query(sql).bind(ns).bind(write.key.as_str());
+        if let Some(value) = value {
+            query = query.bind(value);
+        }
+        query = query.bind(now);
+        if let Some(version) = version {
+            query = query.bind(version);
+        }
+        let changed = query.execute(&mut *conn).await?.rows_affected();
+        if checked && changed == 0 {
             return Ok(Some(CommitOutcome::Conflict));
         }
     }

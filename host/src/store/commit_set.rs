@@ -289,13 +289,11 @@ async fn insert_inbox(
                 .bind(now);
         }
         let inserted = query.execute(&mut *conn).await?.rows_affected();
-        if inserted != chunk.len() as u64 {
-            return Err(SetError::Fallback(format!(
-                "{} of {} inbox keys were committed concurrently by another instance",
-                chunk.len() as u64 - inserted,
-                chunk.len()
-            )));
-        }
+        all_changed(
+            inserted,
+            chunk.len(),
+            "inbox keys were committed concurrently by another instance",
+        )?;
     }
     Ok(())
 }
@@ -326,13 +324,21 @@ async fn upsert_kv(
                 .bind(now);
         }
         let written = query.execute(&mut *conn).await?.rows_affected();
-        if written != chunk.len() as u64 {
-            return Err(SetError::Fallback(format!(
-                "{} of {} kv rows changed under the batch",
-                chunk.len() as u64 - written,
-                chunk.len()
-            )));
-        }
+        all_changed(written, chunk.len(), "kv rows changed under the batch")?;
+    }
+    Ok(())
+}
+
+/// A statement meant to change `expected` rows changed only `changed`: the rest (`what`
+/// says what happened to them) changed under the batch, which falls back to the savepoint
+/// path.
+fn all_changed(changed: u64, expected: usize, what: &str) -> Result<(), SetError> {
+    let expected = expected as u64;
+    if changed != expected {
+        return Err(SetError::Fallback(format!(
+            "{} of {expected} {what}",
+            expected - changed
+        )));
     }
     Ok(())
 }

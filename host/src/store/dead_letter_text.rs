@@ -29,8 +29,8 @@ use serde::{Deserialize, Serialize};
 
 use super::headers_to_json;
 
-/// A message to archive. Defined here, below `dead_letters` (which archives it), because
-/// the encoding reads it.
+/// A message to archive, and what an archived `DeadLetter` gives back (its `letter`).
+/// Defined here, below `dead_letters` (which archives it), because the encoding reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewDeadLetter {
     /// Route it belonged to.

@@ -8,29 +8,13 @@ use sqlx::{Arguments, AssertSqlSafe, Row};
 use super::dead_letter_text::{self, NewDeadLetter, SHORT_MAX, TEXT_MAX, stand_in};
 use super::{Backend, PURGE_CHUNK, Store, StoreError, headers_from_json, now_ms, nul_free};
 
-/// An archived dead letter.
+/// An archived dead letter: the message as it was archived, and the archive's bookkeeping.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadLetter {
     /// Archive id.
     pub id: i64,
-    /// Route.
-    pub route: String,
-    /// Queue it was archived from.
-    pub queue: String,
-    /// Why.
-    pub reason: String,
-    /// Plugin, when known.
-    pub plugin: Option<String>,
-    /// Delivery attempts.
-    pub attempts: i64,
-    /// AMQP headers.
-    pub headers: Vec<(String, String)>,
-    /// Body.
-    pub body: Vec<u8>,
-    /// First failure, unix ms.
-    pub first_failed_at: Option<i64>,
-    /// Dead-lettered, unix ms.
-    pub dead_lettered_at: i64,
+    /// What was archived, its text exactly as given (see `stored_encoded`).
+    pub letter: NewDeadLetter,
     /// Last replay, unix ms.
     pub replayed_at: Option<i64>,
     /// Number of replays.
@@ -137,16 +121,9 @@ impl Store {
         &self,
         filter: &DeadLetterFilter,
     ) -> Result<Vec<DeadLetter>, StoreError> {
-        self.bounded("dead letters list", async {
-            let (mut sql, mut args) = self.filter_sql(filter, &format!("SELECT {COLUMNS}"));
-            args.push(Arg::Int(filter.limit.unwrap_or(100).max(0)));
-            sql.push_str(&format!(" ORDER BY id DESC LIMIT ${}", args.len()));
-            let rows = sqlx::query_with(AssertSqlSafe(sql), arguments(args)?)
-                .fetch_all(self.pool())
-                .await?;
-            rows.iter().map(dead_letter).collect()
-        })
-        .await
+        let limit = filter.limit.unwrap_or(100);
+        self.dead_letters_in_order("dead letters list", filter, "id DESC", limit)
+            .await
     }
 
     /// Up to `limit` dead letters matching `filter`, oldest first (id order), after
@@ -156,10 +133,23 @@ impl Store {
         filter: &DeadLetterFilter,
         limit: i64,
     ) -> Result<Vec<DeadLetter>, StoreError> {
-        self.bounded("dead letters page", async {
+        self.dead_letters_in_order("dead letters page", filter, "id", limit)
+            .await
+    }
+
+    /// Up to `limit` dead letters matching `filter`, sorted by `order` (SQL: `id` or
+    /// `id DESC`); `what` names the operation in a timeout error.
+    async fn dead_letters_in_order(
+        &self,
+        what: &str,
+        filter: &DeadLetterFilter,
+        order: &'static str,
+        limit: i64,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        self.bounded(what, async {
             let (mut sql, mut args) = self.filter_sql(filter, &format!("SELECT {COLUMNS}"));
             args.push(Arg::Int(limit.max(0)));
-            sql.push_str(&format!(" ORDER BY id LIMIT ${}", args.len()));
+            sql.push_str(&format!(" ORDER BY {order} LIMIT ${}", args.len()));
             let rows = sqlx::query_with(AssertSqlSafe(sql), arguments(args)?)
                 .fetch_all(self.pool())
                 .await?;
@@ -170,14 +160,10 @@ impl Store {
 
     /// How many dead letters match `filter` (its `limit` is ignored).
     pub async fn dead_letters_count(&self, filter: &DeadLetterFilter) -> Result<i64, StoreError> {
-        self.bounded("dead letters count", async {
-            let (sql, args) = self.filter_sql(filter, "SELECT COUNT(*)");
-            let n: i64 = sqlx::query_scalar_with(AssertSqlSafe(sql), arguments(args)?)
-                .fetch_one(self.pool())
-                .await?;
-            Ok(n)
-        })
-        .await
+        let count = self
+            .dead_letters_number("dead letters count", filter, "SELECT COUNT(*)")
+            .await?;
+        Ok(count.unwrap_or(0))
     }
 
     /// The highest id among the dead letters matching `filter`.
@@ -185,12 +171,24 @@ impl Store {
         &self,
         filter: &DeadLetterFilter,
     ) -> Result<Option<i64>, StoreError> {
-        self.bounded("dead letters max id", async {
-            let (sql, args) = self.filter_sql(filter, "SELECT MAX(id)");
-            let max: Option<i64> = sqlx::query_scalar_with(AssertSqlSafe(sql), arguments(args)?)
+        self.dead_letters_number("dead letters max id", filter, "SELECT MAX(id)")
+            .await
+    }
+
+    /// One number over the dead letters matching `filter`: `select` is its `SELECT` clause
+    /// (an aggregate; `None` where SQL gives NULL). `what` names it in a timeout error.
+    async fn dead_letters_number(
+        &self,
+        what: &str,
+        filter: &DeadLetterFilter,
+        select: &str,
+    ) -> Result<Option<i64>, StoreError> {
+        self.bounded(what, async {
+            let (sql, args) = self.filter_sql(filter, select);
+            let number: Option<i64> = sqlx::query_scalar_with(AssertSqlSafe(sql), arguments(args)?)
                 .fetch_one(self.pool())
                 .await?;
-            Ok(max)
+            Ok(number)
         })
         .await
     }
@@ -463,15 +461,17 @@ fn dead_letter(row: &AnyRow) -> Result<DeadLetter, StoreError> {
     let plugin: Option<String> = row.try_get("plugin")?;
     Ok(DeadLetter {
         id: row.try_get("id")?,
-        route: original.route.unwrap_or(route),
-        queue: original.queue.unwrap_or(queue),
-        reason: original.reason.unwrap_or(reason),
-        plugin: original.plugin.or(plugin),
-        attempts: row.try_get("attempts")?,
-        headers: headers_from_json(&headers)?,
-        body: row.try_get("body")?,
-        first_failed_at: row.try_get("first_failed_at")?,
-        dead_lettered_at: row.try_get("dead_lettered_at")?,
+        letter: NewDeadLetter {
+            route: original.route.unwrap_or(route),
+            queue: original.queue.unwrap_or(queue),
+            reason: original.reason.unwrap_or(reason),
+            plugin: original.plugin.or(plugin),
+            attempts: row.try_get("attempts")?,
+            headers: headers_from_json(&headers)?,
+            body: row.try_get("body")?,
+            first_failed_at: row.try_get("first_failed_at")?,
+            dead_lettered_at: row.try_get("dead_lettered_at")?,
+        },
         replayed_at: row.try_get("replayed_at")?,
         replay_count: row.try_get("replay_count")?,
         stored_encoded,

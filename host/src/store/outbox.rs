@@ -9,35 +9,22 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use super::commit_request::NewOutboxRow;
 use super::sql::{Placeholders, shaped_chunks};
 use super::{Backend, Store, StoreError, headers_from_json, now_ms, nul_free};
 
 /// PostgreSQL `NOTIFY` channel signalled by every commit that inserted outbox rows.
 pub const OUTBOX_NOTIFY_CHANNEL: &str = "carteiro_outbox";
 
-/// A committed event waiting to be published.
+/// A committed event waiting to be published: the event as its delivery committed it, and
+/// the outbox's bookkeeping around it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxRow {
     /// Position in the outbox; rows are handed out in id order.
     pub id: i64,
-    /// The AMQP `message_id` to publish with.
-    pub event_id: uuid::Uuid,
-    /// Route whose delivery emitted it.
-    pub route: String,
-    /// Plugin that emitted it.
-    pub plugin: String,
-    /// Target exchange.
-    pub exchange: String,
-    /// Routing key, verbatim.
-    pub routing_key: String,
-    /// AMQP headers, in order.
-    pub headers: Vec<(String, String)>,
-    /// AMQP content type.
-    pub content_type: Option<String>,
-    /// Body, verbatim.
-    pub payload: Vec<u8>,
-    /// Rows sharing a non-empty ordering key are handed out strictly in id order.
-    pub ordering_key: String,
+    /// The event, verbatim; its `event_id` is the AMQP `message_id` to publish with, and rows
+    /// sharing a non-empty `ordering_key` are handed out strictly in id order.
+    pub event: NewOutboxRow,
     /// Unix ms of the commit.
     pub created_at: i64,
     /// Failed publish attempts so far.
@@ -369,17 +356,19 @@ fn outbox_row(row: &AnyRow) -> Result<OutboxRow, StoreError> {
     let headers: String = row.try_get("headers")?;
     Ok(OutboxRow {
         id: row.try_get("id")?,
-        event_id: uuid::Uuid::parse_str(&event_id).map_err(|e| {
-            StoreError::Database(format!("outbox event_id {event_id:?} is not a UUID: {e}"))
-        })?,
-        route: row.try_get("route")?,
-        plugin: row.try_get("plugin")?,
-        exchange: row.try_get("exchange")?,
-        routing_key: row.try_get("routing_key")?,
-        headers: headers_from_json(&headers)?,
-        content_type: row.try_get("content_type")?,
-        payload: row.try_get("payload")?,
-        ordering_key: row.try_get("ordering_key")?,
+        event: NewOutboxRow {
+            event_id: uuid::Uuid::parse_str(&event_id).map_err(|e| {
+                StoreError::Database(format!("outbox event_id {event_id:?} is not a UUID: {e}"))
+            })?,
+            route: row.try_get("route")?,
+            plugin: row.try_get("plugin")?,
+            exchange: row.try_get("exchange")?,
+            routing_key: row.try_get("routing_key")?,
+            headers: headers_from_json(&headers)?,
+            content_type: row.try_get("content_type")?,
+            payload: row.try_get("payload")?,
+            ordering_key: row.try_get("ordering_key")?,
+        },
         created_at: row.try_get("created_at")?,
         attempts: row.try_get("attempts")?,
         last_error: row.try_get("last_error")?,

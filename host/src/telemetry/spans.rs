@@ -177,16 +177,11 @@ impl Telemetry {
         routing_key: &str,
     ) -> ChildSpan {
         self.child(|| {
+            let mut attributes = publishing(exchange, routing_key);
+            attributes.push(KeyValue::new(REPUBLISH, kind));
             SpanBuilder::from_name(format!("{} publish", exchange_name(exchange)))
                 .with_kind(SpanKind::Producer)
-                .with_attributes([
-                    KeyValue::new(SYSTEM, "rabbitmq"),
-                    KeyValue::new(DESTINATION, exchange.to_owned()),
-                    KeyValue::new(ROUTING_KEY, routing_key.to_owned()),
-                    KeyValue::new(OPERATION_TYPE, "send"),
-                    KeyValue::new(OPERATION_NAME, "publish"),
-                    KeyValue::new(REPUBLISH, kind),
-                ])
+                .with_attributes(attributes)
         })
     }
 
@@ -231,34 +226,43 @@ impl Telemetry {
 }
 
 fn relay_span(on: &Exporting, row: &OutboxRow) -> Span {
-    let emitted_by = extract(on, &row.headers);
+    let event = &row.event;
+    let emitted_by = extract(on, &event.headers);
     let emitted_by = emitted_by.span().span_context().clone();
     let links = if emitted_by.is_valid() {
         vec![Link::with_context(emitted_by)]
     } else {
         Vec::new()
     };
-    let attributes = vec![
-        KeyValue::new(SYSTEM, "rabbitmq"),
-        KeyValue::new(DESTINATION, row.exchange.clone()),
-        KeyValue::new(ROUTING_KEY, row.routing_key.clone()),
-        KeyValue::new(OPERATION_TYPE, "send"),
-        KeyValue::new(OPERATION_NAME, "publish"),
-        KeyValue::new(MESSAGE_ID, row.event_id.to_string()),
-        KeyValue::new(ROUTE, row.route.clone()),
-        KeyValue::new(PLUGIN, row.plugin.clone()),
+    let mut attributes = publishing(&event.exchange, &event.routing_key);
+    attributes.extend([
+        KeyValue::new(MESSAGE_ID, event.event_id.to_string()),
+        KeyValue::new(ROUTE, event.route.clone()),
+        KeyValue::new(PLUGIN, event.plugin.clone()),
         KeyValue::new(OUTBOX_ID, row.id),
         KeyValue::new(EVENT_ATTEMPT, row.attempts + 1),
-    ];
+    ]);
     // A trace of its own (the delivery ended long ago, maybe in another process): the link
     // says which delivery emitted the row.
     on.tracer.build_with_context(
-        SpanBuilder::from_name(format!("{} publish", exchange_name(&row.exchange)))
+        SpanBuilder::from_name(format!("{} publish", exchange_name(&event.exchange)))
             .with_kind(SpanKind::Producer)
             .with_attributes(attributes)
             .with_links(links),
         &Context::new(),
     )
+}
+
+/// The messaging attributes of a span that publishes to `exchange` with `routing_key` (a
+/// retry or dead-letter copy, an outbox row).
+fn publishing(exchange: &str, routing_key: &str) -> Vec<KeyValue> {
+    vec![
+        KeyValue::new(SYSTEM, "rabbitmq"),
+        KeyValue::new(DESTINATION, exchange.to_owned()),
+        KeyValue::new(ROUTING_KEY, routing_key.to_owned()),
+        KeyValue::new(OPERATION_TYPE, "send"),
+        KeyValue::new(OPERATION_NAME, "publish"),
+    ]
 }
 
 /// How span names call the default exchange (its name is empty).

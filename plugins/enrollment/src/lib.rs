@@ -16,83 +16,11 @@
 //! - the same enrollment already recorded → ack without new events (a business-level
 //!   duplicate: another message confirmed it already); recorded with other ids → dead-letter.
 
-use std::fmt;
-
 use carteiro_sdk::{BodyError, Message, Verdict, config, export_handler, info, kv, outbox};
-use serde::de::{self, Deserializer, Visitor};
-use serde::{Deserialize, Serialize, Serializer};
-
-/// Default exchange for the emitted events.
-pub const DEFAULT_EVENTS_EXCHANGE: &str = "carteiro.events";
-/// Routing key: course access granted.
-pub const ACESSO_LIBERADO: &str = "acesso.liberado";
-/// Routing key: invoice requested.
-pub const FATURA_SOLICITADA: &str = "fatura.solicitada";
-/// Routing key: welcome email requested.
-pub const EMAIL_SOLICITADO: &str = "email.solicitado";
-
-/// An id as published: a string or an integer, kept as it came.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Id {
-    /// A textual id.
-    Text(String),
-    /// A numeric id.
-    Number(i128),
-}
-
-impl fmt::Display for Id {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Id::Text(s) => f.write_str(s),
-            Id::Number(n) => write!(f, "{n}"),
-        }
-    }
-}
-
-impl Serialize for Id {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Id::Text(t) => s.serialize_str(t),
-            Id::Number(n) => s.serialize_i128(*n),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Id {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct IdVisitor;
-        impl Visitor<'_> for IdVisitor {
-            type Value = Id;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a non-empty string or an integer id")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Id, E> {
-                if v.is_empty() {
-                    return Err(E::invalid_value(de::Unexpected::Str(v), &self));
-                }
-                Ok(Id::Text(v.to_owned()))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Id, E> {
-                Ok(Id::Number(v.into()))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Id, E> {
-                Ok(Id::Number(v.into()))
-            }
-        }
-        d.deserialize_any(IdVisitor)
-    }
-}
-
-/// The `matricula.confirmada` payload, and the record stored in kv.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Matricula {
-    /// The enrollment.
-    pub matricula_id: Id,
-    /// The student.
-    pub usuario_id: Id,
-    /// The course.
-    pub curso_id: Id,
-}
+pub use enrollment_rules::{
+    ACESSO_LIBERADO, DEFAULT_EVENTS_EXCHANGE, EMAIL_SOLICITADO, FATURA_SOLICITADA, Id, Matricula,
+};
+use enrollment_rules::{CAUSATION_HEADER, CONTENT_SERVICE_DOWN, ROUTING_KEYS, invalid};
 
 fn handle(msg: Message) -> Verdict {
     Verdict::from_result(confirm(&msg))
@@ -100,46 +28,34 @@ fn handle(msg: Message) -> Verdict {
 
 fn confirm(msg: &Message) -> Result<(), Verdict> {
     let matricula: Matricula = msg.json().map_err(|e| match e {
-        BodyError::Json(e) => {
-            Verdict::dead_letter(format!("invalid matricula.confirmada: {}", e.description()))
-        }
-        BodyError::NotUtf8 { .. } => {
-            Verdict::dead_letter(format!("invalid matricula.confirmada: {e}"))
-        }
+        BodyError::Json(e) => Verdict::dead_letter(invalid(e.description())),
+        BodyError::NotUtf8 { .. } => Verdict::dead_letter(invalid(&e)),
     })?;
 
     if config::var("content_service").as_deref() == Some("down") {
-        return Err(Verdict::retry("content service unavailable"));
+        return Err(Verdict::retry(CONTENT_SERVICE_DOWN));
     }
 
-    let key = format!("matricula/{}", matricula.matricula_id);
+    let key = matricula.key();
     match kv::get_json::<Matricula>(&key)? {
         Some(existing) if existing == matricula => {
-            info!(
-                "matricula {} already confirmed; nothing to do",
-                matricula.matricula_id
-            );
+            info!("{}", matricula.already_confirmed());
             return Ok(());
         }
-        Some(_) => {
-            return Err(Verdict::dead_letter(format!(
-                "matricula {} was already confirmed with a different usuario_id or curso_id",
-                matricula.matricula_id
-            )));
-        }
+        Some(_) => return Err(Verdict::dead_letter(matricula.confirmed_differently())),
         None => {}
     }
     kv::set_json(&key, &matricula)?;
 
     let exchange = config::var_or("events_exchange", DEFAULT_EVENTS_EXCHANGE);
-    for routing_key in [ACESSO_LIBERADO, FATURA_SOLICITADA, EMAIL_SOLICITADO] {
+    for routing_key in ROUTING_KEYS {
         let mut event = outbox::Event::json(exchange.as_str(), routing_key, &matricula)?;
         if let Some(id) = &msg.id {
-            event = event.with_header("x-causation-id", id.as_str());
+            event = event.with_header(CAUSATION_HEADER, id.as_str());
         }
         outbox::emit(event)?;
     }
-    info!("matricula {} confirmed", matricula.matricula_id);
+    info!("{}", matricula.confirmed());
     Ok(())
 }
 

@@ -220,6 +220,7 @@ async fn a_shadow_replay_reports_exactly_what_the_fixed_version_acks_and_changes
         .expect("dead letters");
     for d in &rows {
         let id = d
+            .letter
             .headers
             .iter()
             .find(|(k, _)| k == ":message-id")

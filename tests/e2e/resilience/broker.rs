@@ -150,8 +150,13 @@ async fn messages_the_broker_dead_letters_are_archived_with_its_reason() {
     assert_eq!(rows.len(), 2, "{rows:?}");
     let reason_of = |id: &str| {
         rows.iter()
-            .find(|r| r.headers.iter().any(|(k, v)| k == ":message-id" && v == id))
-            .map(|r| r.reason.clone())
+            .find(|r| {
+                r.letter
+                    .headers
+                    .iter()
+                    .any(|(k, v)| k == ":message-id" && v == id)
+            })
+            .map(|r| r.letter.reason.clone())
             .unwrap_or_else(|| panic!("no dead letter for {id}: {rows:?}"))
     };
     let overflowed = reason_of("overflowed");
@@ -165,7 +170,7 @@ async fn messages_the_broker_dead_letters_are_archived_with_its_reason() {
         "{expired}"
     );
     assert!(
-        rows.iter().all(|r| r.queue == queue),
+        rows.iter().all(|r| r.letter.queue == queue),
         "x-first-death-queue recorded: {rows:?}"
     );
     wait_for("the DLQ emptied", Duration::from_secs(10), || async {

@@ -116,21 +116,26 @@ async fn per_delivery_totals_bound_the_gateways_memory() {
     for (attack, says) in attacks {
         let row = rows
             .iter()
-            .find(|d| d.body == attack.as_bytes())
+            .find(|d| d.letter.body == attack.as_bytes())
             .unwrap_or_else(|| panic!("no dead letter for {attack}"));
-        assert!(row.reason.contains(says), "{attack}: {}", row.reason);
         assert!(
-            row.reason.len() <= 4096,
+            row.letter.reason.contains(says),
+            "{attack}: {}",
+            row.letter.reason
+        );
+        assert!(
+            row.letter.reason.len() <= 4096,
             "{attack}: reason of {}",
-            row.reason.len()
+            row.letter.reason.len()
         );
         if attack.ends_with("bytes") || attack == "log-flood" {
             assert!(
-                row.headers
+                row.letter
+                    .headers
                     .iter()
                     .any(|(k, v)| k == "x-carteiro-failure" && v == "resource-limit"),
                 "{attack}: {:?}",
-                row.headers
+                row.letter.headers
             );
         }
     }
@@ -162,12 +167,13 @@ async fn a_panicking_delivery_is_requeued_once_then_dead_lettered_and_sighup_rel
     let rows = dead_letters(&child.store, &child.queue, 1).await;
     assert!(
         rows[0]
+            .letter
             .reason
             .contains("the gateway panicked twice processing this message: fault injection"),
         "{}",
-        rows[0].reason
+        rows[0].letter.reason
     );
-    assert_eq!(rows[0].body, b"panic please");
+    assert_eq!(rows[0].letter.body, b"panic please");
     let stderr = child.gateway.stderr();
     assert_eq!(
         stderr

@@ -332,7 +332,7 @@ async fn nul_bytes_are_rejected_with_the_field_name(db: &TestDb) {
     );
     let rows = s.outbox_pending(10, "t", 1000).await.unwrap();
     assert_eq!(
-        (rows[0].headers.clone(), rows[0].payload.clone()),
+        (rows[0].event.headers.clone(), rows[0].event.payload.clone()),
         (e.headers, e.payload)
     );
     // Reads with NUL are refused clearly too.

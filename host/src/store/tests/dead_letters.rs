@@ -50,20 +50,27 @@ async fn archive_query_replay_purge(db: &TestDb) {
     assert!(a1 < a2 && a2 < b1 && b1 < b2);
 
     let got = s.dead_letter_get(a2).await.unwrap().unwrap();
-    assert_eq!(got.reason, "trap: 100% bad_input");
-    assert_eq!(got.body, vec![0, 159, 146, 150, 0]);
+    assert_eq!(got.letter.reason, "trap: 100% bad_input");
+    assert_eq!(got.letter.body, vec![0, 159, 146, 150, 0]);
     assert_eq!(
-        got.headers,
+        got.letter.headers,
         vec![("x-carteiro-attempt".to_string(), "5".to_string())]
     );
     assert_eq!(
-        (got.attempts, got.first_failed_at, got.replay_count),
+        (
+            got.letter.attempts,
+            got.letter.first_failed_at,
+            got.replay_count
+        ),
         (5, Some(1_990), 0)
     );
     let odd = s.dead_letter_get(b2).await.unwrap().unwrap();
-    assert_eq!((odd.plugin, odd.first_failed_at), (None, None));
     assert_eq!(
-        odd.reason, "reason with NUL \0 is kept readable",
+        (odd.letter.plugin, odd.letter.first_failed_at),
+        (None, None)
+    );
+    assert_eq!(
+        odd.letter.reason, "reason with NUL \0 is kept readable",
         "kept exactly"
     );
     assert!(odd.stored_encoded);
@@ -183,31 +190,7 @@ async fn any_text_is_archived_losslessly(db: &TestDb) {
     for d in [&hostile, &long_route, &lookalike] {
         let id = s.dead_letter_insert(d).await.unwrap();
         let got = s.dead_letter_get(id).await.unwrap().unwrap();
-        assert_eq!(
-            (
-                &got.route,
-                &got.queue,
-                &got.reason,
-                &got.plugin,
-                got.attempts,
-                &got.headers,
-                &got.body,
-                got.first_failed_at,
-                got.dead_lettered_at
-            ),
-            (
-                &d.route,
-                &d.queue,
-                &d.reason,
-                &d.plugin,
-                d.attempts,
-                &d.headers,
-                &d.body,
-                d.first_failed_at,
-                d.dead_lettered_at
-            ),
-            "dead letter {id} read back exactly"
-        );
+        assert_eq!(&got.letter, d, "dead letter {id} read back exactly");
     }
     let lookalike_row = s
         .dead_letters_list(&DeadLetterFilter {
@@ -231,7 +214,7 @@ async fn any_text_is_archived_losslessly(db: &TestDb) {
     let found = s.dead_letters_list(&f).await.unwrap();
     assert_eq!(found.len(), 1);
     assert!(found[0].stored_encoded);
-    assert_eq!(found[0].reason, reason);
+    assert_eq!(found[0].letter.reason, reason);
     let f = DeadLetterFilter {
         route: Some("r".repeat(5_000)),
         ..Default::default()

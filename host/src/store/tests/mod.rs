@@ -167,7 +167,7 @@ pub(super) fn event(routing_key: &str, payload: &[u8]) -> NewOutboxRow {
 
 /// The routing keys of `rows`, in order.
 pub(super) fn keys(rows: &[OutboxRow]) -> Vec<&str> {
-    rows.iter().map(|r| r.routing_key.as_str()).collect()
+    rows.iter().map(|r| r.event.routing_key.as_str()).collect()
 }
 
 #[test]

@@ -64,15 +64,7 @@ async fn stored_verbatim(db: &TestDb) {
         .unwrap();
     assert_eq!(rows.len(), 3);
     for (row, want) in rows.iter().zip(&expected) {
-        assert_eq!(row.event_id, want.event_id);
-        assert_eq!(row.route, want.route);
-        assert_eq!(row.plugin, want.plugin);
-        assert_eq!(row.exchange, want.exchange);
-        assert_eq!(row.routing_key, want.routing_key);
-        assert_eq!(row.headers, want.headers);
-        assert_eq!(row.content_type, want.content_type);
-        assert_eq!(row.payload, want.payload);
-        assert_eq!(row.ordering_key, want.ordering_key);
+        assert_eq!(&row.event, want);
         assert_eq!((row.attempts, row.last_error.clone()), (0, None));
     }
     assert!(rows.windows(2).all(|w| w[0].id < w[1].id));
