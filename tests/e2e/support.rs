@@ -99,6 +99,24 @@ where
     }
 }
 
+/// Per-delivery limits for loading a plugin in-process, without the instance cap and with
+/// the default byte totals: one place that knows every field of `PluginLimits`.
+pub fn plugin_limits(
+    timeout: Duration,
+    memory_bytes: u64,
+    max_host_calls: u32,
+    max_events: u32,
+) -> carteiro::runtime::PluginLimits {
+    carteiro::runtime::PluginLimits {
+        timeout,
+        memory_bytes,
+        max_host_calls,
+        max_events,
+        totals: carteiro::runtime::DeliveryTotals::default(),
+        max_concurrency: None,
+    }
+}
+
 /// Writes `toml` into a fresh temp dir and loads it like `carteiro run -c` would.
 pub fn load_config(dir: &Path, toml: &str) -> Config {
     let path = dir.join("carteiro.toml");
@@ -191,15 +209,31 @@ pub fn plugin_route(
     queue: &str,
     exchange: &str,
 ) -> String {
+    plugin_route_with(name, fixture, "", variables, queue, "", exchange)
+}
+
+/// [`plugin_route`] with more lines in the plugin table (`plugin_extra`) and in the route
+/// table (`route_extra`): the one template of a plugin and its route that every config uses.
+fn plugin_route_with(
+    name: &str,
+    fixture: &str,
+    plugin_extra: &str,
+    variables: &str,
+    queue: &str,
+    route_extra: &str,
+    exchange: &str,
+) -> String {
     format!(
         r#"
 [plugins.{name}]
 path = "{path}"
+{plugin_extra}
 [plugins.{name}.variables]
 {variables}
 [[routes]]
 queue = "{queue}"
 plugin = "{name}"
+{route_extra}
 [[routes.bindings]]
 exchange = "{exchange}"
 "#,
@@ -215,6 +249,15 @@ pub fn route_config(
     vars: &str,
     extra: &str,
 ) -> String {
+    let route = plugin_route_with(
+        plugin_name,
+        plugin_name,
+        "timeout = \"2s\"\nmemory = \"32MiB\"",
+        vars,
+        queue,
+        &format!("prefetch = 16\n{extra}"),
+        exchange,
+    );
     format!(
         r##"
 version = 1
@@ -226,24 +269,19 @@ url = "sqlite://{{dir}}/carteiro.db"
 [admin]
 listen = ""
 [relay]
-poll_interval = "200ms"
-[plugins.{plugin_name}]
-path = "{path}"
-timeout = "2s"
-memory = "32MiB"
-[plugins.{plugin_name}.variables]
-{vars}
-[[routes]]
-queue = "{queue}"
-plugin = "{plugin_name}"
-prefetch = 16
-{extra}
-[[routes.bindings]]
-exchange = "{exchange}"
-routing_key = "#"
+poll_interval = "200ms"{route}routing_key = "#"
 "##,
         amqp = amqp_url(),
-        path = plugin(plugin_name).display(),
+    )
+}
+
+/// A route's `[routes.retry]` table (an `extra` of [`route_config`]): `max_attempts` and the
+/// backoff tiers, so a test states its retry policy as numbers rather than TOML text.
+pub fn retry_table(max_attempts: u32, backoff: &[&str]) -> String {
+    let tiers: Vec<String> = backoff.iter().map(|tier| format!("\"{tier}\"")).collect();
+    format!(
+        "[routes.retry]\nmax_attempts = {max_attempts}\nbackoff = [{}]",
+        tiers.join(", ")
     )
 }
 
@@ -542,14 +580,16 @@ pub fn run_relay(relay: carteiro::relay::Relay) -> RelayTask {
 
 /// Runs the relay of `config` on `store` in the background, recording into fresh metrics.
 pub fn spawn_relay(config: &Config, store: carteiro::store::Store) -> RelayTask {
-    run_relay(carteiro::relay::Relay::new(
+    let (metrics, wake) = (Arc::new(Metrics::default()), None);
+    let relay = carteiro::relay::Relay::new(
         &config.broker,
         &config.relay,
         &config.store.url,
         store,
-        Arc::new(Metrics::default()),
-        None,
-    ))
+        metrics,
+        wake,
+    );
+    run_relay(relay)
 }
 
 /// Stops a relay and waits (30 s at most) for it to end without error.
