@@ -34,7 +34,9 @@ mod reload_creds;
 mod resume;
 mod shadow_files;
 
-use crate::support::{Gateway, plugin_route, sqlite_config_head, unique, wait_for};
+use crate::support::{
+    Gateway, counter_dead_letter, plugin_route, sqlite_config_head, unique, wait_for,
+};
 use carteiro::store::{DeadLetterFilter, NewDeadLetter, Store};
 use std::time::Duration;
 
@@ -107,22 +109,19 @@ pub async fn wait_ready(queue: &str, listen: &str) {
 /// Archives a dead letter on `route` with `reason` and `body`, message id `id`.
 pub async fn dead_letter(store: &Store, route: &str, reason: &str, id: &str, body: &[u8]) -> i64 {
     let now = carteiro::common::now_ms();
+    let record = NewDeadLetter {
+        headers: vec![
+            (":message-id".into(), id.into()),
+            (":content-type".into(), "application/json".into()),
+            ("x-tenant".into(), "<b>acme</b>".into()),
+        ],
+        body: body.to_vec(),
+        first_failed_at: Some(now - 5_000),
+        dead_lettered_at: now,
+        ..counter_dead_letter(route, reason, 3)
+    };
     store
-        .dead_letter_insert(&NewDeadLetter {
-            route: route.into(),
-            queue: format!("{route}.dlq"),
-            reason: reason.into(),
-            plugin: Some("counter".into()),
-            attempts: 3,
-            headers: vec![
-                (":message-id".into(), id.into()),
-                (":content-type".into(), "application/json".into()),
-                ("x-tenant".into(), "<b>acme</b>".into()),
-            ],
-            body: body.to_vec(),
-            first_failed_at: Some(now - 5_000),
-            dead_lettered_at: now,
-        })
+        .dead_letter_insert(&record)
         .await
         .expect("archive a dead letter")
 }

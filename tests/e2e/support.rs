@@ -117,6 +117,14 @@ pub fn plugin_limits(
     }
 }
 
+/// Asserts that `text` (a command's output, a log, a page) contains each of `needles`, and
+/// shows the whole text when one is missing.
+pub fn assert_contains_all(text: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(text.contains(needle), "{needle:?} is missing from:\n{text}");
+    }
+}
+
 /// Writes `toml` into a fresh temp dir and loads it like `carteiro run -c` would.
 pub fn load_config(dir: &Path, toml: &str) -> Config {
     let path = dir.join("carteiro.toml");
@@ -275,6 +283,18 @@ poll_interval = "200ms"{route}routing_key = "#"
     )
 }
 
+/// A [`route_config`] route on `plugin` whose failures are dead-lettered at once, without
+/// retries: the usual way to fill a dead-letter archive.
+pub fn dead_letter_route(queue: &str, plugin: &str, exchange: &str) -> String {
+    route_config(
+        queue,
+        plugin,
+        exchange,
+        "",
+        "on_plugin_failure = \"dead-letter\"",
+    )
+}
+
 /// A route's `[routes.retry]` table (an `extra` of [`route_config`]): `max_attempts` and the
 /// backoff tiers, so a test states its retry policy as numbers rather than TOML text.
 pub fn retry_table(max_attempts: u32, backoff: &[&str]) -> String {
@@ -297,6 +317,37 @@ pub async fn committed(
         || async { store.kv_get(namespace, key).await.ok().flatten() },
     )
     .await
+}
+
+/// Asserts that the counter plugin, running as plugin `namespace`, applied message `id`
+/// exactly once: its `seen/ID` entry is `1`.
+pub async fn assert_applied_once(store: &carteiro::store::Store, namespace: &str, id: &str) {
+    let seen = store
+        .kv_get(namespace, &format!("seen/{id}"))
+        .await
+        .expect("kv")
+        .unwrap_or_else(|| panic!("{namespace} never applied {id}"));
+    assert_eq!(seen.value, b"1", "{namespace} applied {id} once");
+}
+
+/// A dead letter of the counter plugin on `route` (consumed from `ROUTE.dlq`), archived now
+/// after `attempts` for `reason`, with no headers and an empty body for the test to fill in.
+pub fn counter_dead_letter(
+    route: &str,
+    reason: &str,
+    attempts: i64,
+) -> carteiro::store::NewDeadLetter {
+    carteiro::store::NewDeadLetter {
+        route: route.to_owned(),
+        queue: format!("{route}.dlq"),
+        reason: reason.to_owned(),
+        plugin: Some("counter".to_owned()),
+        attempts,
+        headers: Vec::new(),
+        body: Vec::new(),
+        first_failed_at: None,
+        dead_lettered_at: carteiro::common::now_ms(),
+    }
 }
 
 /// A route of the test's own: its input exchange declared and a gateway consuming it.
@@ -441,6 +492,15 @@ impl Client {
             .expect("declare exchange");
     }
 
+    /// Declares a topic exchange named after `prefix` that no queue is bound to (yet), so what
+    /// is published there comes back unroutable; returns its name.
+    pub async fn unbound_exchange(&self, prefix: &str, durable: bool) -> String {
+        let exchange = unique(prefix);
+        self.exchange(&exchange, lapin::ExchangeKind::Topic, durable)
+            .await;
+        exchange
+    }
+
     /// Binds `queue` to `exchange` with `key`.
     pub async fn bind(&self, queue: &str, exchange: &str, key: &str) {
         self.channel
@@ -503,6 +563,15 @@ impl Client {
             .await
             .expect("publish");
         confirm.await.expect("confirm");
+    }
+
+    /// Publishes `count` messages `body` with ids `PREFIX-0`, `PREFIX-1`, ... to `exchange`
+    /// (routing key `k`), each confirmed: the load most tests put on a route.
+    pub async fn publish_numbered(&self, exchange: &str, prefix: &str, count: usize, body: &[u8]) {
+        for i in 0..count {
+            let props = json_props(&format!("{prefix}-{i}"));
+            self.publish(exchange, "k", props, body).await;
+        }
     }
 
     /// Takes every message currently in `queue` (basic.get until empty).
@@ -708,13 +777,24 @@ pub async fn dead_letters(
     route: &str,
     at_least: usize,
 ) -> Vec<carteiro::store::DeadLetter> {
+    dead_letters_within(store, route, at_least, Duration::from_secs(30)).await
+}
+
+/// [`dead_letters`] with the test's own bound, for tests whose dead letters wait on an outage
+/// or a slow component.
+pub async fn dead_letters_within(
+    store: &carteiro::store::Store,
+    route: &str,
+    at_least: usize,
+    timeout: Duration,
+) -> Vec<carteiro::store::DeadLetter> {
     let filter = carteiro::store::DeadLetterFilter {
         route: Some(route.to_owned()),
         ..Default::default()
     };
     wait_for(
         &format!("{at_least} dead letters on {route}"),
-        Duration::from_secs(30),
+        timeout,
         || async {
             let rows = store.dead_letters_list(&filter).await.ok()?;
             (rows.len() >= at_least).then_some(rows)

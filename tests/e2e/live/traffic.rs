@@ -5,7 +5,8 @@ use super::{free_port, http, sample, sha256_of};
 use crate::live::ADMIN_TOKEN;
 use crate::resilience::{Running, carteiro};
 use crate::support::{
-    Client, Gateway, dead_letters, json_props, plugin, route_config, unique, wait_for,
+    Client, Gateway, assert_contains_all, dead_letters, json_props, plugin, route_config, unique,
+    wait_for,
 };
 use carteiro::metrics::Metrics;
 use std::sync::Arc;
@@ -143,21 +144,13 @@ async fn a_live_shadow_counts_agreements_and_disagreements_on_a_known_mix() {
     cmd.args(["shadow", "report", "-c"]).arg(&config);
     let out = Running::spawn(cmd).finish(WAIT).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert!(
-        out.stdout
-            .contains("agree 12, effects 3, shadow-failure 2, verdict 4"),
-        "{}",
-        out.stdout
-    );
-    assert!(
-        out.stdout.contains("newest 9 disagreements"),
-        "{}",
-        out.stdout
-    );
-    assert!(
-        out.stdout.contains("live:   dead-letter: runs 1 1"),
-        "{}",
-        out.stdout
+    assert_contains_all(
+        &out.stdout,
+        &[
+            "agree 12, effects 3, shadow-failure 2, verdict 4",
+            "newest 9 disagreements",
+            "live:   dead-letter: runs 1 1",
+        ],
     );
     gw.stop().await;
 }
