@@ -125,6 +125,46 @@ pub fn assert_contains_all(text: &str, needles: &[&str]) {
     }
 }
 
+/// Waits (`timeout` at most) until something accepts connections on `127.0.0.1:port`.
+pub async fn wait_listening(what: &str, port: u16, timeout: Duration) {
+    wait_for(what, timeout, || async {
+        let connected = tokio::net::TcpStream::connect(("127.0.0.1", port)).await;
+        connected.ok().map(drop)
+    })
+    .await;
+}
+
+/// One HTTP/1.1 exchange with `127.0.0.1:port`: sends `request` (head and body; it asks for
+/// `Connection: close`) and reads the response to its end, failing the test after `timeout`
+/// (`what` names the request). Returns the status, the head and the body.
+pub async fn http_exchange(
+    port: u16,
+    request: &str,
+    timeout: Duration,
+    what: &str,
+) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        stream.write_all(request.as_bytes()).await?;
+        let mut bytes = Vec::new();
+        stream.read_to_end(&mut bytes).await?;
+        Ok::<_, std::io::Error>(bytes)
+    };
+    let bytes = tokio::time::timeout(timeout, exchange)
+        .await
+        .unwrap_or_else(|_| panic!("{what} timed out"))
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let response = String::from_utf8_lossy(&bytes).into_owned();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {response}"));
+    (status, head.to_owned(), body.to_owned())
+}
+
 /// Writes `toml` into a fresh temp dir and loads it like `carteiro run -c` would.
 pub fn load_config(dir: &Path, toml: &str) -> Config {
     let path = dir.join("carteiro.toml");
@@ -600,20 +640,30 @@ pub fn json_props(message_id: &str) -> lapin::BasicProperties {
         .with_delivery_mode(2)
 }
 
+/// Creates a database `PREFIX_<uuid>` through the PostgreSQL server at `admin_url` (plain or
+/// TLS, as the URL says); returns its name.
+pub async fn create_database(admin_url: &str, prefix: &str) -> String {
+    use sqlx::{Connection, Executor};
+    let name = format!("{prefix}_{}", uuid::Uuid::now_v7().simple());
+    let mut admin = sqlx::PgConnection::connect(admin_url)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to PostgreSQL to create {name}: {e}"));
+    let create = format!("CREATE DATABASE {name}");
+    admin
+        .execute(sqlx::AssertSqlSafe(create))
+        .await
+        .expect("create database");
+    let _ = admin.close().await;
+    name
+}
+
 /// A fresh PostgreSQL database for one test, on the server of `CARTEIRO_TEST_POSTGRES_URL`;
 /// returns its URL. Fails (never skips) when the variable is unset.
 pub async fn pg_database() -> String {
-    use sqlx::Executor;
     let admin = std::env::var("CARTEIRO_TEST_POSTGRES_URL").unwrap_or_else(|_| {
         panic!("CARTEIRO_TEST_POSTGRES_URL is not set: run `scripts/postgres.sh start` and export the URL it prints (scripts/test.sh does both)")
     });
-    let name = format!("e2e_{}", uuid::Uuid::now_v7().simple());
-    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
-        .await
-        .expect("connect to PostgreSQL");
-    conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .await
-        .expect("create database");
+    let name = create_database(&admin, "e2e").await;
     match admin.rfind('/') {
         Some(slash) => format!("{}/{name}", &admin[..slash]),
         None => panic!("unexpected PostgreSQL URL {admin}"),
