@@ -4,7 +4,9 @@
 use super::{free_port, http, plugin_version, sample, settled, sha256_of, spawn_gateway};
 use crate::live::ADMIN_TOKEN;
 use crate::resilience::{Running, carteiro};
-use crate::support::{Client, json_props, load_config, plugin, route_config, unique, wait_for};
+use crate::support::{
+    Client, dead_letter_route, json_props, load_config, plugin, unique, wait_for,
+};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -20,7 +22,7 @@ fn canary_config(
     min: u32,
     port: u16,
 ) -> String {
-    route_config(queue, "fixture-mixed", exchange, "", "on_plugin_failure = \"dead-letter\"")
+    dead_letter_route(queue, "fixture-mixed", exchange)
         .replacen(
             "[[routes]]",
             &format!(
