@@ -129,7 +129,7 @@ pub fn assert_contains_all(text: &str, needles: &[&str]) {
 pub async fn wait_listening(what: &str, port: u16, timeout: Duration) {
     wait_for(what, timeout, || async {
         let connected = tokio::net::TcpStream::connect(("127.0.0.1", port)).await;
-        connected.ok().map(drop)
+        connected.ok().map(|_| ())
     })
     .await;
 }
