@@ -23,16 +23,13 @@ use carteiro::metrics::Metrics;
 use carteiro::runtime::native::NativeHandler;
 use carteiro::topology::{self, DeclaredRoute, QueueType, RouteTopology};
 use common::{
-    CpuBudget, CpuSample, amqp_url, create_pg_database, drop_pg_database, env_list, env_or, median,
-    unique,
+    CpuBudget, CpuSample, amqp_url, connect_amqp, create_pg_database, delete_queues_and_exchange,
+    drop_pg_database, env_list, env_or, median, postgres_admin, unique,
 };
 use futures::StreamExt;
-use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions,
-    ExchangeDeleteOptions, QueueDeleteOptions,
-};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions};
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Connection, ConnectionProperties};
+use lapin::{BasicProperties, Connection};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -55,6 +52,18 @@ impl System {
 
     fn native(self) -> bool {
         matches!(self, System::SqliteNative | System::PostgresNative)
+    }
+
+    /// The system `name` stands for in `BENCH_SYSTEMS` (its [`System::name`]).
+    fn parse(name: &str) -> Option<System> {
+        let all = [
+            System::Sqlite,
+            System::Postgres,
+            System::SqliteNative,
+            System::PostgresNative,
+            System::Baseline,
+        ];
+        all.into_iter().find(|system| system.name() == name)
     }
 
     fn name(self) -> &'static str {
@@ -92,19 +101,8 @@ struct Run {
 
 fn settings() -> Settings {
     let amqp = amqp_url();
-    let pg_admin = std::env::var("CARTEIRO_TEST_POSTGRES_URL").ok();
-    let mut systems = env_list("BENCH_SYSTEMS", "sqlite,postgres,baseline", |s| match s {
-        "sqlite" => Some(System::Sqlite),
-        "postgres" => Some(System::Postgres),
-        "sqlite-native" => Some(System::SqliteNative),
-        "postgres-native" => Some(System::PostgresNative),
-        "baseline" => Some(System::Baseline),
-        _ => None,
-    });
-    if pg_admin.is_none() && systems.iter().any(|s| s.on_postgres()) {
-        println!("CARTEIRO_TEST_POSTGRES_URL is not set: skipping PostgreSQL");
-        systems.retain(|s| !s.on_postgres());
-    }
+    let mut systems = env_list("BENCH_SYSTEMS", "sqlite,postgres,baseline", System::parse);
+    let pg_admin = postgres_admin(&mut systems, |system| system.on_postgres());
     Settings {
         amqp,
         pg_admin,
@@ -114,12 +112,6 @@ fn settings() -> Settings {
         systems,
         plugin: std::env::var("BENCH_PLUGIN").unwrap_or_else(|_| "enrollment".into()),
     }
-}
-
-async fn connect(url: &str) -> Connection {
-    Connection::connect(url, ConnectionProperties::default())
-        .await
-        .expect("connect to RabbitMQ")
 }
 
 /// The same topology the gateway declares for `route` (so its own declare is a no-op).
@@ -164,21 +156,9 @@ async fn publish_all(conn: &Connection, queue: &str, n: usize) {
 }
 
 async fn delete_topology(conn: &Connection, declared: &DeclaredRoute) {
-    let channel = conn.create_channel().await.expect("channel");
-    let mut queues = vec![declared.queue.clone(), declared.dlq.clone()];
-    queues.extend(declared.retry_queues.iter().map(|(_, q)| q.clone()));
-    for q in queues {
-        let _ = channel
-            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-            .await;
-    }
-    let _ = channel
-        .exchange_delete(
-            declared.dlx.as_str().into(),
-            ExchangeDeleteOptions::default(),
-        )
-        .await;
-    let _ = channel.close(200, "cleanup".into()).await;
+    let mut queues = vec![declared.queue.as_str(), declared.dlq.as_str()];
+    queues.extend(declared.retry_queues.iter().map(|(_, q)| q.as_str()));
+    delete_queues_and_exchange(conn, &queues, &declared.dlx).await;
 }
 
 /// Sum and count of a histogram `family` for `route` in the Prometheus text.
@@ -262,7 +242,7 @@ async fn gateway_run(s: &Settings, system: System) -> Run {
     std::fs::write(&path, gateway_toml(s, &queue, &store_url)).expect("write config");
     let config = config::load(&path).unwrap_or_else(|e| panic!("bench config invalid: {e}"));
 
-    let conn = connect(&s.amqp).await;
+    let conn = connect_amqp(&s.amqp).await;
     let declared = topology::declare_route(&conn, &route_topology(&config))
         .await
         .expect("declare the route's topology");
@@ -347,7 +327,7 @@ async fn baseline_run(s: &Settings) -> Run {
         message_ttl: None,
         max_length: None,
     };
-    let conn = connect(&s.amqp).await;
+    let conn = connect_amqp(&s.amqp).await;
     let declared = topology::declare_route(&conn, &topology)
         .await
         .expect("declare");

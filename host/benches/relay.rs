@@ -41,16 +41,16 @@ use carteiro::metrics::Metrics;
 use carteiro::relay::{Relay, event_properties};
 use carteiro::store::{CommitOutcome, CommitRequest, GroupCommitter, NewOutboxRow, Store};
 use common::{
-    CpuBudget, CpuSample, amqp_url, create_pg_database, drop_pg_database, env_list, env_or, median,
-    unique,
+    CpuBudget, CpuSample, amqp_url, connect_amqp, create_pg_database, delete_queues_and_exchange,
+    drop_pg_database, env_list, env_or, median, postgres_admin, unique,
 };
 use futures::StreamExt;
 use lapin::options::{
     BasicConsumeOptions, BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions,
-    ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
+    QueueBindOptions, QueueDeclareOptions,
 };
 use lapin::types::FieldTable;
-use lapin::{Connection, ConnectionProperties, ExchangeKind};
+use lapin::{Connection, ExchangeKind};
 use sqlx::Row;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -66,6 +66,17 @@ enum Backend {
     Postgres,
 }
 
+impl Backend {
+    /// The backend `name` stands for in `BENCH_BACKENDS`.
+    fn parse(name: &str) -> Option<Backend> {
+        match name {
+            "sqlite" => Some(Backend::Sqlite),
+            "postgres" => Some(Backend::Postgres),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Publisher {
     Relay,
@@ -75,6 +86,17 @@ enum Publisher {
 }
 
 impl Publisher {
+    /// The publisher `name` stands for in `BENCH_DRAIN_SYSTEMS` (its [`Publisher::name`]).
+    fn parse(name: &str) -> Option<Publisher> {
+        let all = [
+            Publisher::Relay,
+            Publisher::Lanes,
+            Publisher::Poller,
+            Publisher::Pipelined,
+        ];
+        all.into_iter().find(|publisher| publisher.name() == name)
+    }
+
     fn name(self) -> &'static str {
         match self {
             Publisher::Relay => "relay",
@@ -101,16 +123,8 @@ struct Settings {
 
 fn settings() -> Settings {
     let amqp = amqp_url();
-    let pg_admin = std::env::var("CARTEIRO_TEST_POSTGRES_URL").ok();
-    let mut backends = env_list("BENCH_BACKENDS", "sqlite,postgres", |s| match s {
-        "sqlite" => Some(Backend::Sqlite),
-        "postgres" => Some(Backend::Postgres),
-        _ => None,
-    });
-    if pg_admin.is_none() && backends.contains(&Backend::Postgres) {
-        println!("CARTEIRO_TEST_POSTGRES_URL is not set: skipping PostgreSQL");
-        backends.retain(|b| *b != Backend::Postgres);
-    }
+    let mut backends = env_list("BENCH_BACKENDS", "sqlite,postgres", Backend::parse);
+    let pg_admin = postgres_admin(&mut backends, |backend| *backend == Backend::Postgres);
     Settings {
         amqp,
         pg_admin,
@@ -121,13 +135,11 @@ fn settings() -> Settings {
         secs: env_or("BENCH_LATENCY_SECS", 10),
         max_in_flight: env_or("BENCH_MAX_IN_FLIGHT", 1024),
         keys: env_or("BENCH_RELAY_KEYS", 50usize).max(1),
-        drain_systems: env_list("BENCH_DRAIN_SYSTEMS", "relay,lanes,poller", |s| match s {
-            "relay" => Some(Publisher::Relay),
-            "lanes" => Some(Publisher::Lanes),
-            "poller" => Some(Publisher::Poller),
-            "pipelined" => Some(Publisher::Pipelined),
-            _ => None,
-        }),
+        drain_systems: env_list(
+            "BENCH_DRAIN_SYSTEMS",
+            "relay,lanes,poller",
+            Publisher::parse,
+        ),
         parts: std::env::var("BENCH_RELAY_PARTS").unwrap_or_else(|_| "drain,latency".into()),
     }
 }
@@ -167,43 +179,10 @@ impl Fixture {
         };
         let store = Store::connect(&store_url, 8).await.expect("store");
         store.migrate().await.expect("migrate");
-        let conn = Connection::connect(&s.amqp, ConnectionProperties::default())
-            .await
-            .expect("connect to RabbitMQ");
+        let conn = connect_amqp(&s.amqp).await;
         let exchange = unique("bench-relay-out");
         let sink = unique("bench-relay-sink");
-        let channel = conn.create_channel().await.expect("channel");
-        channel
-            .exchange_declare(
-                exchange.as_str().into(),
-                ExchangeKind::Topic,
-                ExchangeDeclareOptions {
-                    durable: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .expect("declare exchange");
-        channel
-            .queue_declare(
-                sink.as_str().into(),
-                QueueDeclareOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .expect("declare sink");
-        channel
-            .queue_bind(
-                sink.as_str().into(),
-                exchange.as_str().into(),
-                "#".into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .expect("bind sink");
-        let _ = channel.close(200, "declared".into()).await;
+        declare_sink(&conn, &exchange, &sink).await;
         let path = dir.path().join("carteiro.toml");
         std::fs::write(
             &path,
@@ -228,38 +207,81 @@ impl Fixture {
 
     async fn sink_depth(&self) -> u32 {
         let channel = self.conn.create_channel().await.expect("channel");
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        let sink = self.sink.as_str().into();
         let q = channel
-            .queue_declare(
-                self.sink.as_str().into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
+            .queue_declare(sink, passive, FieldTable::default())
             .await
             .expect("passive declare");
         let _ = channel.close(200, "probe".into()).await;
         q.message_count()
     }
 
+    /// Checks that every row reached the sink, closes the fixture and returns rows/s over
+    /// `elapsed`; `name` says which system fell short.
+    async fn rows_per_second(self, s: &Settings, name: &str, elapsed: Duration) -> f64 {
+        let depth = self.sink_depth().await;
+        assert!(
+            depth as usize >= s.rows,
+            "{name}: only {depth} of {} rows reached the sink",
+            s.rows
+        );
+        self.close(s).await;
+        s.rows as f64 / elapsed.as_secs_f64()
+    }
+
     async fn close(self, s: &Settings) {
-        let channel = self.conn.create_channel().await.expect("channel");
-        let _ = channel
-            .queue_delete(self.sink.as_str().into(), QueueDeleteOptions::default())
-            .await;
-        let _ = channel
-            .exchange_delete(
-                self.exchange.as_str().into(),
-                ExchangeDeleteOptions::default(),
-            )
-            .await;
+        delete_queues_and_exchange(&self.conn, &[self.sink.as_str()], &self.exchange).await;
         let _ = self.conn.close(200, "done".into()).await;
         drop(self.store);
         if let (Some(name), Some(admin)) = (self.pg_name, s.pg_admin.as_deref()) {
             drop_pg_database(admin, &name).await;
         }
     }
+}
+
+/// Declares `exchange` (durable, topic) and the queue `sink` bound to it with `#`.
+async fn declare_sink(conn: &Connection, exchange: &str, sink: &str) {
+    let channel = conn.create_channel().await.expect("channel");
+    let durable = ExchangeDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    let no_args = FieldTable::default;
+    channel
+        .exchange_declare(exchange.into(), ExchangeKind::Topic, durable, no_args())
+        .await
+        .expect("declare exchange");
+    channel
+        .queue_declare(sink.into(), QueueDeclareOptions::default(), no_args())
+        .await
+        .expect("declare sink");
+    channel
+        .queue_bind(
+            sink.into(),
+            exchange.into(),
+            "#".into(),
+            QueueBindOptions::default(),
+            no_args(),
+        )
+        .await
+        .expect("bind sink");
+    let _ = channel.close(200, "declared".into()).await;
+}
+
+/// The properties the relay gives row `i` of a storeless run: a fresh event id, committed now.
+fn seq_properties(i: usize) -> lapin::BasicProperties {
+    let headers = [("x-seq".to_owned(), i.to_string())];
+    event_properties(
+        &uuid::Uuid::now_v7().to_string(),
+        unix_ms_now(),
+        &headers,
+        Some("application/json"),
+    )
+    .expect("bench rows are publishable")
 }
 
 fn row(exchange: &str, keys: usize, i: usize) -> CommitRequest {
@@ -301,9 +323,7 @@ async fn run_poller(store_url: String, amqp: String, stop: CancellationToken) {
         .connect(&store_url)
         .await
         .expect("poller connects to the store");
-    let conn = Connection::connect(&amqp, ConnectionProperties::default())
-        .await
-        .expect("poller connects to RabbitMQ");
+    let conn = connect_amqp(&amqp).await;
     let channel = conn.create_channel().await.expect("channel");
     channel
         .confirm_select(ConfirmSelectOptions::default())
@@ -394,11 +414,7 @@ async fn run_poller(store_url: String, amqp: String, stop: CancellationToken) {
 /// `rows` one message after another, each awaiting its own confirm. Returns rows/s.
 async fn lanes_run(s: &Settings, backend: Backend) -> (f64, CpuBudget) {
     let f = Fixture::new(s, backend).await;
-    let conn = Arc::new(
-        Connection::connect(&s.amqp, ConnectionProperties::default())
-            .await
-            .expect("connect to RabbitMQ"),
-    );
+    let conn = Arc::new(connect_amqp(&s.amqp).await);
     let publisher = carteiro::broker::ConfirmedPublisher::open(
         conn.clone(),
         carteiro::broker::PublisherOptions::for_in_flight(s.max_in_flight),
@@ -416,13 +432,7 @@ async fn lanes_run(s: &Settings, backend: Backend) -> (f64, CpuBudget) {
                     let msg = carteiro::broker::Outgoing {
                         exchange: exchange.clone(),
                         routing_key: "bench.event".into(),
-                        properties: event_properties(
-                            &uuid::Uuid::now_v7().to_string(),
-                            unix_ms_now(),
-                            &[("x-seq".into(), i.to_string())],
-                            Some("application/json"),
-                        )
-                        .expect("bench rows are publishable"),
+                        properties: seq_properties(i),
                         body: format!(r#"{{"key":"key-{k}","seq":{i}}}"#).into_bytes(),
                         mandatory: true,
                     };
@@ -440,9 +450,7 @@ async fn lanes_run(s: &Settings, backend: Backend) -> (f64, CpuBudget) {
 /// Batches pipelined on a few confirm channels, no store, no ordering: the box's ceiling.
 async fn pipelined_run(s: &Settings, backend: Backend) -> (f64, CpuBudget) {
     let f = Fixture::new(s, backend).await;
-    let conn = Connection::connect(&s.amqp, ConnectionProperties::default())
-        .await
-        .expect("connect to RabbitMQ");
+    let conn = connect_amqp(&s.amqp).await;
     let channels: usize = env_or("BENCH_PIPE_CHANNELS", 4);
     let batch: usize = env_or("BENCH_PIPE_BATCH", 64);
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -464,13 +472,7 @@ async fn pipelined_run(s: &Settings, backend: Backend) -> (f64, CpuBudget) {
                 }
                 let mut confirms = Vec::new();
                 for i in from..(from + batch).min(rows) {
-                    let props = event_properties(
-                        &uuid::Uuid::now_v7().to_string(),
-                        unix_ms_now(),
-                        &[("x-seq".into(), i.to_string())],
-                        Some("application/json"),
-                    )
-                    .expect("bench rows are publishable");
+                    let props = seq_properties(i);
                     let body = format!(r#"{{"seq":{i}}}"#).into_bytes();
                     confirms.push(
                         ch.basic_publish(
@@ -512,14 +514,7 @@ async fn finish_storeless(
     let elapsed = started.elapsed();
     let budget = cpu.until(&CpuSample::now(), elapsed, s.rows);
     let _ = conn.close(200, "done".into()).await;
-    let depth = f.sink_depth().await;
-    assert!(
-        depth as usize >= s.rows,
-        "{name}: only {depth} of {} rows reached the sink",
-        s.rows
-    );
-    f.close(s).await;
-    (s.rows as f64 / elapsed.as_secs_f64(), budget)
+    (f.rows_per_second(s, name, elapsed).await, budget)
 }
 
 /// Starts `which` on the fixture; returns its stop token and task.
@@ -610,14 +605,8 @@ async fn drain_run(s: &Settings, backend: Backend, which: Publisher) -> (f64, Cp
     probe.close().await;
     assert_eq!(f.store.outbox_status().await.expect("status").pending, 0);
     finish(publisher).await;
-    let depth = f.sink_depth().await;
-    assert!(
-        depth as usize >= s.rows,
-        "{which:?}: only {depth} of {} rows reached the sink",
-        s.rows
-    );
-    f.close(s).await;
-    (s.rows as f64 / elapsed.as_secs_f64(), budget)
+    let name = format!("{which:?}");
+    (f.rows_per_second(s, &name, elapsed).await, budget)
 }
 
 // ---------------------------------------------------------------- (b) latency

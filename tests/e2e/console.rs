@@ -34,7 +34,10 @@ mod reload_creds;
 mod resume;
 mod shadow_files;
 
-use crate::support::{Gateway, plugin_route, sqlite_config_head, unique, wait_for};
+use crate::support::{
+    Gateway, counter_dead_letter, http_exchange, plugin_route, sqlite_config_head, unique,
+    wait_for, wait_listening,
+};
 use carteiro::store::{DeadLetterFilter, NewDeadLetter, Store};
 use std::time::Duration;
 
@@ -94,37 +97,58 @@ pub async fn wait_ready(queue: &str, listen: &str) {
         .await;
     if let Some((_, port)) = listen.rsplit_once(':') {
         let port: u16 = port.parse().expect("a port");
-        wait_for("the admin server to listen", WAIT, || async {
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .ok()
-                .map(|_| ())
-        })
-        .await;
+        wait_listening("the admin server to listen", port, WAIT).await;
     }
 }
 
 /// Archives a dead letter on `route` with `reason` and `body`, message id `id`.
 pub async fn dead_letter(store: &Store, route: &str, reason: &str, id: &str, body: &[u8]) -> i64 {
     let now = carteiro::common::now_ms();
+    let record = NewDeadLetter {
+        headers: vec![
+            (":message-id".into(), id.into()),
+            (":content-type".into(), "application/json".into()),
+            ("x-tenant".into(), "<b>acme</b>".into()),
+        ],
+        body: body.to_vec(),
+        first_failed_at: Some(now - 5_000),
+        dead_lettered_at: now,
+        ..counter_dead_letter(route, reason, 3)
+    };
     store
-        .dead_letter_insert(&NewDeadLetter {
-            route: route.into(),
-            queue: format!("{route}.dlq"),
-            reason: reason.into(),
-            plugin: Some("counter".into()),
-            attempts: 3,
-            headers: vec![
-                (":message-id".into(), id.into()),
-                (":content-type".into(), "application/json".into()),
-                ("x-tenant".into(), "<b>acme</b>".into()),
-            ],
-            body: body.to_vec(),
-            first_failed_at: Some(now - 5_000),
-            dead_lettered_at: now,
-        })
+        .dead_letter_insert(&record)
         .await
         .expect("archive a dead letter")
+}
+
+/// A console [`gateway`] (credentials set) on a queue named after `prefix`, holding `n` dead
+/// letters with reasons `REASON 0..n` and message ids `ID-0..n`.
+pub struct Console {
+    pub gw: Gateway,
+    pub queue: String,
+    /// The admin server's port, on loopback.
+    pub port: u16,
+    /// The dead letters, oldest first.
+    pub ids: Vec<i64>,
+}
+
+impl Console {
+    pub async fn with_dead_letters(prefix: &str, reason: &str, id: &str, n: i64) -> Self {
+        let queue = unique(prefix);
+        let (port, listen) = loopback();
+        let gw = gateway(&queue, &listen, true).await;
+        let mut ids = Vec::new();
+        for i in 0..n {
+            let reason = format!("{reason} {i}");
+            ids.push(dead_letter(&gw.store, &queue, &reason, &format!("{id}-{i}"), b"{}").await);
+        }
+        Self {
+            gw,
+            queue,
+            port,
+            ids,
+        }
+    }
 }
 
 /// How many dead letters of `route` have a reason containing `text` (replayed or not).
@@ -167,37 +191,42 @@ pub async fn http(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, String, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let request = async {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-        // `Host: 127.0.0.1:PORT` unless the caller gives one (a rebinding page's name).
-        let mut head = format!("{method} {path} HTTP/1.1\r\n");
-        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
-            head.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
-        }
-        for (k, v) in headers {
-            head.push_str(&format!("{k}: {v}\r\n"));
-        }
-        head.push_str(&format!(
-            "Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        ));
-        stream.write_all(head.as_bytes()).await?;
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response).await?;
-        Ok::<_, std::io::Error>(String::from_utf8_lossy(&response).into_owned())
-    };
-    let response = tokio::time::timeout(WAIT, request)
-        .await
-        .unwrap_or_else(|_| panic!("{method} {path} timed out"))
-        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP response: {response}"));
-    (status, head.to_owned(), body.to_owned())
+    // `Host: 127.0.0.1:PORT` unless the caller gives one (a rebinding page's name).
+    let mut request = format!("{method} {path} HTTP/1.1\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        request.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
+    }
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    ));
+    http_exchange(port, &request, WAIT, &format!("{method} {path}")).await
+}
+
+/// `POST path` with the test token and the JSON `body`: the status, head and body.
+pub async fn post_json(port: u16, path: &str, body: &str) -> (u16, String, String) {
+    let bearer = format!("Bearer {TOKEN}");
+    let headers = [
+        ("authorization", bearer.as_str()),
+        ("content-type", "application/json"),
+    ];
+    http(port, "POST", path, &headers, body).await
+}
+
+/// `POST path` of a console form (`form` the body) with the test token: the status, head and
+/// body.
+pub async fn post_form(port: u16, path: &str, form: &str) -> (u16, String, String) {
+    let bearer = format!("Bearer {TOKEN}");
+    http(port, "POST", path, &[("authorization", &bearer)], form).await
+}
+
+/// Asserts that no background job was started (`GET /api/jobs` lists none).
+pub async fn assert_no_jobs(port: u16, why: &str) {
+    let (_, _, jobs) = http(port, "GET", "/api/jobs", &[], "").await;
+    assert_eq!(jobs.trim(), "[]", "{why}: {jobs}");
 }
 
 /// `Authorization: Basic ...` for `user:password`.

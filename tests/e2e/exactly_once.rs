@@ -3,7 +3,8 @@
 //! stored verbatim or refused.
 
 use crate::support::{
-    Client, Gateway, crash_at_fault, json_props, pg_database, unique, wait_for, with_store,
+    Client, Gateway, crash_at_fault, dead_letters_within, json_props, pg_database, receive, unique,
+    wait_for, with_store,
 };
 use carteiro::common::labels::Outcome;
 use carteiro::metrics::Metrics;
@@ -64,16 +65,8 @@ async fn many_increments(url: Option<String>) {
     for i in [0, 499, 999] {
         assert_eq!(kv_number(&gw.store, &format!("seen/m-{i}")).await, Some(1));
     }
-    let relayed = std::sync::atomic::AtomicUsize::new(0);
-    wait_for("1000 relayed events", WAIT, || async {
-        let got = client.drain(&sink).await.len();
-        let total = relayed.fetch_add(got, std::sync::atomic::Ordering::Relaxed) + got;
-        (total >= 1000).then_some(())
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let extra = client.drain(&sink).await.len();
-    assert_eq!(relayed.into_inner() + extra, 1000, "one event per message");
+    let relayed = receive(&client, &sink, 1000, WAIT).await;
+    assert_eq!(relayed.len(), 1000, "one event per message");
     gw.stop().await;
 }
 
@@ -117,8 +110,9 @@ async fn competing_consumers_and_duplicates_commit_once_on_postgres() {
 }
 
 /// Runs the real binary with a fault point, waits until it hangs there, SIGKILLs it, then
-/// lets a fresh gateway finish the job. Returns the fresh gateway's handler runs.
-async fn crash_at(fault: &str) -> (i64, u64, usize) {
+/// lets a fresh gateway finish the job: one effect, one outbox event, and `handler_runs` runs
+/// of the handler on the redelivery, for the reason `why`.
+async fn crash_then_recover(fault: &str, handler_runs: u64, why: &str) {
     let client = Client::connect().await;
     let (queue, exchange, events, sink) = counter_route(&client).await;
     let dir = tempfile::tempdir().expect("tempdir");
@@ -157,31 +151,31 @@ async fn crash_at(fault: &str) -> (i64, u64, usize) {
         events_seen.extend(client.drain(&sink).await);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let handler_runs = metrics.handler_runs(&queue);
+    let handler_ran = metrics.handler_runs(&queue);
     gw.stop().await;
-    (runs, handler_runs, events_seen.len())
+    assert_eq!(runs, 1, "effects exactly once");
+    assert_eq!(handler_ran, handler_runs, "{why}");
+    assert_eq!(events_seen.len(), 1, "exactly one outbox event");
 }
 
 #[tokio::test]
 async fn sigkill_before_commit_redelivers_and_commits_once() {
-    let (runs, handler_runs, events) = crash_at("hang-before-commit").await;
-    assert_eq!(runs, 1, "effects exactly once");
-    assert_eq!(
-        handler_runs, 1,
-        "the redelivery ran the handler (nothing was committed)"
-    );
-    assert_eq!(events, 1, "exactly one outbox event");
+    crash_then_recover(
+        "hang-before-commit",
+        1,
+        "the redelivery ran the handler (nothing was committed)",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn sigkill_after_commit_does_not_run_the_handler_again() {
-    let (runs, handler_runs, events) = crash_at("hang-after-commit").await;
-    assert_eq!(runs, 1, "effects exactly once");
-    assert_eq!(
-        handler_runs, 0,
-        "the redelivery found the inbox record and skipped the handler"
-    );
-    assert_eq!(events, 1, "exactly one outbox event");
+    crash_then_recover(
+        "hang-after-commit",
+        0,
+        "the redelivery found the inbox record and skipped the handler",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -227,15 +221,8 @@ async fn hostile_keys_are_stored_verbatim_or_refused_and_the_schema_survives() {
             "{key}"
         );
     }
-    let filter = carteiro::store::DeadLetterFilter {
-        route: Some(queue.clone()),
-        ..Default::default()
-    };
-    let dead = wait_for("two refused keys dead-lettered", WAIT, || async {
-        let rows = gw.store.dead_letters_list(&filter).await.ok()?;
-        (rows.len() >= 2).then_some(rows)
-    })
-    .await;
+    // The two refused keys.
+    let dead = dead_letters_within(&gw.store, &queue, 2, WAIT).await;
     assert!(
         dead.iter().any(|d| d.letter.reason.contains("NUL")),
         "{:?}",

@@ -2,7 +2,7 @@
 //! idempotency and the relay, each test on its own queues and database.
 
 use crate::support::{
-    Client, Gateway, Route, committed, json_props, route_config, unique, wait_for,
+    Client, Gateway, Route, committed, json_props, retry_table, route_config, unique, wait_for,
 };
 use std::time::{Duration, Instant};
 
@@ -25,22 +25,16 @@ async fn enrollment_commits_effects_once_and_relays_its_events() {
 
     client.wait_for_consumer(&queue).await;
     // The same message twice: one set of effects, the second acked as a duplicate.
-    client
-        .publish(
-            &exchange,
-            "matricula.confirmada",
-            json_props("msg-1"),
-            &enrollment_body("M1"),
-        )
-        .await;
-    client
-        .publish(
-            &exchange,
-            "matricula.confirmada",
-            json_props("msg-1"),
-            &enrollment_body("M1"),
-        )
-        .await;
+    for _ in 0..2 {
+        client
+            .publish(
+                &exchange,
+                "matricula.confirmada",
+                json_props("msg-1"),
+                &enrollment_body("M1"),
+            )
+            .await;
+    }
 
     let received = wait_for("three relayed events", WAIT, || async {
         let got = client.drain(&sink).await;
@@ -124,8 +118,8 @@ async fn malformed_payload_is_dead_lettered_with_reason_and_no_effects() {
 
 #[tokio::test]
 async fn retries_back_off_then_exhaust_into_the_dlq() {
-    let extra = "[routes.retry]\nmax_attempts = 3\nbackoff = [\"300ms\"]";
-    let route = Route::start("retry", "fixture-always-retry", extra, None).await;
+    let extra = retry_table(3, &["300ms"]);
+    let route = Route::start("retry", "fixture-always-retry", &extra, None).await;
     let started = Instant::now();
     route.publish(json_props("r-1"), b"{}").await;
     let rows = route.dead_letters(1).await;
@@ -154,8 +148,8 @@ async fn retries_back_off_then_exhaust_into_the_dlq() {
 
 #[tokio::test]
 async fn guards_and_traps_end_in_the_dlq_while_good_messages_flow() {
-    let extra = "max_body_size = \"1KiB\"\n[routes.retry]\nmax_attempts = 2\nbackoff = [\"100ms\"]";
-    let route = Route::start("guards", "enrollment", extra, None).await;
+    let extra = format!("max_body_size = \"1KiB\"\n{}", retry_table(2, &["100ms"]));
+    let route = Route::start("guards", "enrollment", &extra, None).await;
     route.publish(json_props("big"), &vec![b'x'; 4096]).await;
     route
         .publish(lapin::BasicProperties::default(), &enrollment_body("M2"))
@@ -181,8 +175,8 @@ async fn guards_and_traps_end_in_the_dlq_while_good_messages_flow() {
 
 #[tokio::test]
 async fn a_trapping_plugin_is_dead_lettered_after_its_attempt_limit() {
-    let extra = "[routes.retry]\nmax_attempts = 2\nbackoff = [\"100ms\"]";
-    let route = Route::start("trap", "fixture-trap", extra, None).await;
+    let extra = retry_table(2, &["100ms"]);
+    let route = Route::start("trap", "fixture-trap", &extra, None).await;
     route.publish(json_props("t-1"), b"{}").await;
     let rows = route.dead_letters(1).await;
     assert!(
@@ -203,8 +197,8 @@ async fn a_trapping_plugin_is_dead_lettered_after_its_attempt_limit() {
 
 #[tokio::test]
 async fn a_retried_message_succeeds_on_a_later_attempt_after_its_backoff() {
-    let extra = "[routes.retry]\nmax_attempts = 5\nbackoff = [\"200ms\", \"1s\"]";
-    let route = Route::start("later", "fixture-mixed", extra, None).await;
+    let extra = retry_table(5, &["200ms", "1s"]);
+    let route = Route::start("later", "fixture-mixed", &extra, None).await;
     let started = Instant::now();
     route.publish(json_props("later-1"), b"retry-until-3").await;
     let done = committed(&route.gw.store, "fixture-mixed", "done/later-1").await;
@@ -224,9 +218,9 @@ async fn a_retried_message_succeeds_on_a_later_attempt_after_its_backoff() {
 
 #[tokio::test]
 async fn trapping_and_looping_messages_are_dead_lettered_while_others_flow() {
-    let extra = "[routes.retry]\nmax_attempts = 2\nbackoff = [\"100ms\"]";
+    let extra = retry_table(2, &["100ms"]);
     let route = Route::start_from("mixed", Default::default(), |queue, exchange| {
-        route_config(queue, "fixture-mixed", exchange, "", extra)
+        route_config(queue, "fixture-mixed", exchange, "", &extra)
             .replace("timeout = \"2s\"", "timeout = \"300ms\"")
     })
     .await;

@@ -6,7 +6,8 @@
 
 use crate::support::dead_letters;
 use crate::support::{
-    Client, Gateway, crash_at_fault, json_props, plugin, route_config, unique, wait_for,
+    Client, Gateway, crash_at_fault, json_props, plugin, plugin_limits, route_config, unique,
+    wait_for,
 };
 use carteiro::common::labels::Outcome;
 use carteiro::metrics::Metrics;
@@ -30,14 +31,7 @@ fn warm(name: &str) {
     let cache = carteiro::runtime::default_compile_cache();
     let runtime =
         carteiro::runtime::Runtime::with_compile_cache(1, cache.as_deref()).expect("runtime");
-    let limits = carteiro::runtime::PluginLimits {
-        timeout: Duration::from_secs(5),
-        memory_bytes: 64 << 20,
-        max_host_calls: 10_000,
-        max_events: 100,
-        totals: carteiro::runtime::DeliveryTotals::default(),
-        max_concurrency: None,
-    };
+    let limits = plugin_limits(Duration::from_secs(5), 64 << 20, 10_000, 100);
     carteiro::runtime::Plugin::load(
         &runtime,
         name,

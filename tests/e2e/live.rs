@@ -19,11 +19,11 @@ mod shadow_replay;
 mod traffic;
 
 use crate::resilience::{Running, carteiro};
+use crate::support::http_exchange;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Copies the built plugin `name` to `dir/file`, with a custom section named `label`
 /// appended when given (a valid component with another digest, same behaviour).
@@ -74,29 +74,11 @@ pub const ADMIN_TOKEN: &str = "e2e-admin-token";
 /// One HTTP/1.1 request without a body, with the tests' bearer token; returns the status
 /// and the body.
 pub async fn http(port: u16, method: &str, path: &str) -> (u16, String) {
-    let request = async {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-        );
-        stream.write_all(head.as_bytes()).await?;
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response).await?;
-        Ok::<_, std::io::Error>(String::from_utf8_lossy(&response).into_owned())
-    };
-    let response = tokio::time::timeout(Duration::from_secs(120), request)
-        .await
-        .unwrap_or_else(|_| panic!("{method} {path} timed out"))
-        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP response: {response}"));
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    let what = format!("{method} {path}");
+    let (status, _, body) = http_exchange(port, &request, Duration::from_secs(120), &what).await;
     (status, body)
 }
 

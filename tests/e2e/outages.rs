@@ -4,8 +4,9 @@
 
 use crate::resilience::Rabbit;
 use crate::support::{
-    Client, Gateway, counter_config, json_props, load_config, migrated_store, repo, script,
-    script_quietly, seed_outbox, spawn_relay, sqlite_url, stop_relay, unique, wait_for, with_store,
+    Client, Gateway, assert_applied_once, counter_config, load_config, migrated_store, repo,
+    script, script_quietly, seed_outbox, spawn_relay, sqlite_url, stop_relay, unique, wait_for,
+    with_store,
 };
 use carteiro::store::Store;
 use std::net::TcpListener;
@@ -82,21 +83,13 @@ async fn database_down_mid_run_pauses_and_resumes_without_loss() {
     let toml = counter_config(&queue, &exchange, &events);
     let gw = Gateway::start(&with_store(&toml, &url)).await;
     client.wait_for_consumer(&queue).await;
-    for i in 0..100 {
-        client
-            .publish(&exchange, "k", json_props(&format!("a-{i}")), b"{}")
-            .await;
-    }
+    client.publish_numbered(&exchange, "a", 100, b"{}").await;
     wait_for("some progress before the outage", WAIT, || async {
         (runs(&gw.store).await >= 10).then_some(())
     })
     .await;
     pg.stop().await;
-    for i in 0..100 {
-        client
-            .publish(&exchange, "k", json_props(&format!("b-{i}")), b"{}")
-            .await;
-    }
+    client.publish_numbered(&exchange, "b", 100, b"{}").await;
     // Keep the database down for a while: deliveries must wait or be requeued, not acked.
     tokio::time::sleep(Duration::from_secs(3)).await;
     pg.start_again().await;
@@ -111,13 +104,7 @@ async fn database_down_mid_run_pauses_and_resumes_without_loss() {
         "each message's effects exactly once"
     );
     for id in ["a-0", "a-99", "b-0", "b-99"] {
-        let seen = gw
-            .store
-            .kv_get("counter", &format!("seen/{id}"))
-            .await
-            .expect("kv")
-            .expect("seen");
-        assert_eq!(seen.value, b"1", "{id}");
+        assert_applied_once(&gw.store, "counter", id).await;
     }
     let filter = carteiro::store::DeadLetterFilter {
         route: Some(queue.clone()),

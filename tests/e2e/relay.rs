@@ -3,7 +3,7 @@
 //! unroutable rows, and two relays on PostgreSQL share one table without duplicates.
 
 use crate::support::{
-    Client, Gateway, amqp_url, crash_at_fault, json_props, load_config, migrated_store,
+    Client, Gateway, amqp_url, assert_applied_once, crash_at_fault, load_config, migrated_store,
     pg_database, plugin_route, receive, seed_outbox, seed_request, spawn_relay, sqlite_config_head,
     sqlite_url, stop_relay, unique, wait_for,
 };
@@ -71,10 +71,7 @@ async fn two_relays_on_postgres_publish_each_row_once_in_key_order() {
 #[tokio::test]
 async fn rows_wait_for_an_unroutable_destination_with_a_clear_error() {
     let client = Client::connect().await;
-    let exchange = unique("nobody-bound");
-    client
-        .exchange(&exchange, lapin::ExchangeKind::Topic, false)
-        .await;
+    let exchange = client.unbound_exchange("nobody-bound", false).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let url = sqlite_url(dir.path());
     let store = migrated_store(&url).await;
@@ -120,11 +117,7 @@ async fn chained_gateways_deliver_every_event_and_absorb_a_relay_crash() {
     let dir = tempfile::tempdir().expect("tempdir");
     let first = Gateway::start_in(dir, &toml(false), Arc::new(Metrics::default())).await;
     client.wait_for_consumer(&upstream_q).await;
-    for i in 0..5 {
-        client
-            .publish(&input, "k", json_props(&format!("up-{i}")), b"{}")
-            .await;
-    }
+    client.publish_numbered(&input, "up", 5, b"{}").await;
     wait_for("five outbox rows", WAIT, || async {
         (first.store.outbox_status().await.ok()?.pending == 5).then_some(())
     })
@@ -164,13 +157,7 @@ async fn chained_gateways_deliver_every_event_and_absorb_a_relay_crash() {
     );
     assert_eq!(runs, 5, "the downstream inbox absorbed the duplicate");
     for id in unique_ids {
-        let seen = second
-            .store
-            .kv_get("downstream", &format!("seen/{id}"))
-            .await
-            .expect("kv")
-            .expect("seen");
-        assert_eq!(seen.value, b"1", "event {id} applied once");
+        assert_applied_once(&second.store, "downstream", id).await;
     }
     assert_eq!(
         second.store.outbox_status().await.expect("status").pending,
@@ -215,10 +202,7 @@ async fn failure_mid_chain_keeps_key_order(store_url: &str) {
     let client = Client::connect().await;
     let exchange = unique("out");
     let sink = client.sink(&exchange).await;
-    let unbound = unique("unbound");
-    client
-        .exchange(&unbound, lapin::ExchangeKind::Topic, true)
-        .await;
+    let unbound = client.unbound_exchange("unbound", true).await;
     let store = migrated_store(store_url).await;
     // Interleaved like real traffic: K's rows between other keys' rows.
     let mut rows = Vec::new();
@@ -272,17 +256,6 @@ async fn failure_mid_chain_keeps_key_order(store_url: &str) {
     assert_eq!(arrivals_of(&after, "K"), (5..40).collect::<Vec<_>>());
     assert_eq!(after.len(), 35, "nothing published twice");
     assert_eq!(store.outbox_status().await.expect("status").pending, 0);
-}
-
-#[tokio::test]
-async fn failure_mid_chain_keeps_key_order_on_sqlite() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    failure_mid_chain_keeps_key_order(&sqlite_url(dir.path())).await;
-}
-
-#[tokio::test]
-async fn failure_mid_chain_keeps_key_order_on_postgres() {
-    failure_mid_chain_keeps_key_order(&pg_database().await).await;
 }
 
 /// An unroutable row in the middle of a key's pipelined run (an event type nobody has bound
@@ -352,13 +325,28 @@ async fn an_unroutable_row_mid_pipeline_neither_loops_nor_duplicates(store_url: 
     assert_eq!(store.outbox_status().await.expect("status").pending, 0);
 }
 
-#[tokio::test]
-async fn an_unroutable_row_mid_pipeline_neither_loops_nor_duplicates_on_sqlite() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    an_unroutable_row_mid_pipeline_neither_loops_nor_duplicates(&sqlite_url(dir.path())).await;
+/// Each scenario `(store_url)` as two tests: on a SQLite file of its own (`$on_sqlite`) and
+/// on a PostgreSQL database of its own (`$on_postgres`).
+macro_rules! on_both_stores {
+    ($($scenario:ident => $on_sqlite:ident, $on_postgres:ident;)*) => {$(
+        #[tokio::test]
+        async fn $on_sqlite() {
+            let dir = tempfile::tempdir().expect("tempdir");
+            $scenario(&sqlite_url(dir.path())).await;
+        }
+
+        #[tokio::test]
+        async fn $on_postgres() {
+            $scenario(&pg_database().await).await;
+        }
+    )*};
 }
 
-#[tokio::test]
-async fn an_unroutable_row_mid_pipeline_neither_loops_nor_duplicates_on_postgres() {
-    an_unroutable_row_mid_pipeline_neither_loops_nor_duplicates(&pg_database().await).await;
+on_both_stores! {
+    failure_mid_chain_keeps_key_order =>
+        failure_mid_chain_keeps_key_order_on_sqlite,
+        failure_mid_chain_keeps_key_order_on_postgres;
+    an_unroutable_row_mid_pipeline_neither_loops_nor_duplicates =>
+        an_unroutable_row_mid_pipeline_neither_loops_nor_duplicates_on_sqlite,
+        an_unroutable_row_mid_pipeline_neither_loops_nor_duplicates_on_postgres;
 }

@@ -5,8 +5,8 @@
 //! purged runs the handler again.
 
 use crate::support::{
-    Client, Gateway, counter_config, json_props, pg_database, route_config, unique, wait_for,
-    with_store,
+    Client, Gateway, counter_config, counter_dead_letter, dead_letter_route, pg_database,
+    route_config, unique, wait_for, with_store,
 };
 use carteiro::common::labels::Outcome;
 use carteiro::metrics::Metrics;
@@ -93,25 +93,15 @@ async fn dead_letters_then_fix(prefix: &str, traps: usize, others: usize, pg: bo
         Some(url) => with_store(&toml, url),
         None => toml,
     };
-    let broken = on(route_config(
-        &queue,
-        "fixture-mixed",
-        &exchange,
-        "",
-        "on_plugin_failure = \"dead-letter\"",
-    ));
+    let broken = on(dead_letter_route(&queue, "fixture-mixed", &exchange));
     let gw = Gateway::start(&broken).await;
     client.wait_for_consumer(&queue).await;
-    for i in 0..traps {
-        client
-            .publish(&exchange, "k", json_props(&format!("t-{i}")), b"trap")
-            .await;
-    }
-    for i in 0..others {
-        client
-            .publish(&exchange, "k", json_props(&format!("r-{i}")), b"remember")
-            .await;
-    }
+    client
+        .publish_numbered(&exchange, "t", traps, b"trap")
+        .await;
+    client
+        .publish_numbered(&exchange, "r", others, b"remember")
+        .await;
     let all = DeadLetterFilter {
         route: Some(queue.clone()),
         ..Default::default()
@@ -407,21 +397,12 @@ async fn a_replay_after_the_inbox_retention_runs_the_handler_again() {
     .await;
     client.wait_for_consumer(&queue).await;
     let config = gw.dir.path().join("carteiro.toml");
-    let id = gw
-        .store
-        .dead_letter_insert(&NewDeadLetter {
-            route: queue.clone(),
-            queue: format!("{queue}.dlq"),
-            reason: "content service down".into(),
-            plugin: Some("counter".into()),
-            attempts: 3,
-            headers: vec![(":message-id".into(), "m-1".into())],
-            body: b"{}".to_vec(),
-            first_failed_at: None,
-            dead_lettered_at: carteiro::common::now_ms(),
-        })
-        .await
-        .expect("insert");
+    let failed = NewDeadLetter {
+        headers: vec![(":message-id".into(), "m-1".into())],
+        body: b"{}".to_vec(),
+        ..counter_dead_letter(&queue, "content service down", 3)
+    };
+    let id = gw.store.dead_letter_insert(&failed).await.expect("insert");
     let runs = |n: i64| {
         let store = gw.store.clone();
         async move {

@@ -1,7 +1,7 @@
 //! The sandbox with real components: every fixture ends as a classified failure within its
 //! budget, the host stays healthy, and bad components are refused at load with clear errors.
 
-use crate::support::plugin;
+use crate::support::{plugin, plugin_limits};
 use carteiro::cli::MemoryKv;
 use carteiro::runtime::{
     Header, LoadError, Message, Plugin, PluginFailure, PluginLimits, Runtime, Verdict,
@@ -11,14 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn limits(timeout_ms: u64) -> PluginLimits {
-    PluginLimits {
-        timeout: Duration::from_millis(timeout_ms),
-        memory_bytes: 32 << 20,
-        max_host_calls: 1_000,
-        max_events: 10,
-        totals: carteiro::runtime::DeliveryTotals::default(),
-        max_concurrency: None,
-    }
+    plugin_limits(Duration::from_millis(timeout_ms), 32 << 20, 1_000, 10)
 }
 
 fn load(runtime: &Arc<Runtime>, name: &str, vars: &[(&str, &str)]) -> Plugin {

@@ -2,7 +2,7 @@
 //! created readable by its owner only, and `[security] seal_key_file` replaces the key kept
 //! in the store: the gateway believes exactly the copies sealed with that key.
 
-use crate::support::{Client, Gateway, json_props, route_config, unique, wait_for};
+use crate::support::{Client, Gateway, json_props, retry_table, route_config, unique, wait_for};
 use carteiro::broker::seal::SealKey;
 use lapin::types::{AMQPValue, FieldTable};
 use std::time::Duration;
@@ -54,81 +54,59 @@ async fn a_seal_key_file_replaces_the_stores_key() {
     let (queue, exchange) = (unique("sealed"), unique("in"));
     let client = Client::connect().await;
     client.sink(&exchange).await;
-    let retry = "[routes.retry]\nmax_attempts = 3\nbackoff = [\"100ms\"]";
+    let retry = retry_table(3, &["100ms"]);
     let toml = format!(
         "{}\n[security]\nseal_key_file = \"seal.key\"\n",
-        route_config(&queue, "fixture-mixed", &exchange, "", retry)
+        route_config(&queue, "fixture-mixed", &exchange, "", &retry)
     );
     let gw = Gateway::start_in(dir, &toml, Default::default()).await;
     client.wait_for_consumer(&queue).await;
 
-    // A copy at its last attempt, as a gateway holding the file's key would seal it.
-    let last_attempt = |seal: &SealKey, id: &str, body: &[u8]| {
-        let mut table = FieldTable::default();
-        table.insert("x-carteiro-attempt".into(), AMQPValue::LongLongInt(3));
-        seal.seal(&queue, json_props(id).with_headers(table), body)
-    };
-    let file_key = SealKey::new(&key);
-    let body = b"retry-until-10";
-    client
-        .publish(
-            &exchange,
-            "k",
-            last_attempt(&file_key, "file-key", body),
-            body,
-        )
-        .await;
+    // A copy at its last attempt, as a gateway holding `seal` would seal it, and the dead
+    // letter it ends as.
     let filter = carteiro::store::DeadLetterFilter {
         route: Some(queue.clone()),
         ..Default::default()
     };
-    let believed = wait_for("the sealed copy's dead letter", WAIT, || async {
-        let rows = gw.store.dead_letters_list(&filter).await.ok()?;
-        rows.into_iter().find(|d| d.letter.body == body)
-    })
-    .await;
+    let dead_letter_of = async |seal: &SealKey, id: &str, body: &[u8]| {
+        let mut table = FieldTable::default();
+        table.insert("x-carteiro-attempt".into(), AMQPValue::LongLongInt(3));
+        let props = seal.seal(&queue, json_props(id).with_headers(table), body);
+        client.publish(&exchange, "k", props, body).await;
+        wait_for(&format!("the dead letter of {id}"), WAIT, || async {
+            let rows = gw.store.dead_letters_list(&filter).await.ok()?;
+            rows.into_iter().find(|d| d.letter.body == body).map(|d| d.letter)
+        })
+        .await
+    };
+    let file_key = SealKey::new(&key);
+    let believed = dead_letter_of(&file_key, "file-key", b"retry-until-10".as_slice()).await;
     assert!(
         !believed
-            .letter
             .headers
             .iter()
             .any(|(k, _)| k.starts_with("x-untrusted-carteiro-")),
         "the file key's seal was not believed: {:?}",
-        believed.letter.headers
+        believed.headers
     );
     assert!(
         believed
-            .letter
             .reason
             .starts_with("retries exhausted after 3 attempts"),
         "{}",
-        believed.letter.reason
+        believed.reason
     );
 
     // The control: the same copy sealed with another key is not believed.
     let other_key = SealKey::new(&rand::random::<[u8; 32]>());
-    let other_body = b"retry-until-11";
-    client
-        .publish(
-            &exchange,
-            "k",
-            last_attempt(&other_key, "other-key", other_body),
-            other_body,
-        )
-        .await;
-    let doubted = wait_for("the other copy's dead letter", WAIT, || async {
-        let rows = gw.store.dead_letters_list(&filter).await.ok()?;
-        rows.into_iter().find(|d| d.letter.body == other_body)
-    })
-    .await;
+    let doubted = dead_letter_of(&other_key, "other-key", b"retry-until-11".as_slice()).await;
     assert!(
         doubted
-            .letter
             .headers
             .iter()
             .any(|(k, v)| k == "x-untrusted-carteiro-attempt" && v == "3"),
         "{:?}",
-        doubted.letter.headers
+        doubted.headers
     );
 
     // The store's own key was never made.

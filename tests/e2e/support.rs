@@ -99,6 +99,72 @@ where
     }
 }
 
+/// Per-delivery limits for loading a plugin in-process, without the instance cap and with
+/// the default byte totals: one place that knows every field of `PluginLimits`.
+pub fn plugin_limits(
+    timeout: Duration,
+    memory_bytes: u64,
+    max_host_calls: u32,
+    max_events: u32,
+) -> carteiro::runtime::PluginLimits {
+    carteiro::runtime::PluginLimits {
+        timeout,
+        memory_bytes,
+        max_host_calls,
+        max_events,
+        totals: carteiro::runtime::DeliveryTotals::default(),
+        max_concurrency: None,
+    }
+}
+
+/// Asserts that `text` (a command's output, a log, a page) contains each of `needles`, and
+/// shows the whole text when one is missing.
+pub fn assert_contains_all(text: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(text.contains(needle), "{needle:?} is missing from:\n{text}");
+    }
+}
+
+/// Waits (`timeout` at most) until something accepts connections on `127.0.0.1:port`.
+pub async fn wait_listening(what: &str, port: u16, timeout: Duration) {
+    wait_for(what, timeout, || async {
+        let connected = tokio::net::TcpStream::connect(("127.0.0.1", port)).await;
+        connected.ok().map(|_| ())
+    })
+    .await;
+}
+
+/// One HTTP/1.1 exchange with `127.0.0.1:port`: sends `request` (head and body; it asks for
+/// `Connection: close`) and reads the response to its end, failing the test after `timeout`
+/// (`what` names the request). Returns the status, the head and the body.
+pub async fn http_exchange(
+    port: u16,
+    request: &str,
+    timeout: Duration,
+    what: &str,
+) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        stream.write_all(request.as_bytes()).await?;
+        let mut bytes = Vec::new();
+        stream.read_to_end(&mut bytes).await?;
+        Ok::<_, std::io::Error>(bytes)
+    };
+    let bytes = tokio::time::timeout(timeout, exchange)
+        .await
+        .unwrap_or_else(|_| panic!("{what} timed out"))
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let response = String::from_utf8_lossy(&bytes).into_owned();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {response}"));
+    (status, head.to_owned(), body.to_owned())
+}
+
 /// Writes `toml` into a fresh temp dir and loads it like `carteiro run -c` would.
 pub fn load_config(dir: &Path, toml: &str) -> Config {
     let path = dir.join("carteiro.toml");
@@ -191,15 +257,31 @@ pub fn plugin_route(
     queue: &str,
     exchange: &str,
 ) -> String {
+    plugin_route_with(name, fixture, "", variables, queue, "", exchange)
+}
+
+/// [`plugin_route`] with more lines in the plugin table (`plugin_extra`) and in the route
+/// table (`route_extra`): the one template of a plugin and its route that every config uses.
+fn plugin_route_with(
+    name: &str,
+    fixture: &str,
+    plugin_extra: &str,
+    variables: &str,
+    queue: &str,
+    route_extra: &str,
+    exchange: &str,
+) -> String {
     format!(
         r#"
 [plugins.{name}]
 path = "{path}"
+{plugin_extra}
 [plugins.{name}.variables]
 {variables}
 [[routes]]
 queue = "{queue}"
 plugin = "{name}"
+{route_extra}
 [[routes.bindings]]
 exchange = "{exchange}"
 "#,
@@ -215,6 +297,15 @@ pub fn route_config(
     vars: &str,
     extra: &str,
 ) -> String {
+    let route = plugin_route_with(
+        plugin_name,
+        plugin_name,
+        "timeout = \"2s\"\nmemory = \"32MiB\"",
+        vars,
+        queue,
+        &format!("prefetch = 16\n{extra}"),
+        exchange,
+    );
     format!(
         r##"
 version = 1
@@ -226,24 +317,31 @@ url = "sqlite://{{dir}}/carteiro.db"
 [admin]
 listen = ""
 [relay]
-poll_interval = "200ms"
-[plugins.{plugin_name}]
-path = "{path}"
-timeout = "2s"
-memory = "32MiB"
-[plugins.{plugin_name}.variables]
-{vars}
-[[routes]]
-queue = "{queue}"
-plugin = "{plugin_name}"
-prefetch = 16
-{extra}
-[[routes.bindings]]
-exchange = "{exchange}"
-routing_key = "#"
+poll_interval = "200ms"{route}routing_key = "#"
 "##,
         amqp = amqp_url(),
-        path = plugin(plugin_name).display(),
+    )
+}
+
+/// A [`route_config`] route on `plugin` whose failures are dead-lettered at once, without
+/// retries: the usual way to fill a dead-letter archive.
+pub fn dead_letter_route(queue: &str, plugin: &str, exchange: &str) -> String {
+    route_config(
+        queue,
+        plugin,
+        exchange,
+        "",
+        "on_plugin_failure = \"dead-letter\"",
+    )
+}
+
+/// A route's `[routes.retry]` table (an `extra` of [`route_config`]): `max_attempts` and the
+/// backoff tiers, so a test states its retry policy as numbers rather than TOML text.
+pub fn retry_table(max_attempts: u32, backoff: &[&str]) -> String {
+    let tiers: Vec<String> = backoff.iter().map(|tier| format!("\"{tier}\"")).collect();
+    format!(
+        "[routes.retry]\nmax_attempts = {max_attempts}\nbackoff = [{}]",
+        tiers.join(", ")
     )
 }
 
@@ -259,6 +357,37 @@ pub async fn committed(
         || async { store.kv_get(namespace, key).await.ok().flatten() },
     )
     .await
+}
+
+/// Asserts that the counter plugin, running as plugin `namespace`, applied message `id`
+/// exactly once: its `seen/ID` entry is `1`.
+pub async fn assert_applied_once(store: &carteiro::store::Store, namespace: &str, id: &str) {
+    let seen = store
+        .kv_get(namespace, &format!("seen/{id}"))
+        .await
+        .expect("kv")
+        .unwrap_or_else(|| panic!("{namespace} never applied {id}"));
+    assert_eq!(seen.value, b"1", "{namespace} applied {id} once");
+}
+
+/// A dead letter of the counter plugin on `route` (consumed from `ROUTE.dlq`), archived now
+/// after `attempts` for `reason`, with no headers and an empty body for the test to fill in.
+pub fn counter_dead_letter(
+    route: &str,
+    reason: &str,
+    attempts: i64,
+) -> carteiro::store::NewDeadLetter {
+    carteiro::store::NewDeadLetter {
+        route: route.to_owned(),
+        queue: format!("{route}.dlq"),
+        reason: reason.to_owned(),
+        plugin: Some("counter".to_owned()),
+        attempts,
+        headers: Vec::new(),
+        body: Vec::new(),
+        first_failed_at: None,
+        dead_lettered_at: carteiro::common::now_ms(),
+    }
 }
 
 /// A route of the test's own: its input exchange declared and a gateway consuming it.
@@ -403,6 +532,15 @@ impl Client {
             .expect("declare exchange");
     }
 
+    /// Declares a topic exchange named after `prefix` that no queue is bound to (yet), so what
+    /// is published there comes back unroutable; returns its name.
+    pub async fn unbound_exchange(&self, prefix: &str, durable: bool) -> String {
+        let exchange = unique(prefix);
+        self.exchange(&exchange, lapin::ExchangeKind::Topic, durable)
+            .await;
+        exchange
+    }
+
     /// Binds `queue` to `exchange` with `key`.
     pub async fn bind(&self, queue: &str, exchange: &str, key: &str) {
         self.channel
@@ -467,6 +605,15 @@ impl Client {
         confirm.await.expect("confirm");
     }
 
+    /// Publishes `count` messages `body` with ids `PREFIX-0`, `PREFIX-1`, ... to `exchange`
+    /// (routing key `k`), each confirmed: the load most tests put on a route.
+    pub async fn publish_numbered(&self, exchange: &str, prefix: &str, count: usize, body: &[u8]) {
+        for i in 0..count {
+            let props = json_props(&format!("{prefix}-{i}"));
+            self.publish(exchange, "k", props, body).await;
+        }
+    }
+
     /// Takes every message currently in `queue` (basic.get until empty).
     pub async fn drain(&self, queue: &str) -> Vec<lapin::message::BasicGetMessage> {
         let mut out = Vec::new();
@@ -493,20 +640,30 @@ pub fn json_props(message_id: &str) -> lapin::BasicProperties {
         .with_delivery_mode(2)
 }
 
+/// Creates a database `PREFIX_<uuid>` through the PostgreSQL server at `admin_url` (plain or
+/// TLS, as the URL says); returns its name.
+pub async fn create_database(admin_url: &str, prefix: &str) -> String {
+    use sqlx::{Connection, Executor};
+    let name = format!("{prefix}_{}", uuid::Uuid::now_v7().simple());
+    let mut admin = sqlx::PgConnection::connect(admin_url)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to PostgreSQL to create {name}: {e}"));
+    let create = format!("CREATE DATABASE {name}");
+    admin
+        .execute(sqlx::AssertSqlSafe(create))
+        .await
+        .expect("create database");
+    let _ = admin.close().await;
+    name
+}
+
 /// A fresh PostgreSQL database for one test, on the server of `CARTEIRO_TEST_POSTGRES_URL`;
 /// returns its URL. Fails (never skips) when the variable is unset.
 pub async fn pg_database() -> String {
-    use sqlx::Executor;
     let admin = std::env::var("CARTEIRO_TEST_POSTGRES_URL").unwrap_or_else(|_| {
         panic!("CARTEIRO_TEST_POSTGRES_URL is not set: run `scripts/postgres.sh start` and export the URL it prints (scripts/test.sh does both)")
     });
-    let name = format!("e2e_{}", uuid::Uuid::now_v7().simple());
-    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
-        .await
-        .expect("connect to PostgreSQL");
-    conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .await
-        .expect("create database");
+    let name = create_database(&admin, "e2e").await;
     match admin.rfind('/') {
         Some(slash) => format!("{}/{name}", &admin[..slash]),
         None => panic!("unexpected PostgreSQL URL {admin}"),
@@ -542,14 +699,16 @@ pub fn run_relay(relay: carteiro::relay::Relay) -> RelayTask {
 
 /// Runs the relay of `config` on `store` in the background, recording into fresh metrics.
 pub fn spawn_relay(config: &Config, store: carteiro::store::Store) -> RelayTask {
-    run_relay(carteiro::relay::Relay::new(
+    let (metrics, wake) = (Arc::new(Metrics::default()), None);
+    let relay = carteiro::relay::Relay::new(
         &config.broker,
         &config.relay,
         &config.store.url,
         store,
-        Arc::new(Metrics::default()),
-        None,
-    ))
+        metrics,
+        wake,
+    );
+    run_relay(relay)
 }
 
 /// Stops a relay and waits (30 s at most) for it to end without error.
@@ -668,13 +827,24 @@ pub async fn dead_letters(
     route: &str,
     at_least: usize,
 ) -> Vec<carteiro::store::DeadLetter> {
+    dead_letters_within(store, route, at_least, Duration::from_secs(30)).await
+}
+
+/// [`dead_letters`] with the test's own bound, for tests whose dead letters wait on an outage
+/// or a slow component.
+pub async fn dead_letters_within(
+    store: &carteiro::store::Store,
+    route: &str,
+    at_least: usize,
+    timeout: Duration,
+) -> Vec<carteiro::store::DeadLetter> {
     let filter = carteiro::store::DeadLetterFilter {
         route: Some(route.to_owned()),
         ..Default::default()
     };
     wait_for(
         &format!("{at_least} dead letters on {route}"),
-        Duration::from_secs(30),
+        timeout,
         || async {
             let rows = store.dead_letters_list(&filter).await.ok()?;
             (rows.len() >= at_least).then_some(rows)

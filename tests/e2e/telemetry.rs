@@ -107,6 +107,28 @@ fn spans(received: &Received) -> Vec<(String, Span)> {
     received.lock().expect("lock").clone()
 }
 
+/// The first of `all` that is `wanted`, whatever service sent it.
+fn find_span(all: &[(String, Span)], wanted: impl Fn(&Span) -> bool) -> Option<Span> {
+    all.iter().map(|(_, s)| s).find(|&s| wanted(s)).cloned()
+}
+
+/// The delivery span `name` whose attribute `key` is `value`, and the copy it published (the
+/// producer span it is the parent of): what a retried or dead-lettered delivery leaves.
+fn delivery_and_copy(
+    all: &[(String, Span)],
+    name: &str,
+    key: &str,
+    value: &str,
+) -> Option<(Span, Span)> {
+    let delivery = find_span(all, |s| {
+        s.name == name && attr(s, key).as_deref() == Some(value)
+    })?;
+    let copy = find_span(all, |s| {
+        s.parent_span_id == delivery.span_id && s.kind == SpanKind::Producer as i32
+    })?;
+    Some((delivery, copy))
+}
+
 #[tokio::test]
 async fn delivery_and_relay_spans_reach_an_otlp_collector_linked_through_the_outbox() {
     let (endpoint, received) = collector().await;
@@ -160,11 +182,7 @@ async fn delivery_and_relay_spans_reach_an_otlp_collector_linked_through_the_out
         WAIT,
         || async {
             let all = spans(&received);
-            let delivery = all
-                .iter()
-                .map(|(_, s)| s)
-                .find(|s| s.name == process && hex(&s.trace_id) == trace_id)?
-                .clone();
+            let delivery = find_span(&all, |s| s.name == process && hex(&s.trace_id) == trace_id)?;
             let children: Vec<Span> = all
                 .iter()
                 .map(|(_, s)| s)
@@ -294,19 +312,7 @@ async fn delivery_and_relay_spans_reach_an_otlp_collector_linked_through_the_out
     // The dead-lettered delivery: a root span with the failure class and its DLX copy.
     let (failed, dlx_copy) = wait_for("the dead-lettered delivery's spans", WAIT, || async {
         let all = spans(&received);
-        let failed = all
-            .iter()
-            .map(|(_, s)| s)
-            .find(|s| {
-                s.name == process && attr(s, "messaging.message.id").as_deref() == Some("otel-bad")
-            })?
-            .clone();
-        let copy = all
-            .iter()
-            .map(|(_, s)| s)
-            .find(|s| s.parent_span_id == failed.span_id && s.kind == SpanKind::Producer as i32)?
-            .clone();
-        Some((failed, copy))
+        delivery_and_copy(&all, &process, "messaging.message.id", "otel-bad")
     })
     .await;
     assert!(
@@ -367,17 +373,7 @@ async fn a_retried_delivery_says_so_and_shows_its_copy_to_the_retry_tier() {
         WAIT,
         || async {
             let all = spans(&received);
-            let first = all
-                .iter()
-                .map(|(_, s)| s)
-                .find(|s| s.name == process && attr(s, "carteiro.attempt").as_deref() == Some("1"))?
-                .clone();
-            let copy = all
-                .iter()
-                .map(|(_, s)| s)
-                .find(|s| s.parent_span_id == first.span_id && s.kind == SpanKind::Producer as i32)?
-                .clone();
-            Some((first, copy))
+            delivery_and_copy(&all, &process, "carteiro.attempt", "1")
         },
     )
     .await;
@@ -400,10 +396,7 @@ async fn the_relay_alone_exports_its_publish_spans_with_links_and_failures() {
     let client = Client::connect().await;
     let events = unique("otel-relay-events");
     let sink = client.sink(&events).await;
-    let nobody = unique("otel-nobody-bound");
-    client
-        .exchange(&nobody, lapin::ExchangeKind::Topic, false)
-        .await;
+    let nobody = client.unbound_exchange("otel-nobody-bound", false).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let url = sqlite_url(dir.path());
     let config = load_config(
@@ -446,16 +439,8 @@ async fn the_relay_alone_exports_its_publish_spans_with_links_and_failures() {
     let failed_name = format!("{nobody} publish");
     let (ok, failed) = wait_for("the relay's two publish spans", WAIT, || async {
         let all = spans(&received);
-        let ok = all
-            .iter()
-            .map(|(_, s)| s)
-            .find(|s| s.name == ok_name)?
-            .clone();
-        let failed = all
-            .iter()
-            .map(|(_, s)| s)
-            .find(|s| s.name == failed_name)?
-            .clone();
+        let ok = find_span(&all, |s| s.name == ok_name)?;
+        let failed = find_span(&all, |s| s.name == failed_name)?;
         Some((ok, failed))
     })
     .await;

@@ -11,7 +11,7 @@
 mod end_to_end;
 mod refusals;
 
-use crate::support::{repo, run_ok, script, script_quietly, unique};
+use crate::support::{create_database, repo, run_ok, script, script_quietly, unique};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -269,16 +269,7 @@ impl Servers {
 
     /// A fresh database on the TLS server; returns its name.
     pub async fn database(&self) -> String {
-        use sqlx::{Connection, Executor};
-        let name = format!("tls_{}", uuid::Uuid::now_v7().simple());
-        let mut conn = sqlx::PgConnection::connect(&self.pg_admin_url("postgres"))
-            .await
-            .expect("the test connects to PostgreSQL over TLS");
-        conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .await
-            .expect("create database");
-        let _ = conn.close().await;
-        name
+        create_database(&self.pg_admin_url("postgres"), "tls").await
     }
 }
 

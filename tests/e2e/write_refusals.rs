@@ -5,10 +5,12 @@
 
 use crate::live::{free_port, http};
 use crate::resilience::{Running, carteiro, queue_depth};
-use crate::support::{Client, Gateway, json_props, route_config, unique, wait_for, with_store};
+use crate::support::{
+    Client, Gateway, dead_letters_within, json_props, route_config, unique, wait_for, with_store,
+};
 use carteiro::common::labels::Outcome;
 use carteiro::metrics::Metrics;
-use carteiro::store::{DeadLetterFilter, Store};
+use carteiro::store::Store;
 use sqlx::Connection;
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,17 +77,28 @@ async fn done(store: &Store, id: &str) -> bool {
     )
 }
 
-fn quorum_route(queue: &str, exchange: &str, url: &str) -> String {
-    with_store(
-        &route_config(
-            queue,
-            "fixture-mixed",
-            exchange,
-            "",
-            "queue_type = \"quorum\"",
-        ),
-        url,
+/// The route of these tests: `fixture-mixed` on a quorum queue, on SQLite.
+fn quorum_config(queue: &str, exchange: &str) -> String {
+    route_config(
+        queue,
+        "fixture-mixed",
+        exchange,
+        "",
+        "queue_type = \"quorum\"",
     )
+}
+
+/// [`quorum_config`] on the store at `url`.
+fn quorum_route(queue: &str, exchange: &str, url: &str) -> String {
+    with_store(&quorum_config(queue, exchange), url)
+}
+
+/// A test client, and a queue named after `prefix` with its input exchange declared.
+async fn client_and_names(prefix: &str) -> (Client, String, String) {
+    let client = Client::connect().await;
+    let (queue, exchange) = (unique(prefix), unique("in"));
+    client.sink(&exchange).await;
+    (client, queue, exchange)
 }
 
 /// Longer than the old requeue loops took to spend a quorum queue's delivery limit of 20:
@@ -95,9 +108,7 @@ const REFUSED_FOR: Duration = Duration::from_secs(30);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoked_grant_holds_quorum_deliveries_and_dead_letters_without_spending_their_limit() {
     let db = restricted_database().await;
-    let client = Client::connect().await;
-    let (queue, exchange) = (unique("refused"), unique("in"));
-    client.sink(&exchange).await;
+    let (client, queue, exchange) = client_and_names("refused").await;
     let metrics = Arc::new(Metrics::default());
     let dir = tempfile::tempdir().expect("tempdir");
     let gw = Gateway::start_in(
@@ -151,15 +162,8 @@ async fn a_revoked_grant_holds_quorum_deliveries_and_dead_letters_without_spendi
         })
         .await;
     }
-    let route = DeadLetterFilter {
-        route: Some(queue.clone()),
-        ..Default::default()
-    };
-    let archived = wait_for("both dead letters archived", WAIT, || async {
-        let rows = gw.store.dead_letters_list(&route).await.ok()?;
-        (rows.len() >= 2).then_some(rows)
-    })
-    .await;
+    // Both dead letters archived.
+    let archived = dead_letters_within(&gw.store, &queue, 2, WAIT).await;
     assert_eq!(archived.len(), 2, "{archived:?}");
     assert!(
         archived
@@ -179,9 +183,7 @@ async fn a_revoked_grant_holds_quorum_deliveries_and_dead_letters_without_spendi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_started_while_writes_are_refused_waits_not_ready_then_serves() {
     let db = restricted_database().await;
-    let client = Client::connect().await;
-    let (queue, exchange) = (unique("startup"), unique("in"));
-    client.sink(&exchange).await;
+    let (client, queue, exchange) = client_and_names("startup").await;
     // Migrated and keyed once, as after any earlier run: only writes are refused now.
     let store = Store::connect(&db.url, 2).await.expect("store");
     store.migrate().await.expect("migrate");
@@ -254,19 +256,10 @@ async fn try_http(port: u16, path: &str) -> Option<(u16, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_dead_letter_is_counted_and_unpark_brings_it_to_the_archive() {
     use lapin::options::BasicPublishOptions;
-    let client = Client::connect().await;
-    let (queue, exchange) = (unique("parked"), unique("in"));
-    client.sink(&exchange).await;
+    let (client, queue, exchange) = client_and_names("parked").await;
     let metrics = Arc::new(Metrics::default());
     let dir = tempfile::tempdir().expect("tempdir");
-    let toml = route_config(
-        &queue,
-        "fixture-mixed",
-        &exchange,
-        "",
-        "queue_type = \"quorum\"",
-    );
-    let gw = Gateway::start_in(dir, &toml, metrics.clone()).await;
+    let gw = Gateway::start_in(dir, &quorum_config(&queue, &exchange), metrics.clone()).await;
     client.wait_for_consumer(&queue).await;
     let parked = format!("{queue}.dlq.parked");
     client
@@ -300,15 +293,8 @@ async fn a_parked_dead_letter_is_counted_and_unpark_brings_it_to_the_archive() {
         "{}",
         finished.stdout
     );
-    let route = DeadLetterFilter {
-        route: Some(queue.clone()),
-        ..Default::default()
-    };
-    let archived = wait_for("the unparked dead letter archived", WAIT, || async {
-        let rows = gw.store.dead_letters_list(&route).await.ok()?;
-        (!rows.is_empty()).then_some(rows)
-    })
-    .await;
+    // The unparked dead letter archived.
+    let archived = dead_letters_within(&gw.store, &queue, 1, WAIT).await;
     assert_eq!(archived.len(), 1);
     assert_eq!(archived[0].letter.body, b"parked body");
     assert_eq!(queue_depth(&client, &parked).await, 0);

@@ -20,22 +20,51 @@ pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
-/// The comma-separated list in `name` (or `default` when unset), each item (trimmed) read
-/// by `parse`; items it does not know (`None`) are left out.
-pub fn env_list<T>(name: &str, default: &str, parse: impl Fn(&str) -> Option<T>) -> Vec<T> {
-    std::env::var(name)
-        .unwrap_or_else(|_| default.to_owned())
-        .split(',')
-        .filter_map(|s| parse(s.trim()))
-        .collect()
-}
-
-/// The broker of the benchmarks, `CARTEIRO_TEST_AMQP_URL`; unset, the benchmark stops and
-/// says how to get one.
+/// The benchmarks' broker (`CARTEIRO_TEST_AMQP_URL`); fails with what to run when unset.
 pub fn amqp_url() -> String {
     std::env::var("CARTEIRO_TEST_AMQP_URL").unwrap_or_else(|_| {
         panic!("CARTEIRO_TEST_AMQP_URL is not set: run bench/run.sh (or scripts/rabbitmq.sh start and export the URL)")
     })
+}
+
+/// The comma-separated list in the environment variable `name` (or `default`), each item
+/// read by `parse`; items it does not know are skipped.
+pub fn env_list<T>(name: &str, default: &str, parse: impl Fn(&str) -> Option<T>) -> Vec<T> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.to_owned())
+        .split(',')
+        .filter_map(|item| parse(item.trim()))
+        .collect()
+}
+
+/// The PostgreSQL server to make databases on (`CARTEIRO_TEST_POSTGRES_URL`). Without one,
+/// the `systems` that `on_postgres` picks are dropped from the run, and a line says so.
+pub fn postgres_admin<T>(systems: &mut Vec<T>, on_postgres: impl Fn(&T) -> bool) -> Option<String> {
+    let admin = std::env::var("CARTEIRO_TEST_POSTGRES_URL").ok();
+    if admin.is_none() && systems.iter().any(&on_postgres) {
+        println!("CARTEIRO_TEST_POSTGRES_URL is not set: skipping PostgreSQL");
+        systems.retain(|system| !on_postgres(system));
+    }
+    admin
+}
+
+/// A connection to the broker at `url`.
+pub async fn connect_amqp(url: &str) -> lapin::Connection {
+    lapin::Connection::connect(url, lapin::ConnectionProperties::default())
+        .await
+        .expect("connect to RabbitMQ")
+}
+
+/// Deletes `queues` and then `exchange`, whichever of them exist: the cleanup after a run.
+pub async fn delete_queues_and_exchange(conn: &lapin::Connection, queues: &[&str], exchange: &str) {
+    let channel = conn.create_channel().await.expect("channel");
+    for queue in queues {
+        let options = lapin::options::QueueDeleteOptions::default();
+        let _ = channel.queue_delete((*queue).into(), options).await;
+    }
+    let options = lapin::options::ExchangeDeleteOptions::default();
+    let _ = channel.exchange_delete(exchange.into(), options).await;
+    let _ = channel.close(200, "cleanup".into()).await;
 }
 
 /// `prefix-<uuid v7>`: names no earlier run used.

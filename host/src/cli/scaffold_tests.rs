@@ -45,6 +45,13 @@ fn text(files: &BTreeMap<PathBuf, Vec<u8>>, path: &str) -> String {
     String::from_utf8(bytes.clone()).expect("UTF-8")
 }
 
+/// Asserts that the project of `lang` (its `written` files) has each of `paths`.
+fn assert_has(written: &BTreeMap<PathBuf, Vec<u8>>, lang: Lang, paths: &[&str]) {
+    for path in paths {
+        assert!(written.contains_key(Path::new(path)), "{lang}: {path}");
+    }
+}
+
 #[test]
 fn no_generated_file_points_at_this_machine() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -83,14 +90,13 @@ fn no_generated_file_points_at_this_machine() {
                 path.display()
             );
         }
-        for common in [
+        let common = [
             "README.md",
             "message.json",
             ".gitignore",
             "vendor/README.md",
-        ] {
-            assert!(written.contains_key(Path::new(common)), "{lang}: {common}");
-        }
+        ];
+        assert_has(&written, lang, &common);
         let message: serde_json::Value =
             serde_json::from_str(&text(&written, "message.json")).expect("message.json");
         assert_eq!(message["routing_key"], format!("greeter-{lang}.in"));
@@ -113,14 +119,6 @@ fn each_language_depends_on_its_vendored_sdk_by_a_relative_path() {
     );
     assert!(text(&rust, "src/lib.rs").contains("export_handler!(handle);"));
     assert!(text(&rust, "src/lib.rs").contains("\"greeter.processed\""));
-    for file in [
-        "vendor/carteiro-sdk/src/lib.rs",
-        "vendor/carteiro-sdk/src/testing.rs",
-        "vendor/carteiro-sdk/wit/handler.wit",
-        "vendor/carteiro-sdk/README.md",
-    ] {
-        assert!(rust.contains_key(Path::new(file)), "rust: {file}");
-    }
 
     let python = files(&new_project(dir.path(), "greeter-py", Lang::Python));
     let requirements = text(&python, "requirements.txt");
@@ -132,16 +130,6 @@ fn each_language_depends_on_its_vendored_sdk_by_a_relative_path() {
     assert!(requirements.contains(&format!("componentize-py=={}", pins.componentize_py)));
     assert!(text(&python, "app.py").contains("@carteiro.handler"));
     assert!(text(&python, "tests/test_app.py").contains("mock_host"));
-    for file in [
-        "pyproject.toml",
-        "vendor/carteiro-py/pyproject.toml",
-        "vendor/carteiro-py/src/carteiro/__init__.py",
-        "vendor/carteiro-py/src/carteiro/_host/mock.py",
-        "vendor/carteiro-py/src/carteiro/py.typed",
-        "vendor/wit/handler.wit",
-    ] {
-        assert!(python.contains_key(Path::new(file)), "python: {file}");
-    }
 
     let js = files(&new_project(dir.path(), "greeter-js", Lang::Js));
     let package: serde_json::Value =
@@ -160,16 +148,42 @@ fn each_language_depends_on_its_vendored_sdk_by_a_relative_path() {
         pins.rolldown.as_str()
     );
     assert!(text(&js, "src/handler.js").contains("export const handle = handler("));
-    for file in [
-        "test/handler.test.js",
-        "vendor/carteiro-sdk/package.json",
-        "vendor/carteiro-sdk/index.d.ts",
-        "vendor/carteiro-sdk/src/host/mock.js",
-        "vendor/carteiro-sdk/src/host/wasm.js",
-        "vendor/wit/handler.wit",
-    ] {
-        assert!(js.contains_key(Path::new(file)), "js: {file}");
-    }
+
+    // Each language's vendored SDK, where its manifest points.
+    assert_has(
+        &rust,
+        Lang::Rust,
+        &[
+            "vendor/carteiro-sdk/src/lib.rs",
+            "vendor/carteiro-sdk/src/testing.rs",
+            "vendor/carteiro-sdk/wit/handler.wit",
+            "vendor/carteiro-sdk/README.md",
+        ],
+    );
+    assert_has(
+        &python,
+        Lang::Python,
+        &[
+            "pyproject.toml",
+            "vendor/carteiro-py/pyproject.toml",
+            "vendor/carteiro-py/src/carteiro/__init__.py",
+            "vendor/carteiro-py/src/carteiro/_host/mock.py",
+            "vendor/carteiro-py/src/carteiro/py.typed",
+            "vendor/wit/handler.wit",
+        ],
+    );
+    assert_has(
+        &js,
+        Lang::Js,
+        &[
+            "test/handler.test.js",
+            "vendor/carteiro-sdk/package.json",
+            "vendor/carteiro-sdk/index.d.ts",
+            "vendor/carteiro-sdk/src/host/mock.js",
+            "vendor/carteiro-sdk/src/host/wasm.js",
+            "vendor/wit/handler.wit",
+        ],
+    );
 }
 
 #[test]

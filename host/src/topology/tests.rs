@@ -51,6 +51,28 @@ async fn remove(conn: &Connection, d: &DeclaredRoute, exchanges: &[String]) {
     }
 }
 
+/// Takes the next message of `queue` (acked on delivery), polling every `poll` until it comes;
+/// past `deadline` the test fails saying `missing`.
+async fn next_message(
+    ch: &lapin::Channel,
+    queue: &str,
+    deadline: tokio::time::Instant,
+    poll: Duration,
+    missing: &str,
+) -> lapin::message::BasicGetMessage {
+    loop {
+        let got = ch
+            .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+            .await
+            .expect("basic.get");
+        if let Some(message) = got {
+            return message;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{missing}");
+        tokio::time::sleep(poll).await;
+    }
+}
+
 async fn queue_exists(conn: &Connection, name: &str) -> bool {
     let ch = conn.create_channel().await.expect("channel");
     queue_state(&ch, name).await.is_ok()
@@ -204,20 +226,8 @@ async fn expired_retry_message_returns_to_the_work_queue() {
     .expect("publish to the retry tier");
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    let message = loop {
-        let got = ch
-            .basic_get(q.as_str().into(), BasicGetOptions { no_ack: true })
-            .await
-            .expect("basic.get");
-        if let Some(m) = got {
-            break m;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "message never came back from {tier}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let missing = format!("message never came back from {tier}");
+    let message = next_message(&ch, &q, deadline, Duration::from_millis(100), &missing).await;
     assert_eq!(message.delivery.data, b"again");
     assert_eq!(
         message
@@ -259,6 +269,11 @@ async fn quorum_queues_dead_letter_at_least_once_with_an_explicit_delivery_limit
         .await
         .expect("declare quorum route");
     let text = |s: &str| AMQPValue::LongString(LongString::from(s));
+    // What makes a quorum queue dead-letter at least once (and refuse publishes when full).
+    let at_least_once = |args: &mut FieldTable| {
+        args.insert("x-dead-letter-strategy".into(), text("at-least-once"));
+        args.insert("x-overflow".into(), text("reject-publish"));
+    };
     let limit = AMQPValue::LongLongInt(declare::delivery_limit(t.max_attempts));
     assert_eq!(
         declare::delivery_limit(5),
@@ -274,8 +289,7 @@ async fn quorum_queues_dead_letter_at_least_once_with_an_explicit_delivery_limit
     let mut dlq_own = dlq_args.clone();
     dlq_own.insert("x-dead-letter-exchange".into(), text(""));
     dlq_own.insert("x-dead-letter-routing-key".into(), text(&parked));
-    dlq_own.insert("x-dead-letter-strategy".into(), text("at-least-once"));
-    dlq_own.insert("x-overflow".into(), text("reject-publish"));
+    at_least_once(&mut dlq_own);
     redeclare(&conn, &declared.dlq, dlq_own.clone())
         .await
         .expect("Q.dlq has an explicit delivery limit and parks past it");
@@ -289,8 +303,7 @@ async fn quorum_queues_dead_letter_at_least_once_with_an_explicit_delivery_limit
     let mut work = dlq_args.clone();
     work.insert("x-dead-letter-exchange".into(), text(&declared.dlx));
     work.insert("x-max-length".into(), AMQPValue::LongLongInt(10_000));
-    work.insert("x-dead-letter-strategy".into(), text("at-least-once"));
-    work.insert("x-overflow".into(), text("reject-publish"));
+    at_least_once(&mut work);
     redeclare(&conn, &declared.queue, work.clone())
         .await
         .expect("work queue dead-letters at least once");
@@ -309,8 +322,7 @@ async fn quorum_queues_dead_letter_at_least_once_with_an_explicit_delivery_limit
         );
         args.insert("x-dead-letter-exchange".into(), text(""));
         args.insert("x-dead-letter-routing-key".into(), text(&q));
-        args.insert("x-dead-letter-strategy".into(), text("at-least-once"));
-        args.insert("x-overflow".into(), text("reject-publish"));
+        at_least_once(&mut args);
         redeclare(&conn, tier, args)
             .await
             .expect("retry tier dead-letters back at least once");
@@ -367,20 +379,8 @@ async fn a_quorum_dlq_parks_a_dead_letter_past_its_delivery_limit() {
         message.delivery.acker.nack(requeue).await.expect("nack");
         returned += 1;
     }
-    let found = loop {
-        let got = ch
-            .basic_get(parked.as_str().into(), BasicGetOptions { no_ack: true })
-            .await
-            .expect("get parked");
-        if let Some(message) = got {
-            break message;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the dead letter was dropped, not parked in {parked}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let missing = format!("the dead letter was dropped, not parked in {parked}");
+    let found = next_message(&ch, &parked, deadline, Duration::from_millis(50), &missing).await;
     assert_eq!(found.delivery.data, b"a dead letter");
     remove(&conn, &declared, &[format!("{q}.events")]).await;
 }

@@ -1,23 +1,13 @@
 //! Who may do what on the admin server, over plain HTTP.
 
-use super::{PASSWORD, TOKEN, USER, basic, count, dead_letter, gateway, http, loopback, runs};
-use crate::support::{unique, wait_for};
+use super::{Console, PASSWORD, TOKEN, USER, basic, count, gateway, http, loopback, runs};
+use crate::support::{unique, wait_for, wait_listening};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_auth_rules() {
-    let queue = unique("console-auth");
-    let (port, listen) = loopback();
-    let gw = gateway(&queue, &listen, true).await;
-    for i in 0..3 {
-        dead_letter(
-            &gw.store,
-            &queue,
-            &format!("bad input {i}"),
-            &format!("a-{i}"),
-            b"{}",
-        )
-        .await;
-    }
+    let Console {
+        gw, queue, port, ..
+    } = Console::with_dead_letters("console-auth", "bad input", "a", 3).await;
     let bearer = format!("Bearer {TOKEN}");
     let good_basic = basic(USER, PASSWORD);
     let bad_basic = basic(USER, "wrong");
@@ -182,13 +172,7 @@ async fn console_auth_rules() {
     let queue = unique("console-open");
     let port = crate::live::free_port();
     let gw = gateway(&queue, &format!("0.0.0.0:{port}"), true).await;
-    wait_for("the admin server", super::WAIT, || async {
-        tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .ok()
-            .map(|_| ())
-    })
-    .await;
+    wait_listening("the admin server", port, super::WAIT).await;
     for path in ["/", "/dead-letters", "/api/routes", "/dlq", "/metrics"] {
         let (status, _, body) = http(port, "GET", path, &[], "").await;
         assert_eq!(status, 401, "GET {path} off loopback: {body}");

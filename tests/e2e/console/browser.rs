@@ -19,6 +19,11 @@ async fn text(c: &Client, css: &str) -> String {
         .expect("text")
 }
 
+/// The text of the element `locator` finds, or `None` while the page does not show it (yet).
+async fn shown_text(c: &Client, locator: Locator<'_>) -> Option<String> {
+    c.find(locator).await.ok()?.text().await.ok()
+}
+
 /// Clicks the element with id `id`.
 async fn click(c: &Client, id: &str) {
     c.find(Locator::Id(id))
@@ -168,7 +173,7 @@ async fn console_in_a_browser() {
         .expect("a message link");
     first.click().await.expect("open the message");
     wait_for("the message page", WAIT, || async {
-        let body = c.find(Locator::Id("body")).await.ok()?.text().await.ok()?;
+        let body = shown_text(c, Locator::Id("body")).await?;
         body.contains("\"items\": [").then_some(())
     })
     .await;
@@ -187,25 +192,13 @@ async fn console_in_a_browser() {
     })
     .await;
     wait_for("the first replays on the page", WAIT, || async {
-        let done = c
-            .find(Locator::Css("[data-field=done]"))
-            .await
-            .ok()?
-            .text()
-            .await
-            .ok()?;
+        let done = shown_text(c, Locator::Css("[data-field=done]")).await?;
         (done.trim().parse::<u64>().ok()? >= 1).then_some(())
     })
     .await;
     Browser::screenshot(c, "replay-in-progress").await;
     wait_for("the replay to finish on the page", WAIT, || async {
-        let state = c
-            .find(Locator::Id("job-state"))
-            .await
-            .ok()?
-            .text()
-            .await
-            .ok()?;
+        let state = shown_text(c, Locator::Id("job-state")).await?;
         state.contains("done").then_some(())
     })
     .await;
@@ -253,13 +246,7 @@ async fn console_in_a_browser() {
     type_into(c, "confirm", "3").await;
     click(c, "purge-submit").await;
     wait_for("the purge", WAIT, || async {
-        let done = c
-            .find(Locator::Id("purged"))
-            .await
-            .ok()?
-            .text()
-            .await
-            .ok()?;
+        let done = shown_text(c, Locator::Id("purged")).await?;
         done.contains("3 dead letters deleted").then_some(())
     })
     .await;
@@ -277,12 +264,7 @@ async fn console_in_a_browser() {
     type_into(c, "shadow-path", &path).await;
     click(c, "shadow-submit").await;
     let report = wait_for("the shadow report", WAIT, || async {
-        c.find(Locator::Id("shadow-summary"))
-            .await
-            .ok()?
-            .text()
-            .await
-            .ok()
+        shown_text(c, Locator::Id("shadow-summary")).await
     })
     .await;
     let report = report.split_whitespace().collect::<Vec<_>>().join(" ");

@@ -1,7 +1,7 @@
 //! A headless Chromium for the console's browser tests, driven through Debian's
 //! `chromedriver` with fantoccini. Missing Chromium fails the test (CI installs it).
 
-use crate::support::wait_for;
+use crate::support::wait_listening;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -56,13 +56,7 @@ impl Browser {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", driver_bin.display()));
         let mut browser_holder = Holder(Some(driver));
-        wait_for("chromedriver to listen", START, || async {
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .ok()
-                .map(|_| ())
-        })
-        .await;
+        wait_listening("chromedriver to listen", port, START).await;
         let client = new_session(port, &chromium).await;
         Self {
             client,

@@ -3,7 +3,7 @@
 //! is read; `[admin] allowed_hosts` adds names, `require_auth = "all"` closes the reads.
 
 use super::{TOKEN, WAIT, gateway, gateway_with, http, loopback};
-use crate::support::unique;
+use crate::support::{counter_dead_letter, unique};
 use carteiro::store::NewDeadLetter;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -11,21 +11,12 @@ async fn console_refuses_foreign_hosts() {
     let queue = unique("console-hosts");
     let (port, listen) = loopback();
     let gw = gateway(&queue, &listen, true).await;
-    let id = gw
-        .store
-        .dead_letter_insert(&NewDeadLetter {
-            route: queue.clone(),
-            queue: format!("{queue}.dlq"),
-            reason: "card declined".into(),
-            plugin: Some("counter".into()),
-            attempts: 1,
-            headers: vec![("authorization".into(), "Bearer leaked-upstream".into())],
-            body: br#"{"card":"4111-secret"}"#.to_vec(),
-            first_failed_at: None,
-            dead_lettered_at: carteiro::common::now_ms(),
-        })
-        .await
-        .expect("archive");
+    let leaked = NewDeadLetter {
+        headers: vec![("authorization".into(), "Bearer leaked-upstream".into())],
+        body: br#"{"card":"4111-secret"}"#.to_vec(),
+        ..counter_dead_letter(&queue, "card declined", 1)
+    };
+    let id = gw.store.dead_letter_insert(&leaked).await.expect("archive");
     let bearer = format!("Bearer {TOKEN}");
     let message = format!("/dead-letters/message/{id}");
     let json = format!("/dlq/{id}");

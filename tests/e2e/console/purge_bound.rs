@@ -2,7 +2,7 @@
 //! deletes in chunks of 10,000, one transaction each) are kept, also for the JSON purge,
 //! which sends no `max_id`.
 
-use super::{TOKEN, gateway, http, loopback};
+use super::{gateway, loopback, post_json};
 use crate::support::unique;
 use sqlx::AssertSqlSafe;
 
@@ -53,18 +53,7 @@ async fn console_purge_deletes_only_what_it_counted() {
     .expect("trigger");
 
     let body = format!(r#"{{"route":"{queue}","confirm":{ROWS}}}"#);
-    let bearer = format!("Bearer {TOKEN}");
-    let (status, _, response) = http(
-        port,
-        "POST",
-        "/api/dlq/purge",
-        &[
-            ("authorization", &bearer),
-            ("content-type", "application/json"),
-        ],
-        &body,
-    )
-    .await;
+    let (status, _, response) = post_json(port, "/api/dlq/purge", &body).await;
     assert_eq!(status, 200, "{response}");
     let purged: serde_json::Value = serde_json::from_str(&response).expect("JSON");
     assert_eq!(purged["purged"], ROWS, "confirmed {ROWS}: {response}");

@@ -6,17 +6,15 @@
 use super::{USER, basic, config_toml, credentials_toml, gateway_on, http, loopback};
 use crate::support::unique;
 
+/// `POST path` without a body, with `authorization`: the status and the body.
+async fn post_as(port: u16, path: &str, authorization: &str) -> (u16, String) {
+    let (status, _, body) = http(port, "POST", path, &[("authorization", authorization)], "").await;
+    (status, body)
+}
+
 /// Status of a state change that needs credentials (an unknown job: 404 once through).
 async fn stop_job(port: u16, authorization: &str) -> u16 {
-    http(
-        port,
-        "POST",
-        "/api/jobs/999/stop",
-        &[("authorization", authorization)],
-        "",
-    )
-    .await
-    .0
+    post_as(port, "/api/jobs/999/stop", authorization).await.0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,14 +35,7 @@ async fn console_reload_applies_rotated_credentials() {
         .replace("old-pw", "new-pw")
         .replace("{dir}", &dir);
     std::fs::write(&path, &rotated).expect("rewrite the config");
-    let (status, _, body) = http(
-        port,
-        "POST",
-        "/admin/reload",
-        &[("authorization", old_bearer)],
-        "",
-    )
-    .await;
+    let (status, body) = post_as(port, "/admin/reload", old_bearer).await;
     assert_eq!(status, 200, "{body}");
     let report: serde_json::Value = serde_json::from_str(&body).expect("report");
     let changes = report["changes"].to_string();
@@ -72,14 +63,7 @@ async fn console_reload_applies_rotated_credentials() {
     let other = amqp.replacen("guest:guest@", "guest:rotated@", 1);
     assert_ne!(amqp, other, "the test broker URL carries guest:guest");
     std::fs::write(&path, rotated.replace(&amqp, &other)).expect("rewrite the config");
-    let (status, _, body) = http(
-        port,
-        "POST",
-        "/admin/reload",
-        &[("authorization", new_bearer)],
-        "",
-    )
-    .await;
+    let (status, body) = post_as(port, "/admin/reload", new_bearer).await;
     assert_eq!(status, 422, "{body}");
     assert!(
         body.contains("[broker] url changed and carries credentials"),

@@ -1,8 +1,8 @@
 //! A console replay is the `dlq replay` engine: stopped half-way and started again, it
 //! replays each dead letter exactly once, oldest first, at the rate asked.
 
-use super::{TOKEN, count, dead_letter, gateway, http, loopback, runs};
-use crate::support::{unique, wait_for};
+use super::{Console, count, http, post_json, runs};
+use crate::support::wait_for;
 use std::time::{Duration, Instant};
 
 const N: i64 = 30;
@@ -21,26 +21,29 @@ async fn finished(port: u16, location: &str, what: &str) -> serde_json::Value {
     .await
 }
 
+/// The replay count of each dead letter of `ids`, in their order.
+async fn replay_counts(store: &carteiro::store::Store, ids: &[i64]) -> Vec<i64> {
+    let mut counts = Vec::with_capacity(ids.len());
+    for id in ids {
+        let d = store.dead_letter_get(*id).await.expect("get").expect("row");
+        counts.push(d.replay_count);
+    }
+    counts
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_replay_stops_and_resumes_once() {
-    let queue = unique("console-resume");
-    let (port, listen) = loopback();
-    let gw = gateway(&queue, &listen, true).await;
-    let mut ids = Vec::new();
-    for i in 0..N {
-        let reason = format!("content service 503 for order {i}");
-        ids.push(dead_letter(&gw.store, &queue, &reason, &format!("m-{i}"), b"{}").await);
-    }
-    let auth = format!("Bearer {TOKEN}");
-    let headers = [
-        ("authorization", auth.as_str()),
-        ("content-type", "application/json"),
-    ];
+    let Console {
+        gw,
+        queue,
+        port,
+        ids,
+    } = Console::with_dead_letters("console-resume", "content service 503 for order", "m", N).await;
     let start =
         format!(r#"{{"route":"{queue}","reason":"content service <n> for order <n>","rate":10}}"#);
 
     let started = Instant::now();
-    let (status, _, body) = http(port, "POST", "/api/dlq/replay", &headers, &start).await;
+    let (status, _, body) = post_json(port, "/api/dlq/replay", &start).await;
     assert_eq!(status, 202, "{body}");
     let first: serde_json::Value = serde_json::from_str(&body).expect("job");
     let location = format!("/api/jobs/{}", first["id"]);
@@ -55,22 +58,17 @@ async fn console_replay_stops_and_resumes_once() {
         "{:?}",
         started.elapsed()
     );
-    let (status, _, _) = http(port, "POST", &format!("{location}/stop"), &headers, "").await;
+    let (status, _, _) = post_json(port, &format!("{location}/stop"), "").await;
     assert_eq!(status, 200);
     let stopped = finished(port, &location, "the job to stop").await;
     assert_eq!(stopped["stopped"], true, "{stopped}");
     let marked = count(&gw.store, &queue, "content service", Some(true)).await;
     assert!((N / 3..N).contains(&marked), "stopped half-way: {marked}");
     // Oldest first: the marked ones are exactly the oldest `marked` ids.
-    for (i, id) in ids.iter().enumerate() {
-        let d = gw
-            .store
-            .dead_letter_get(*id)
-            .await
-            .expect("get")
-            .expect("row");
+    let counts = replay_counts(&gw.store, &ids).await;
+    for (i, (id, replay_count)) in ids.iter().zip(counts).enumerate() {
         assert_eq!(
-            d.replay_count,
+            replay_count,
             i64::from((i as i64) < marked),
             "#{id} (index {i})"
         );
@@ -78,7 +76,7 @@ async fn console_replay_stops_and_resumes_once() {
 
     // Started again: takes only what is left.
     let fast = start.replace(r#""rate":10"#, r#""rate":200"#);
-    let (status, _, body) = http(port, "POST", "/api/dlq/replay", &headers, &fast).await;
+    let (status, _, body) = post_json(port, "/api/dlq/replay", &fast).await;
     assert_eq!(status, 202, "{body}");
     let second: serde_json::Value = serde_json::from_str(&body).expect("job");
     let location = format!("/api/jobs/{}", second["id"]);
@@ -87,17 +85,11 @@ async fn console_replay_stops_and_resumes_once() {
     assert_eq!(done["done"].as_i64(), Some(N - marked), "{done}");
     assert_eq!(done["remaining"], 0);
     runs(&gw.store, N).await;
-    for id in &ids {
-        let d = gw
-            .store
-            .dead_letter_get(*id)
-            .await
-            .expect("get")
-            .expect("row");
-        assert_eq!(d.replay_count, 1, "#{id} replayed exactly once");
+    for (id, replay_count) in ids.iter().zip(replay_counts(&gw.store, &ids).await) {
+        assert_eq!(replay_count, 1, "#{id} replayed exactly once");
     }
     // A third run finds nothing.
-    let (_, _, body) = http(port, "POST", "/api/dlq/replay", &headers, &fast).await;
+    let (_, _, body) = post_json(port, "/api/dlq/replay", &fast).await;
     let third: serde_json::Value = serde_json::from_str(&body).expect("job");
     let location = format!("/api/jobs/{}", third["id"]);
     let done = finished(port, &location, "the third run to finish").await;

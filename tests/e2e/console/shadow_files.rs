@@ -2,7 +2,10 @@
 //! pinned by sha256: `/etc/passwd`, a `../` path, a symlink out of the folder, a file beside
 //! the config are refused, and no refusal quotes a byte of the file.
 
-use super::{TOKEN, WAIT, config_toml, credentials_toml, dead_letter, http, loopback, wait_ready};
+use super::{
+    TOKEN, WAIT, assert_no_jobs, config_toml, credentials_toml, dead_letter, http, loopback,
+    post_form, post_json, wait_ready,
+};
 use crate::support::{Gateway, plugin, unique, wait_for};
 use std::sync::Arc;
 
@@ -31,11 +34,6 @@ async fn console_shadow_runs_only_plugin_folder_files() {
     let gw = Gateway::start_in(dir, &toml, Arc::default()).await;
     wait_ready(&queue, &listen).await;
     dead_letter(&gw.store, &queue, "card declined", "s-1", b"{}").await;
-    let bearer = format!("Bearer {TOKEN}");
-    let headers = [
-        ("authorization", bearer.as_str()),
-        ("content-type", "application/json"),
-    ];
     let shadow = |path: &str, sha256: Option<&str>| {
         let mut body = serde_json::json!({"route": queue, "reason": "card declined", "path": path});
         if let Some(pin) = sha256 {
@@ -57,14 +55,7 @@ async fn console_shadow_runs_only_plugin_folder_files() {
         ("plugins/notes.txt", 400, "not a WebAssembly component"),
         ("plugins/missing.wasm", 400, "no plugin file"),
     ] {
-        let (got, _, body) = http(
-            port,
-            "POST",
-            "/api/dlq/shadow",
-            &headers,
-            &shadow(path, None),
-        )
-        .await;
+        let (got, _, body) = post_json(port, "/api/dlq/shadow", &shadow(path, None)).await;
         assert_eq!(got, status, "{path}: {body}");
         assert!(body.contains(words), "{path}: {body}");
         assert!(
@@ -73,39 +64,17 @@ async fn console_shadow_runs_only_plugin_folder_files() {
         );
     }
     let form = format!("route={queue}&reason=card+declined&path=%2Fetc%2Fpasswd");
-    let (got, _, body) = http(
-        port,
-        "POST",
-        "/dead-letters/shadow",
-        &[("authorization", &bearer)],
-        &form,
-    )
-    .await;
+    let (got, _, body) = post_form(port, "/dead-letters/shadow", &form).await;
     assert_eq!(got, 403, "the form too: {body}");
-    let (_, _, jobs) = http(port, "GET", "/api/jobs", &[], "").await;
-    assert_eq!(jobs.trim(), "[]", "nothing ran: {jobs}");
+    assert_no_jobs(port, "nothing ran").await;
 
     // Pinned: the wrong digest is refused, the right one runs.
     let digest = crate::live::sha256_of(&gw.dir.path().join("plugins/counter-v2.wasm"));
-    let zeros = "0".repeat(64);
-    let (got, _, body) = http(
-        port,
-        "POST",
-        "/api/dlq/shadow",
-        &headers,
-        &shadow("plugins/counter-v2.wasm", Some(&zeros)),
-    )
-    .await;
+    let pinned = |sha256: &str| shadow("plugins/counter-v2.wasm", Some(sha256));
+    let (got, _, body) = post_json(port, "/api/dlq/shadow", &pinned(&"0".repeat(64))).await;
     assert_eq!(got, 400, "{body}");
     assert!(body.contains(&format!("has sha256 {digest}")), "{body}");
-    let (got, _, body) = http(
-        port,
-        "POST",
-        "/api/dlq/shadow",
-        &headers,
-        &shadow("plugins/counter-v2.wasm", Some(&digest)),
-    )
-    .await;
+    let (got, _, body) = post_json(port, "/api/dlq/shadow", &pinned(&digest)).await;
     assert_eq!(got, 202, "{body}");
     let job: serde_json::Value = serde_json::from_str(&body).expect("job");
     let location = format!("/api/jobs/{}", job["id"]);

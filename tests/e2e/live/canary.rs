@@ -4,7 +4,10 @@
 use super::{free_port, http, plugin_version, sample, settled, sha256_of, spawn_gateway};
 use crate::live::ADMIN_TOKEN;
 use crate::resilience::{Running, carteiro};
-use crate::support::{Client, json_props, load_config, plugin, route_config, unique, wait_for};
+use crate::support::{
+    Client, dead_letter_route, json_props, load_config, plugin, unique, wait_for,
+};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -19,7 +22,7 @@ fn canary_config(
     min: u32,
     port: u16,
 ) -> String {
-    route_config(queue, "fixture-mixed", exchange, "", "on_plugin_failure = \"dead-letter\"")
+    dead_letter_route(queue, "fixture-mixed", exchange)
         .replacen(
             "[[routes]]",
             &format!(
@@ -47,6 +50,47 @@ async fn done(store: &carteiro::store::Store, id: &str) -> Option<String> {
         .await
         .expect("kv")
         .map(|e| String::from_utf8_lossy(&e.value).into_owned())
+}
+
+/// Publishes `n` messages `boom` (ids `PREFIX-0..n`) and waits until each is acked: run by
+/// the stable version, on which `boom` does not trap (the canary traps on it).
+async fn boom_acked_by_stable(
+    client: &Client,
+    exchange: &str,
+    store: &carteiro::store::Store,
+    prefix: &str,
+    n: usize,
+) {
+    client.publish_numbered(exchange, prefix, n, b"boom").await;
+    for i in 0..n {
+        let id = format!("{prefix}-{i}");
+        let value = wait_for(&format!("{id} acked"), WAIT, || done(store, &id)).await;
+        assert_eq!(value, "1", "{id} ran on the stable version");
+    }
+}
+
+/// Publishes 40 `fine` messages `PREFIX-0..40` and waits until the gateway's log shows each
+/// of them settled; returns their ids and what the log says of every settled message.
+async fn publish_until_settled(
+    client: &Client,
+    exchange: &str,
+    gateway: &Running,
+    prefix: &str,
+) -> (Vec<String>, BTreeMap<String, Vec<(String, String)>>) {
+    let ids: Vec<String> = (0..40).map(|i| format!("{prefix}-{i}")).collect();
+    for id in &ids {
+        client.publish(exchange, "k", json_props(id), b"fine").await;
+    }
+    let lines = wait_for(
+        &format!("every {prefix}-* delivery settled"),
+        WAIT,
+        || async {
+            let s = settled(&gateway.stderr());
+            ids.iter().all(|id| s.contains_key(id)).then_some(s)
+        },
+    )
+    .await;
+    (ids, lines)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,16 +151,7 @@ async fn a_canary_failing_a_fifth_of_its_deliveries_is_rolled_back_within_its_wi
     let store = carteiro::services::open_store(&config)
         .await
         .expect("store");
-    for i in 0..40 {
-        client
-            .publish(&exchange, "k", json_props(&format!("after-{i}")), b"boom")
-            .await;
-    }
-    for i in 0..40 {
-        let id = format!("after-{i}");
-        let value = wait_for(&format!("{id} acked"), WAIT, || done(&store, &id)).await;
-        assert_eq!(value, "1");
-    }
+    boom_acked_by_stable(&client, &exchange, &store, "after", 40).await;
     let lines = wait_for("the settled lines of the later messages", WAIT, || async {
         let s = settled(&gateway.stderr());
         (0..40)
@@ -158,21 +193,7 @@ async fn a_canary_failing_a_fifth_of_its_deliveries_is_rolled_back_within_its_wi
         ready.contains("ROLLED BACK: failure rate"),
         "after a reload: {ready}"
     );
-    for i in 0..20 {
-        client
-            .publish(
-                &exchange,
-                "k",
-                json_props(&format!("restarted-{i}")),
-                b"boom",
-            )
-            .await;
-    }
-    for i in 0..20 {
-        let id = format!("restarted-{i}");
-        let value = wait_for(&format!("{id} acked"), WAIT, || done(&store, &id)).await;
-        assert_eq!(value, "1", "{id} ran on the stable version");
-    }
+    boom_acked_by_stable(&client, &exchange, &store, "restarted", 20).await;
     gateway
         .wait_stderr("canary already decided in the store", WAIT)
         .await;
@@ -193,17 +214,7 @@ async fn a_healthy_canary_takes_its_share_by_key_and_is_promoted_by_canary_promo
     let client = Client::connect().await;
     let gateway = spawn_gateway(&path);
     client.wait_for_consumer(&queue).await;
-    let ids: Vec<String> = (0..40).map(|i| format!("p-{i}")).collect();
-    for id in &ids {
-        client
-            .publish(&exchange, "k", json_props(id), b"fine")
-            .await;
-    }
-    let lines = wait_for("every delivery settled", WAIT, || async {
-        let s = settled(&gateway.stderr());
-        ids.iter().all(|id| s.contains_key(id)).then_some(s)
-    })
-    .await;
+    let (ids, lines) = publish_until_settled(&client, &exchange, &gateway, "p").await;
     let mut on_canary = 0;
     for id in &ids {
         // The share is by the idempotency key's hash: the same key, the same version.
@@ -231,17 +242,7 @@ async fn a_healthy_canary_takes_its_share_by_key_and_is_promoted_by_canary_promo
     let (_, ready) = http(port, "GET", "/readyz").await;
     assert!(ready.contains("promoted by hand"), "{ready}");
 
-    let later: Vec<String> = (0..40).map(|i| format!("q-{i}")).collect();
-    for id in &later {
-        client
-            .publish(&exchange, "k", json_props(id), b"fine")
-            .await;
-    }
-    let lines = wait_for("the later deliveries settled", WAIT, || async {
-        let s = settled(&gateway.stderr());
-        later.iter().all(|id| s.contains_key(id)).then_some(s)
-    })
-    .await;
+    let (later, lines) = publish_until_settled(&client, &exchange, &gateway, "q").await;
     for id in &later {
         assert_eq!(
             lines[id],

@@ -2,7 +2,7 @@
 
 use super::{free_port, http, plugin_version, sample, settled, sha256_of, spawn_gateway};
 use crate::live::ADMIN_TOKEN;
-use crate::resilience::{counter_value, delete_queue, queue_depth, topology_of};
+use crate::resilience::{Running, counter_value, delete_queue, queue_depth, topology_of};
 use crate::support::{self, Client, json_props, load_config, plugin, unique, wait_for};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -69,11 +69,9 @@ async fn sighup_under_load_swaps_the_plugin_with_nothing_lost_or_run_twice() {
     carteiro::topology::declare_route(&client.conn, &topology_of(&config.routes[0]))
         .await
         .expect("declare the route");
-    for i in 0..BACKLOG {
-        client
-            .publish(&exchange, "k", json_props(&format!("before-{i}")), b"{}")
-            .await;
-    }
+    client
+        .publish_numbered(&exchange, "before", BACKLOG, b"{}")
+        .await;
 
     let mut gateway = spawn_gateway(&path);
     gateway.wait_stderr("consumer started", WAIT).await;
@@ -96,11 +94,9 @@ async fn sighup_under_load_swaps_the_plugin_with_nothing_lost_or_run_twice() {
         (at_reload as usize) < BACKLOG,
         "the backlog drained before the reload; nothing was under load"
     );
-    for i in 0..AFTER {
-        client
-            .publish(&exchange, "k", json_props(&format!("after-{i}")), b"{}")
-            .await;
-    }
+    client
+        .publish_numbered(&exchange, "after", AFTER, b"{}")
+        .await;
     let total = (BACKLOG + AFTER) as u64;
     wait_for("every message committed", WAIT, || async {
         (counter_value(&store, "runs").await >= total).then_some(())
@@ -169,13 +165,33 @@ async fn sighup_under_load_swaps_the_plugin_with_nothing_lost_or_run_twice() {
     gateway.kill().await;
 }
 
+/// Writes `toml` into `dir` and runs the binary on it (the `events` sink declared first)
+/// until `queue` has its consumer: the gateway, a test client and the config's store.
+async fn run_config(
+    dir: &Path,
+    toml: &str,
+    events: &str,
+    queue: &str,
+) -> (Running, Client, carteiro::store::Store) {
+    let path = write(dir, toml);
+    let config = load_config(dir, &std::fs::read_to_string(&path).expect("read"));
+    let client = Client::connect().await;
+    client.sink(events).await;
+    let gateway = spawn_gateway(&path);
+    client.wait_for_consumer(queue).await;
+    let store = carteiro::services::open_store(&config)
+        .await
+        .expect("store");
+    (gateway, client, store)
+}
+
 /// Publishes message `id`, waits for its commit, and checks it settled once, acked, on the
 /// plugin version `want` (sha256).
 async fn publish_and_check(
     client: &Client,
     exchange: &str,
     store: &carteiro::store::Store,
-    gateway: &crate::resilience::Running,
+    gateway: &Running,
     id: &str,
     want: &str,
 ) {
@@ -200,15 +216,7 @@ async fn a_broken_config_or_a_mismatched_digest_keeps_serving_on_the_old_version
     let (d1, d2) = (sha256_of(&v1), sha256_of(&v2));
     let port = free_port();
     let good = counter_config(&queue, &exchange, &events, &v1, port);
-    let path = write(dir.path(), &good);
-    let config = load_config(dir.path(), &std::fs::read_to_string(&path).expect("read"));
-    let client = Client::connect().await;
-    client.sink(&events).await;
-    let mut gateway = spawn_gateway(&path);
-    client.wait_for_consumer(&queue).await;
-    let store = carteiro::services::open_store(&config)
-        .await
-        .expect("store");
+    let (mut gateway, client, store) = run_config(dir.path(), &good, &events, &queue).await;
     publish_and_check(&client, &exchange, &store, &gateway, "start", &d1).await;
 
     // 1. A config with an unknown key, by POST /admin/reload: refused, with the key named.
@@ -291,15 +299,7 @@ async fn a_reload_starts_an_added_route_and_stops_a_removed_one() {
     let route_b = format!(
         "\n[[routes]]\nqueue = \"{qb}\"\nplugin = \"counter\"\nprefetch = 4\n[[routes.bindings]]\nexchange = \"{xb}\"\nrouting_key = \"#\"\n"
     );
-    let path = write(dir.path(), &only_a);
-    let config = load_config(dir.path(), &std::fs::read_to_string(&path).expect("read"));
-    let client = Client::connect().await;
-    client.sink(&events).await;
-    let mut gateway = spawn_gateway(&path);
-    client.wait_for_consumer(&qa).await;
-    let store = carteiro::services::open_store(&config)
-        .await
-        .expect("store");
+    let (mut gateway, client, store) = run_config(dir.path(), &only_a, &events, &qa).await;
     let committed = |id: &'static str| {
         let store = store.clone();
         async move {

@@ -3,7 +3,7 @@
 
 use crate::resilience::{Running, carteiro, queue_depth};
 use crate::support::{
-    Client, Gateway, dead_letters, json_props, plugin, route_config, unique, wait_for,
+    Client, Gateway, dead_letter_route, dead_letters, json_props, plugin, unique, wait_for,
 };
 use carteiro::store::{CommitRequest, KvWrite, Store};
 use std::path::Path;
@@ -54,14 +54,7 @@ async fn a_shadow_replay_reports_exactly_what_the_fixed_version_acks_and_changes
     let client = Client::connect().await;
     let (queue, exchange) = (unique("shadow"), unique("in"));
     // The buggy version traps on everything; a trap dead-letters at once.
-    let toml = route_config(
-        &queue,
-        "fixture-trap",
-        &exchange,
-        "",
-        "on_plugin_failure = \"dead-letter\"",
-    );
-    let gw = Gateway::start(&toml).await;
+    let gw = Gateway::start(&dead_letter_route(&queue, "fixture-trap", &exchange)).await;
     client.wait_for_consumer(&queue).await;
     let mut bodies = Vec::new();
     for i in 0..OK {

@@ -5,7 +5,8 @@ use super::{free_port, http, sample, sha256_of};
 use crate::live::ADMIN_TOKEN;
 use crate::resilience::{Running, carteiro};
 use crate::support::{
-    Client, Gateway, dead_letters, json_props, plugin, route_config, unique, wait_for,
+    Client, Gateway, assert_contains_all, dead_letter_route, dead_letters, json_props, plugin,
+    unique, wait_for,
 };
 use carteiro::metrics::Metrics;
 use std::sync::Arc;
@@ -28,24 +29,18 @@ async fn a_live_shadow_counts_agreements_and_disagreements_on_a_known_mix() {
     let shadow = plugin("fixture-mixed-v2");
     let version = sha256_of(&shadow)[..12].to_owned();
     let port = free_port();
-    let toml = route_config(
-        &queue,
-        "fixture-mixed",
-        &exchange,
-        "",
-        "on_plugin_failure = \"dead-letter\"",
-    )
-    .replace(
-        "timeout = \"2s\"",
-        &format!(
-            "timeout = \"2s\"\nshadow = \"{}\"\nshadow_max_in_flight = 64",
-            shadow.display()
-        ),
-    )
-    .replace(
-        "listen = \"\"",
-        &format!("listen = \"127.0.0.1:{port}\"\ntoken = \"{ADMIN_TOKEN}\""),
-    );
+    let toml = dead_letter_route(&queue, "fixture-mixed", &exchange)
+        .replace(
+            "timeout = \"2s\"",
+            &format!(
+                "timeout = \"2s\"\nshadow = \"{}\"\nshadow_max_in_flight = 64",
+                shadow.display()
+            ),
+        )
+        .replace(
+            "listen = \"\"",
+            &format!("listen = \"127.0.0.1:{port}\"\ntoken = \"{ADMIN_TOKEN}\""),
+        );
     let client = Client::connect().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let gw = Gateway::start_in(dir, &toml, Arc::new(Metrics::default())).await;
@@ -143,21 +138,13 @@ async fn a_live_shadow_counts_agreements_and_disagreements_on_a_known_mix() {
     cmd.args(["shadow", "report", "-c"]).arg(&config);
     let out = Running::spawn(cmd).finish(WAIT).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert!(
-        out.stdout
-            .contains("agree 12, effects 3, shadow-failure 2, verdict 4"),
-        "{}",
-        out.stdout
-    );
-    assert!(
-        out.stdout.contains("newest 9 disagreements"),
-        "{}",
-        out.stdout
-    );
-    assert!(
-        out.stdout.contains("live:   dead-letter: runs 1 1"),
-        "{}",
-        out.stdout
+    assert_contains_all(
+        &out.stdout,
+        &[
+            "agree 12, effects 3, shadow-failure 2, verdict 4",
+            "newest 9 disagreements",
+            "live:   dead-letter: runs 1 1",
+        ],
     );
     gw.stop().await;
 }

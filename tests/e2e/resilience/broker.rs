@@ -2,7 +2,8 @@
 
 use super::{Rabbit, counter_value, queue_depth, topology_of};
 use crate::support::{
-    Client, Gateway, amqp_url, json_props, load_config, route_config, unique, wait_for,
+    Client, Gateway, amqp_url, dead_letters, json_props, load_config, route_config, unique,
+    wait_for,
 };
 use carteiro::store::DeadLetterFilter;
 use std::collections::BTreeSet;
@@ -134,19 +135,7 @@ async fn messages_the_broker_dead_letters_are_archived_with_its_reason() {
     assert_eq!(queue_depth(&client, &queue).await, 0);
 
     let gw = Gateway::start(&toml).await;
-    let filter = DeadLetterFilter {
-        route: Some(queue.clone()),
-        ..Default::default()
-    };
-    let rows = wait_for(
-        "two archived dead letters",
-        Duration::from_secs(30),
-        || async {
-            let rows = gw.store.dead_letters_list(&filter).await.ok()?;
-            (rows.len() >= 2).then_some(rows)
-        },
-    )
-    .await;
+    let rows = dead_letters(&gw.store, &queue, 2).await;
     assert_eq!(rows.len(), 2, "{rows:?}");
     let reason_of = |id: &str| {
         rows.iter()

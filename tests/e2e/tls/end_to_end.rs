@@ -2,7 +2,9 @@
 
 use super::{BROKER_USER, Servers, servers};
 use crate::resilience::{Running, carteiro, run_to_end};
-use crate::support::{Client, json_props, plugin_route, unique, wait_for};
+use crate::support::{
+    Client, assert_contains_all, json_props, plugin_route, receive, unique, wait_for,
+};
 use std::path::Path;
 use std::time::Duration;
 
@@ -71,15 +73,9 @@ async fn a_message_is_processed_and_its_event_relayed_over_tls_to_both_servers()
         checked.stdout,
         checked.stderr
     );
-    assert!(
-        checked.stdout.contains("store    postgres://"),
-        "{}",
-        checked.stdout
-    );
-    assert!(
-        checked.stdout.contains("topology declared"),
-        "{}",
-        checked.stdout
+    assert_contains_all(
+        &checked.stdout,
+        &["store    postgres://", "topology declared"],
     );
 
     // The test's own client publishes on the broker's plain listener; the gateway never does.
@@ -141,13 +137,7 @@ async fn a_message_is_processed_and_its_event_relayed_over_tls_to_both_servers()
     let mut relay = carteiro();
     relay.arg("relay").arg("-c").arg(&config);
     let relay = Running::spawn(relay);
-    let seeded = std::sync::atomic::AtomicUsize::new(0);
-    wait_for("the standalone relay's rows", WAIT, || async {
-        let got = client.drain(&sink).await.len();
-        let total = seeded.fetch_add(got, std::sync::atomic::Ordering::Relaxed) + got;
-        (total >= 3).then_some(())
-    })
-    .await;
+    receive(&client, &sink, 3, WAIT).await;
     relay.kill().await;
 
     // A dead-letter command of the CLI reads the same store over TLS.

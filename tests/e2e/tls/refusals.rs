@@ -35,6 +35,14 @@ async fn cli(servers: &Servers, dir: &Path, args: &[&str], broker: &str, store: 
 
 const CLIENT_CERT: &str = "sslcert=pg-client.pem&sslkey=pg-client.key";
 
+/// A fresh database on the TLS server, verified in full (`verify-full`, the test CA, a client
+/// certificate): the store of the tests that are about something else.
+async fn verified_store(servers: &Servers) -> String {
+    let db = servers.database().await;
+    let params = format!("sslmode=verify-full&sslrootcert=ca.pem&{CLIENT_CERT}");
+    servers.pg_url("localhost", &db, &params)
+}
+
 fn refused(out: &Finished, needles: &[&str]) {
     assert_ne!(
         out.code,
@@ -102,12 +110,7 @@ async fn postgres_refuses_a_wrong_ca_and_verify_full_refuses_a_name_mismatch() {
 async fn the_broker_refuses_a_wrong_ca_and_a_name_mismatch() {
     let servers = servers().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let db = servers.database().await;
-    let store = servers.pg_url(
-        "localhost",
-        &db,
-        &format!("sslmode=verify-full&sslrootcert=ca.pem&{CLIENT_CERT}"),
-    );
+    let store = verified_store(&servers).await;
     let port = servers.mq_tls_port;
     let broker = |host: &str, tls: &str| {
         format!(
@@ -167,13 +170,15 @@ async fn the_broker_refuses_a_wrong_ca_and_a_name_mismatch() {
 async fn nothing_is_sent_in_clear_when_tls_is_required() {
     let servers = servers().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let db = servers.database().await;
-    let tls_store = servers.pg_url(
-        "localhost",
-        &db,
-        &format!("sslmode=verify-full&sslrootcert=ca.pem&{CLIENT_CERT}"),
-    );
+    let tls_store = verified_store(&servers).await;
     let broker = "url = \"amqp://guest:guest@127.0.0.1:1/%2f\"";
+    // The broker's plain listener with `[broker.tls]` set, reached as `url_start@localhost`.
+    let on_plain_listener = |url_start: &str| {
+        format!(
+            "url = \"{url_start}@localhost:{}/%2f\"\n[broker.tls]\nca_file = \"ca.pem\"",
+            servers.mq_plain_port
+        )
+    };
 
     // sslmode=require against the shared server, which has ssl = off: no plain fallback.
     let plain_pg = std::env::var("CARTEIRO_TEST_POSTGRES_URL")
@@ -190,10 +195,7 @@ async fn nothing_is_sent_in_clear_when_tls_is_required() {
 
     // amqps with [broker.tls] against the broker's plain listener: the TLS handshake fails
     // before any AMQP (and so any credential) is sent.
-    let plain_listener = format!(
-        "url = \"amqps://guest:s3cret@localhost:{}/%2f\"\n[broker.tls]\nca_file = \"ca.pem\"",
-        servers.mq_plain_port
-    );
+    let plain_listener = on_plain_listener("amqps://guest:s3cret");
     let out = cli(
         &servers,
         dir.path(),
@@ -206,10 +208,7 @@ async fn nothing_is_sent_in_clear_when_tls_is_required() {
     assert!(!out.stderr.contains("s3cret"), "{}", out.stderr);
 
     // [broker.tls] with a plain amqp:// URL is a config error, before any connection.
-    let plain_url = format!(
-        "url = \"amqp://guest:guest@localhost:{}/%2f\"\n[broker.tls]\nca_file = \"ca.pem\"",
-        servers.mq_plain_port
-    );
+    let plain_url = on_plain_listener("amqp://guest:guest");
     let out = cli(
         &servers,
         dir.path(),

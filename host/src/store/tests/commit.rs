@@ -1,6 +1,8 @@
 //! `commit_batch` semantics: committed, duplicate, conflict, rejected, delete.
 
-use super::{TestDb, both_backends, event, keys, read, request, write};
+use super::{
+    TestDb, both_backends, commit_writes, event, keys, read, read_modify_write, request, write,
+};
 use crate::store::{CommitOutcome, StoreError};
 
 both_backends!(
@@ -36,12 +38,8 @@ async fn committed(db: &TestDb) {
     assert_eq!(s.outbox_status().await.unwrap().pending, 1);
 
     // Blind write bumps the version; read-modify-write checks it.
-    let mut req = request("orders", "m-2");
-    req.writes = vec![write("a", Some(b"2"))];
-    s.commit_batch(&[req]).await.unwrap();
-    let mut req = request("orders", "m-3");
-    req.reads = vec![read("a", Some(2))];
-    req.writes = vec![write("a", Some(b"3"))];
+    commit_writes(s, "orders", "m-2", vec![write("a", Some(b"2"))]).await;
+    let req = read_modify_write("orders", "m-3", "a", Some(2), Some(b"3"));
     assert_eq!(
         s.commit_batch(&[req]).await.unwrap(),
         vec![CommitOutcome::Committed]
@@ -85,9 +83,7 @@ async fn duplicate(db: &TestDb) {
 
 async fn conflict_when_read_version_changed(db: &TestDb) {
     let s = &db.store;
-    let mut seed = request("r", "seed");
-    seed.writes = vec![write("c", Some(b"10"))];
-    s.commit_batch(&[seed]).await.unwrap();
+    commit_writes(s, "r", "seed", vec![write("c", Some(b"10"))]).await;
 
     // Two handlers read version 1; both write. The second in the batch must lose.
     let mut a = request("r", "a");
@@ -112,9 +108,7 @@ async fn conflict_when_read_version_changed(db: &TestDb) {
     assert_eq!(keys(&rows), ["from-a"]);
 
     // A read of a key that was deleted since is a conflict too, even without a write.
-    let mut del = request("r", "del");
-    del.writes = vec![write("c", None)];
-    s.commit_batch(&[del]).await.unwrap();
+    commit_writes(s, "r", "del", vec![write("c", None)]).await;
     b.inbox_key = "b2".into();
     b.reads = vec![read("c", Some(2))];
     b.writes = vec![];
@@ -124,9 +118,7 @@ async fn conflict_when_read_version_changed(db: &TestDb) {
     );
 
     // Re-run with the current state succeeds.
-    let mut b3 = request("r", "b");
-    b3.reads = vec![read("c", None)];
-    b3.writes = vec![write("c", Some(b"1"))];
+    let b3 = read_modify_write("r", "b", "c", None, Some(b"1"));
     assert_eq!(
         s.commit_batch(&[b3]).await.unwrap(),
         vec![CommitOutcome::Committed]
@@ -136,12 +128,8 @@ async fn conflict_when_read_version_changed(db: &TestDb) {
 async fn conflict_when_read_absent_then_inserted(db: &TestDb) {
     let s = &db.store;
     // Both read "new" as absent and create it: in one batch the second loses...
-    let mut a = request("r", "a");
-    a.reads = vec![read("new", None)];
-    a.writes = vec![write("new", Some(b"a"))];
-    let mut b = request("r", "b");
-    b.reads = vec![read("new", None)];
-    b.writes = vec![write("new", Some(b"b"))];
+    let a = read_modify_write("r", "a", "new", None, Some(b"a"));
+    let b = read_modify_write("r", "b", "new", None, Some(b"b"));
     let outcomes = s.commit_batch(&[a, b.clone()]).await.unwrap();
     assert_eq!(
         outcomes,
@@ -150,12 +138,8 @@ async fn conflict_when_read_absent_then_inserted(db: &TestDb) {
     assert_eq!(s.kv_get("ns", "new").await.unwrap().unwrap().value, b"a");
 
     // ...and across batches too (another key, created by a blind write in between).
-    let mut c = request("r", "c");
-    c.reads = vec![read("late", None)];
-    c.writes = vec![write("late", Some(b"c"))];
-    let mut blind = request("r", "blind");
-    blind.writes = vec![write("late", Some(b"blind"))];
-    s.commit_batch(&[blind]).await.unwrap();
+    let c = read_modify_write("r", "c", "late", None, Some(b"c"));
+    commit_writes(s, "r", "blind", vec![write("late", Some(b"blind"))]).await;
     assert_eq!(
         s.commit_batch(&[c]).await.unwrap(),
         vec![CommitOutcome::Conflict]
@@ -218,9 +202,13 @@ async fn database_refusal_is_rejected_per_request(db: &TestDb) {
 
 async fn deletes(db: &TestDb) {
     let s = &db.store;
-    let mut put = request("r", "put");
-    put.writes = vec![write("a", Some(b"1")), write("b", Some(b"1"))];
-    s.commit_batch(&[put]).await.unwrap();
+    commit_writes(
+        s,
+        "r",
+        "put",
+        vec![write("a", Some(b"1")), write("b", Some(b"1"))],
+    )
+    .await;
 
     let mut del = request("r", "del");
     del.reads = vec![read("a", Some(1))];
@@ -238,36 +226,32 @@ async fn deletes(db: &TestDb) {
 
     // Recreated after delete: the version goes on (2 = tombstone, 3 = new value), so a read
     // made before the delete (version 1) cannot pass its check (no ABA).
-    let mut again = request("r", "again");
-    again.reads = vec![read("a", None)];
-    again.writes = vec![write("a", Some(b"new"))];
+    let again = read_modify_write("r", "again", "a", None, Some(b"new"));
     assert_eq!(
         s.commit_batch(&[again]).await.unwrap(),
         vec![CommitOutcome::Committed]
     );
     assert_eq!(s.kv_get("ns", "a").await.unwrap().unwrap().version, 3);
-    let mut aba = request("r", "aba");
-    aba.reads = vec![read("a", Some(1))];
-    aba.writes = vec![write("a", Some(b"stale"))];
+    let aba = read_modify_write("r", "aba", "a", Some(1), Some(b"stale"));
     assert_eq!(
         s.commit_batch(&[aba]).await.unwrap(),
         vec![CommitOutcome::Conflict]
     );
     // Blind write over a tombstone, then tombstone retention.
-    let mut blind = request("r", "blind");
-    blind.writes = vec![write("b", Some(b"back"))];
-    s.commit_batch(&[blind]).await.unwrap();
+    commit_writes(s, "r", "blind", vec![write("b", Some(b"back"))]).await;
     assert_eq!(s.kv_get("ns", "b").await.unwrap().unwrap().version, 3);
-    let mut del_b = request("r", "del-b");
-    del_b.writes = vec![write("b", None), write("never-there", None)];
-    s.commit_batch(&[del_b]).await.unwrap();
+    commit_writes(
+        s,
+        "r",
+        "del-b",
+        vec![write("b", None), write("never-there", None)],
+    )
+    .await;
     let now = crate::store::now_ms() + 1;
     assert_eq!(s.kv_purge_tombstones_before(now).await.unwrap(), 1);
 
     // A delete based on a stale read conflicts.
-    let mut stale = request("r", "stale");
-    stale.reads = vec![read("a", Some(7))];
-    stale.writes = vec![write("a", None)];
+    let stale = read_modify_write("r", "stale", "a", Some(7), None);
     assert_eq!(
         s.commit_batch(&[stale]).await.unwrap(),
         vec![CommitOutcome::Conflict]
@@ -275,13 +259,12 @@ async fn deletes(db: &TestDb) {
     assert!(s.kv_get("ns", "a").await.unwrap().is_some());
 
     // The last of several writes to one key wins.
-    let mut twice = request("r", "twice");
-    twice.writes = vec![
+    let twice = vec![
         write("t", Some(b"1")),
         write("t", None),
         write("t", Some(b"3")),
     ];
-    s.commit_batch(&[twice]).await.unwrap();
+    commit_writes(s, "r", "twice", twice).await;
     assert_eq!(s.kv_get("ns", "t").await.unwrap().unwrap().value, b"3");
 }
 

@@ -122,25 +122,16 @@ async fn batches_past_65535_parameters(db: &TestDb) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_only_postgres_is_unavailable() {
     let db = TestDb::postgres().await;
-    let name = db.pg.as_ref().unwrap().1.clone();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "ALTER DATABASE {name} SET default_transaction_read_only = on"
-    )))
-    .execute(db.store.pool())
-    .await
-    .unwrap();
+    db.alter_database("default_transaction_read_only = on")
+        .await;
     let ro = db.second_store().await; // new sessions start read-only
     assert_unavailable("commit", ro.commit_batch(&[full_request("m-1")]).await);
     assert_unavailable("commit_each", ro.commit_each(&[full_request("m-2")]).await);
     assert_unavailable("dead letter", ro.dead_letter_insert(&dead_letter()).await);
     assert_unavailable("mark", ro.outbox_mark_published_many(&[1]).await);
     assert_unavailable("ping (the store gate's probe)", ro.ping().await);
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "ALTER DATABASE {name} SET default_transaction_read_only = off"
-    )))
-    .execute(db.store.pool())
-    .await
-    .unwrap();
+    db.alter_database("default_transaction_read_only = off")
+        .await;
     ro.pool().close().await;
     let rw = db.second_store().await;
     assert_eq!(
@@ -260,13 +251,7 @@ async fn statement_and_lock_timeouts_are_unavailable() {
         started.elapsed()
     );
 
-    let name = db.pg.as_ref().unwrap().1.clone();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "ALTER DATABASE {name} SET lock_timeout = '200ms'"
-    )))
-    .execute(db.store.pool())
-    .await
-    .unwrap();
+    db.alter_database("lock_timeout = '200ms'").await;
     let locked = db.second_store().await;
     let err = locked
         .commit_batch(&[full_request("m-2")])

@@ -65,6 +65,17 @@ impl TestDb {
         Store::connect(&self.url, 4).await.unwrap()
     }
 
+    /// Sets `setting` (`name = value`) on the PostgreSQL database for the sessions opened from
+    /// now on, as an operator (or a failover) would.
+    pub async fn alter_database(&self, setting: &str) {
+        let (_, name) = self.pg.as_ref().expect("a PostgreSQL database");
+        let sql = format!("ALTER DATABASE {name} SET {setting}");
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(self.store.pool())
+            .await
+            .unwrap();
+    }
+
     /// Drops the PostgreSQL database (a failed test leaves it behind for inspection).
     pub async fn finish(self) {
         self.store.pool().close().await;
@@ -135,6 +146,34 @@ pub(super) fn request(route: &str, key: &str) -> CommitRequest {
         writes: vec![],
         outbox: vec![],
     }
+}
+
+/// A request that read `key` at `observed_version` and writes `value` to it: one
+/// read-modify-write of one key.
+pub(super) fn read_modify_write(
+    route: &str,
+    inbox_key: &str,
+    key: &str,
+    observed_version: Option<i64>,
+    value: Option<&[u8]>,
+) -> CommitRequest {
+    let mut req = request(route, inbox_key);
+    req.reads = vec![read(key, observed_version)];
+    req.writes = vec![write(key, value)];
+    req
+}
+
+/// Commits the request `route`/`inbox_key` that only writes `writes` (blindly, no reads),
+/// alone in its batch.
+pub(super) async fn commit_writes(
+    store: &Store,
+    route: &str,
+    inbox_key: &str,
+    writes: Vec<KvWrite>,
+) {
+    let mut req = request(route, inbox_key);
+    req.writes = writes;
+    store.commit_batch(&[req]).await.unwrap();
 }
 
 pub(super) fn read(key: &str, observed_version: Option<i64>) -> KvRead {
