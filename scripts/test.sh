@@ -5,54 +5,70 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
-echo "== toolchain"
+# Each stage's wall time, printed at the end: CI's budget is 45 minutes and this shows where
+# it goes.
+timings=()
+stage_name=""
+stage_start=$SECONDS
+stage() {
+  if [[ -n "$stage_name" ]]; then timings+=("$(printf '%5ds  %s' $((SECONDS - stage_start)) "$stage_name")"); fi
+  stage_name="$1"
+  stage_start=$SECONDS
+  if [[ -n "$1" ]]; then echo "== $1"; fi
+}
+# A cold CI build gains nothing from incremental compilation and pays for writing its state.
+if [[ "${CI:-}" == "true" ]]; then export CARGO_INCREMENTAL=0; fi
+
+stage "toolchain"
 rustup target add wasm32-wasip2 >/dev/null
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
-echo "== browser (headless Chromium for the console's browser tests)"
+stage "browser (headless Chromium for the console's browser tests)"
 if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; then
   sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null >&2
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver </dev/null >&2
 fi
 
-echo "== openssl (the TLS tests make their certificates with it)"
+stage "openssl (the TLS tests make their certificates with it)"
 if ! command -v openssl >/dev/null; then
   sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null >&2
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssl </dev/null >&2
 fi
 
-echo "== services"
+stage "services"
 source scripts/services.sh
 
-echo "== fmt"
+stage "fmt"
 cargo fmt --all --check
 (cd plugins && cargo fmt --all --check)
 
-echo "== plugins (wasm32-wasip2 components: Rust, then Python and JavaScript, which are skipped when unchanged)"
+stage "plugins (wasm32-wasip2 components: Rust, then Python and JavaScript, which are skipped when unchanged)"
 scripts/build-plugins.sh
 
-echo "== clippy"
+stage "clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
-echo "== tests"
 # The plugins' native tests first, so the run closes on the host's results and a total.
 log="$(mktemp)"
-(cd plugins && cargo test --workspace) 2>&1 | tee -a "$log"
+stage "tests: plugins (native)"
+(cd plugins && cargo test --workspace --target-dir "${CARGO_TARGET_DIR:-$repo/target}") 2>&1 | tee -a "$log"
 # The Python and JavaScript SDKs and plugins against their mock hosts (pytest, node --test).
+stage "tests: Python and JavaScript SDKs"
 scripts/test-lang-sdks.sh 2>&1 | tee -a "$log"
+stage "tests: workspace (unit, e2e, chaos, SDK)"
 cargo test --workspace 2>&1 | tee -a "$log"
 # The fault campaign's smoke on both backends (its own broker and PostgreSQL, random seed):
 # any lost or duplicated effect fails the run and prints the seed that replays it.
-echo "== fault campaign (smoke)"
+stage "fault campaign (smoke)"
 scripts/chaos.sh --smoke --backend sqlite 2>&1 | tee -a "$log"
 scripts/chaos.sh --smoke --backend postgres 2>&1 | tee -a "$log"
 # The peers bench's smoke (Carteiro, the aio-pika pattern, Celery, an ack-only consumer; a
 # few hundred messages each): a lost or duplicated effect, a dead letter missing, or a
 # system that does not finish fails the run. Figures from it mean nothing; it keeps the
 # bench from rotting.
-echo "== peers bench (smoke)"
+stage "peers bench (smoke)"
 bench/run.sh peers --smoke 2>&1 | tee -a "$log"
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } }
      /^lang-sdks: [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
@@ -60,3 +76,6 @@ awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $
      /^peers: PASSED/ { p += 1 }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
 rm -f "$log"
+stage ""
+echo "== wall time per stage (total ${SECONDS}s)"
+printf '%s\n' "${timings[@]}"
