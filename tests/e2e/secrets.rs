@@ -75,7 +75,9 @@ async fn a_seal_key_file_replaces_the_stores_key() {
         client.publish(&exchange, "k", props, body).await;
         wait_for(&format!("the dead letter of {id}"), WAIT, || async {
             let rows = gw.store.dead_letters_list(&filter).await.ok()?;
-            rows.into_iter().find(|d| d.letter.body == body).map(|d| d.letter)
+            rows.into_iter()
+                .find(|d| d.letter.body == body)
+                .map(|d| d.letter)
         })
         .await
     };
