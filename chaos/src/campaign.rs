@@ -363,6 +363,14 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
         dir.join("findings.json"),
         serde_json::to_string_pretty(&findings)?,
     )?;
+    // Every copy the sink saw, in order, so that an order or duplicate finding can be
+    // examined after the run.
+    let mut lines = String::new();
+    for a in &state.sink {
+        lines.push_str(&serde_json::to_string(a)?);
+        lines.push('\n');
+    }
+    std::fs::write(dir.join("sink.jsonl"), lines)?;
     Ok(Outcome {
         backend: opts.backend,
         cluster: opts.cluster,

@@ -42,12 +42,14 @@ pub struct DeadLetter {
 }
 
 /// One copy of an event that reached the sink queue.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Arrival {
     pub event_id: String,
     pub at_ms: u64,
-    /// The broker's redelivered flag: a copy the sink saw before its ack was lost, not a
-    /// second publish.
+    /// The broker's redelivered flag: not a second publish, but a copy the broker handed to a
+    /// sink consumer before (its ack lost, or the consumer gone with the node it was on), so
+    /// its place in the sink's order says where the broker put it back, not where it was
+    /// published.
     pub redelivered: bool,
 }
 
@@ -106,6 +108,9 @@ pub struct Findings {
     pub unexpected: usize,
     pub dead_letters_without_reason: usize,
     pub order_violations: usize,
+    /// Events left out of the order check because their first copy at the sink was a
+    /// redelivery: where they were published in their key's order cannot be seen.
+    pub order_unobservable: usize,
     /// A copy with no fault whose window holds both it and the event's first copy.
     pub duplicate_events_beyond_window: usize,
     pub duplicate_events_within_window: usize,

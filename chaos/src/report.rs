@@ -90,6 +90,10 @@ pub fn markdown(o: &Outcome, command: &str, date: &str) -> String {
             &f.order_violations,
         ),
         (
+            "events whose first sink copy was a redelivery (their order not observable)",
+            &f.order_unobservable,
+        ),
+        (
             "**duplicate events beyond a fault's window**",
             &f.duplicate_events_beyond_window,
         ),

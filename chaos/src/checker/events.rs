@@ -1,7 +1,7 @@
 //! The outbox events: each upstream event took effect downstream once, and reached the sink
 //! in order per key, with any duplicate copy inside a fault's window.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::{FaultSpan, Findings, OutboxRow, State};
 use crate::config::{NS_DOWNSTREAM, ROUTE_DOWNSTREAM};
@@ -94,11 +94,17 @@ fn outside_windows(state: &State) -> u64 {
 /// nobody emitted, and per-key order of first arrivals.
 pub(super) fn check_sink(state: &State, events: &HashMap<&str, Vec<&OutboxRow>>, f: &mut Findings) {
     let mut first: HashMap<&str, usize> = HashMap::new();
+    // Events whose first copy was a redelivery: the broker took them back from a consumer
+    // that never recorded them (a node failure), and redelivered them after later events.
+    let mut first_redelivered: HashSet<&str> = HashSet::new();
     let mut copies: HashMap<&str, Vec<u64>> = HashMap::new();
     for (i, a) in state.sink.iter().enumerate() {
         let seen_before = first.contains_key(a.event_id.as_str());
         if seen_before && a.redelivered {
             continue;
+        }
+        if !seen_before && a.redelivered {
+            first_redelivered.insert(a.event_id.as_str());
         }
         first.entry(a.event_id.as_str()).or_insert(i);
         copies.entry(a.event_id.as_str()).or_default().push(a.at_ms);
@@ -154,9 +160,11 @@ pub(super) fn check_sink(state: &State, events: &HashMap<&str, Vec<&OutboxRow>>,
             );
         }
     }
+    f.order_unobservable = first_redelivered.len();
     for (key, rows) in events {
         let arrived: Vec<usize> = rows
             .iter()
+            .filter(|r| !first_redelivered.contains(r.event_id.as_str()))
             .filter_map(|r| first.get(r.event_id.as_str()).copied())
             .collect();
         if arrived.windows(2).any(|w| w[0] > w[1]) {
