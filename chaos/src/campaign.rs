@@ -25,7 +25,7 @@ use crate::procs::Proc;
 use crate::services::{Broker, Postgres};
 use crate::sink::{self, SINK_QUEUE};
 use crate::workload::{self, Lag, Ledger};
-use crate::{broker, collect, drain};
+use crate::{broker, collect, drain, logs};
 
 /// Longest the campaign waits for progress after a fault before it calls it a stall.
 const RECOVERY_BOUND: Duration = Duration::from_secs(120);
@@ -353,6 +353,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
         ..State::default()
     };
     collect::store(&pool, &mut state).await?;
+    state.confirm_timeouts = logs::confirm_timeouts(&dir)?;
     let findings = checker::check(&state);
     let (rate_quiet, rate_faults, rate_by_fault) = rates(
         &samples.lock().await,

@@ -97,6 +97,10 @@ pub struct State {
     pub drained: bool,
     /// Processes that exited without being killed.
     pub exits: Vec<String>,
+    /// Events a relay published and then gave up waiting for the broker's confirm on
+    /// (`no publisher confirm within the timeout`): the broker may or may not have them, so
+    /// the relay sends them again (G3, at least once), fault or not.
+    pub confirm_timeouts: HashSet<String>,
 }
 
 /// What the checker found. [`Findings::passed`] says which counts must be zero.
@@ -114,6 +118,9 @@ pub struct Findings {
     /// A copy with no fault whose window holds both it and the event's first copy.
     pub duplicate_events_beyond_window: usize,
     pub duplicate_events_within_window: usize,
+    /// Copies of events whose publish a relay saw time out without a confirm, beyond every
+    /// fault's window: the documented at-least-once resend, reported but not a failure.
+    pub duplicate_events_after_confirm_timeout: usize,
     /// Time from the start to the last arrival that no fault's window covers: where a
     /// duplicate event is always a finding (the check is not vacuous when this is > 0).
     pub ms_outside_windows: u64,

@@ -17,6 +17,7 @@ mod collect;
 mod config;
 mod drain;
 mod faults;
+mod logs;
 mod procs;
 mod report;
 mod services;

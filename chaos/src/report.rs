@@ -102,6 +102,10 @@ pub fn markdown(o: &Outcome, command: &str, date: &str) -> String {
             &f.duplicate_events_within_window,
         ),
         (
+            "duplicate events resent after a relay's confirm timeout (at least once)",
+            &f.duplicate_events_after_confirm_timeout,
+        ),
+        (
             "dead letters archived twice (at least once)",
             &f.repeated_dead_letters,
         ),

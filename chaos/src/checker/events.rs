@@ -126,6 +126,10 @@ pub(super) fn check_sink(state: &State, events: &HashMap<&str, Vec<&OutboxRow>>,
         }
         let first_at = times[0];
         for &at in &times[1..] {
+            if state.confirm_timeouts.contains(*id) {
+                f.duplicate_events_after_confirm_timeout += 1;
+                continue;
+            }
             if state
                 .faults
                 .iter()

@@ -156,6 +156,26 @@ fn duplicate_events_are_judged_by_the_fault_window() {
     passing(&s);
 }
 
+/// A relay that got no confirm within its timeout sends the event again, with no fault: the
+/// documented at-least-once resend. Only that event's copies are excused.
+#[test]
+fn a_duplicate_after_a_relays_confirm_timeout_is_reported_not_failed() {
+    let mut s = clean();
+    s.sink[0].at_ms = 2_800;
+    copy(&mut s, "ev-1", 4_400);
+    s.confirm_timeouts.insert("ev-2".into());
+    assert_eq!(failing(&s).duplicate_events_beyond_window, 1);
+    s.confirm_timeouts.insert("ev-1".into());
+    let f = passing(&s);
+    assert_eq!(
+        (
+            f.duplicate_events_beyond_window,
+            f.duplicate_events_after_confirm_timeout
+        ),
+        (0, 1)
+    );
+}
+
 #[test]
 fn out_of_order_events_and_reasonless_dead_letters_fail() {
     let mut s = clean();
