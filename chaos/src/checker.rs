@@ -164,6 +164,20 @@ impl Findings {
             && self.stalled_faults == 0
     }
 
+    /// A count above what was sent is a duplicate effect, below it a loss.
+    fn compare(&mut self, what: &str, actual: u64, expected: u64) {
+        let finding = if actual > expected {
+            self.duplicate_effects += 1;
+            "duplicate_effects"
+        } else if actual < expected {
+            self.lost += 1;
+            "lost"
+        } else {
+            return;
+        };
+        self.note(finding, format!("{what} = {actual}, expected {expected}"));
+    }
+
     fn note(&mut self, kind: &str, example: String) {
         let list = self.examples.entry(kind.to_owned()).or_default();
         if list.len() < 5 {
@@ -252,19 +266,11 @@ pub fn check(state: &State) -> Findings {
                     Kind::Counter { .. } => 1,
                     _ => 0,
                 };
-                if emitted > expected {
-                    f.duplicate_effects += 1;
-                    f.note(
-                        "duplicate_effects",
-                        format!("{id}: {emitted} outbox rows, expected {expected}"),
-                    );
-                } else if emitted < expected {
-                    f.lost += 1;
-                    f.note(
-                        "lost",
-                        format!("{id}: {emitted} outbox rows, expected {expected}"),
-                    );
-                }
+                f.compare(
+                    &format!("{id}: outbox rows"),
+                    emitted as u64,
+                    expected as u64,
+                );
                 if let Kind::Counter { key } = kind {
                     *counter_done.entry(key.as_str()).or_default() += 1;
                 }
