@@ -2,7 +2,8 @@
 //! idempotency and the relay, each test on its own queues and database.
 
 use crate::support::{
-    Client, Gateway, Route, committed, json_props, retry_table, route_config, unique, wait_for,
+    Client, Gateway, Route, assert_any_reason, committed, json_props, retry_table, route_config,
+    unique, wait_for,
 };
 use std::time::{Duration, Instant};
 
@@ -10,15 +11,6 @@ const WAIT: Duration = Duration::from_secs(30);
 
 fn enrollment_body(id: &str) -> Vec<u8> {
     format!(r#"{{"matricula_id":"{id}","usuario_id":"U1","curso_id":"C1"}}"#).into_bytes()
-}
-
-/// Asserts that one of `rows` was dead-lettered for a reason containing every one of `parts`.
-fn assert_reason(rows: &[carteiro::store::DeadLetter], parts: &[&str]) {
-    let reasons: Vec<&str> = rows.iter().map(|r| r.letter.reason.as_str()).collect();
-    assert!(
-        reasons.iter().any(|r| parts.iter().all(|p| r.contains(p))),
-        "no reason with all of {parts:?}: {reasons:?}"
-    );
 }
 
 #[tokio::test]
@@ -167,8 +159,8 @@ async fn guards_and_traps_end_in_the_dlq_while_good_messages_flow() {
         .publish(json_props("ok-3"), &enrollment_body("M3"))
         .await;
     let rows = route.dead_letters(2).await;
-    assert_reason(&rows, &["max_body_size"]);
-    assert_reason(&rows, &["missing idempotency key"]);
+    assert_any_reason(&rows, &["max_body_size"]);
+    assert_any_reason(&rows, &["missing idempotency key"]);
     committed(&route.gw.store, "enrollment", "matricula/M3").await;
     route.gw.stop().await;
 }
@@ -179,19 +171,11 @@ async fn a_trapping_plugin_is_dead_lettered_after_its_attempt_limit() {
     let route = Route::start("trap", "fixture-trap", &extra, None).await;
     route.publish(json_props("t-1"), b"{}").await;
     let rows = route.dead_letters(1).await;
-    assert!(
-        rows[0]
-            .letter
-            .reason
-            .contains("retries exhausted after 2 attempts: plugin trapped"),
-        "{}",
-        rows[0].letter.reason
-    );
-    assert!(
-        rows[0].letter.reason.contains("panicked"),
-        "{}",
-        rows[0].letter.reason
-    );
+    let trapped = [
+        "retries exhausted after 2 attempts: plugin trapped",
+        "panicked",
+    ];
+    assert_any_reason(&rows, &trapped);
     route.gw.stop().await;
 }
 
@@ -237,7 +221,7 @@ async fn trapping_and_looping_messages_are_dead_lettered_while_others_flow() {
         "after 2 attempts: plugin trapped",
         "fixture asked to trap",
     ];
-    assert_reason(&rows, &trapped);
-    assert_reason(&rows, &["after 2 attempts: plugin exceeded its timeout"]);
+    assert_any_reason(&rows, &trapped);
+    assert_any_reason(&rows, &["after 2 attempts: plugin exceeded its timeout"]);
     route.gw.stop().await;
 }
