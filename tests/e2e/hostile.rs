@@ -4,7 +4,9 @@
 //! hostile message ends somewhere visible with a reason, and good messages keep flowing
 //! within a latency bound meanwhile.
 
-use crate::support::{Route, committed, json_props, pg_database, unique, wait_for};
+use crate::support::{
+    Route, assert_any_reason, committed, json_props, pg_database, unique, wait_for,
+};
 use carteiro::common::labels::Outcome;
 use carteiro::metrics::Metrics;
 use carteiro::store::DeadLetter;
@@ -121,12 +123,9 @@ async fn hostile_dead_letter_is_archived(store_url: Option<&str>) {
     route.good_messages_flow("fixture-mixed", "done", 3).await;
 
     let rows = route.dead_letters(1).await;
+    // Archived with a reason of its own.
+    assert_any_reason(&rows, &["dead-letter"]);
     let d = &rows[0];
-    assert!(
-        d.letter.reason.contains("dead-letter"),
-        "archived with a reason of its own: {}",
-        d.letter.reason
-    );
     assert_eq!(d.letter.attempts, 0, "unsealed attempts are not believed");
     assert_eq!(
         d.letter.plugin, None,
@@ -187,17 +186,8 @@ async fn a_copy_too_large_for_the_frame_is_archived_directly() {
         .await;
     route.good_messages_flow("fixture-mixed", "done", 3).await;
     let rows = route.dead_letters(1).await;
+    assert_any_reason(&rows, &["plugin trapped", "archived directly"]);
     let d = &rows[0];
-    assert!(
-        d.letter.reason.contains("plugin trapped"),
-        "{}",
-        d.letter.reason
-    );
-    assert!(
-        d.letter.reason.contains("archived directly"),
-        "{}",
-        d.letter.reason
-    );
     assert_eq!(header(d, "x-padding").map(|v| v.len()), Some(130_500));
     route.gw.stop().await;
 }
@@ -242,11 +232,7 @@ async fn an_outbox_row_amqp_cannot_carry_is_parked_and_the_relay_goes_on() {
         .publish(json_props("ct-1"), b"long-content-type")
         .await;
     let rows = route.dead_letters(1).await;
-    assert!(
-        rows[0].letter.reason.contains("content type is 300 bytes"),
-        "{}",
-        rows[0].letter.reason
-    );
+    assert_any_reason(&rows, &["content type is 300 bytes"]);
     route.good_messages_flow("fixture-hostile", "ok", 3).await;
     route.gw.stop().await;
 }

@@ -852,3 +852,12 @@ pub async fn dead_letters_within(
     )
     .await
 }
+
+/// Asserts that one of `rows` was dead-lettered for a reason containing every one of `parts`.
+pub fn assert_any_reason(rows: &[carteiro::store::DeadLetter], parts: &[&str]) {
+    let reasons: Vec<&str> = rows.iter().map(|r| r.letter.reason.as_str()).collect();
+    assert!(
+        reasons.iter().any(|r| parts.iter().all(|p| r.contains(p))),
+        "no reason with all of {parts:?}: {reasons:?}"
+    );
+}

@@ -3,8 +3,8 @@
 //! `/api/jobs/{id}`), `POST /api/dlq/purge` (with the count as confirmation),
 //! `POST /api/dlq/shadow`.
 
-use super::AdminState;
 use super::target::Target;
+use super::{AdminState, Refusal};
 use crate::admin::GatewayHandle;
 use crate::dlq::run::ReplayOptions;
 use crate::store::DeadLetterFilter;
@@ -181,8 +181,8 @@ pub struct ReplayRequest {
     include_replayed: bool,
 }
 
-fn refused(refusal: impl Into<super::Refusal>) -> Response {
-    let super::Refusal { status, why } = refusal.into();
+fn refused(refusal: impl Into<Refusal>) -> Response {
+    let Refusal { status, why } = refusal.into();
     (status, Json(serde_json::json!({ "error": why }))).into_response()
 }
 
@@ -195,24 +195,36 @@ fn accepted(job: &super::jobs::Job) -> Response {
         .into_response()
 }
 
-/// Starts a replay job (same engine and semantics as `carteiro dlq replay`).
-pub async fn replay(State(s): State<AdminState>, body: axum::body::Bytes) -> Response {
-    let request: ReplayRequest = match serde_json::from_slice(&body) {
+/// Answers a JSON request: `body` parsed as `T` (refused with 400 when it does not parse),
+/// then what `act` makes of it, a refusal answered as `{"error": why}`.
+async fn answer<T, F>(body: &[u8], act: impl FnOnce(T) -> F) -> Response
+where
+    T: serde::de::DeserializeOwned,
+    F: Future<Output = Result<Response, Refusal>>,
+{
+    let request = match serde_json::from_slice(body) {
         Ok(r) => r,
         Err(e) => return refused((StatusCode::BAD_REQUEST, format!("bad request body: {e}"))),
     };
-    if let Some(Err(why)) = request.rate.map(crate::dlq::run::check_rate) {
-        return refused((StatusCode::BAD_REQUEST, why.to_string()));
-    }
-    let options = ReplayOptions {
-        include_replayed: request.include_replayed,
-        limit: request.limit,
-        rate_per_sec: request.rate,
-    };
-    match super::actions::start_replay(&s, &request.target, options).await {
-        Ok(job) => accepted(&job),
-        Err(e) => refused(e),
-    }
+    act(request).await.unwrap_or_else(refused)
+}
+
+/// Starts a replay job (same engine and semantics as `carteiro dlq replay`).
+pub async fn replay(State(s): State<AdminState>, body: axum::body::Bytes) -> Response {
+    answer(&body, |request: ReplayRequest| async move {
+        if let Some(Err(why)) = request.rate.map(crate::dlq::run::check_rate) {
+            return Err(Refusal::new(StatusCode::BAD_REQUEST, why.to_string()));
+        }
+        let options = ReplayOptions {
+            include_replayed: request.include_replayed,
+            limit: request.limit,
+            rate_per_sec: request.rate,
+        };
+        super::actions::start_replay(&s, &request.target, options)
+            .await
+            .map(|job| accepted(&job))
+    })
+    .await
 }
 
 /// `POST /api/dlq/purge` body: the target, and `confirm`: how many dead letters it holds
@@ -228,22 +240,18 @@ pub struct PurgeRequest {
 }
 
 pub async fn purge(State(s): State<AdminState>, body: axum::body::Bytes) -> Response {
-    let request: PurgeRequest = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => return refused((StatusCode::BAD_REQUEST, format!("bad request body: {e}"))),
-    };
-    match super::actions::do_purge(
-        &s.handle,
-        &s.jobs,
-        &request.target,
-        request.max_id,
-        request.confirm,
-    )
+    answer(&body, |request: PurgeRequest| async move {
+        super::actions::do_purge(
+            &s.handle,
+            &s.jobs,
+            &request.target,
+            request.max_id,
+            request.confirm,
+        )
+        .await
+        .map(|purged| Json(serde_json::json!({ "purged": purged })).into_response())
+    })
     .await
-    {
-        Ok(purged) => Json(serde_json::json!({ "purged": purged })).into_response(),
-        Err(e) => refused(e),
-    }
 }
 
 /// `POST /api/dlq/shadow` body: the target, the new plugin file (under a plugin folder of
@@ -258,21 +266,17 @@ pub struct ShadowRequest {
 }
 
 pub async fn shadow_run(State(s): State<AdminState>, body: axum::body::Bytes) -> Response {
-    let request: ShadowRequest = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => return refused((StatusCode::BAD_REQUEST, format!("bad request body: {e}"))),
-    };
-    match super::actions::start_shadow(
-        &s,
-        &request.target,
-        &request.path,
-        request.sha256.as_deref(),
-    )
+    answer(&body, |request: ShadowRequest| async move {
+        super::actions::start_shadow(
+            &s,
+            &request.target,
+            &request.path,
+            request.sha256.as_deref(),
+        )
+        .await
+        .map(|job| accepted(&job))
+    })
     .await
-    {
-        Ok(job) => accepted(&job),
-        Err(e) => refused(e),
-    }
 }
 
 pub async fn jobs(State(s): State<AdminState>) -> Response {

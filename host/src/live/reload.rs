@@ -25,14 +25,71 @@ use super::{ReloadError, ReloadReport};
 use crate::broker::connect_any;
 use crate::config;
 use crate::pipeline::{RouteConfig, RouteContext};
+use crate::runtime::{LoadError, PluginConfig, Runtime};
 use crate::services::{broker_settings, load_canary, load_plugin, load_shadow};
 use crate::topology::declare_route;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::task::JoinError;
 
 /// How long a stopping route may take beyond its in-flight grace period.
 const STOP_SLACK: Duration = Duration::from_secs(15);
+
+/// Which build of a plugin a reload compiles: what a failure to load it is reported as.
+#[derive(Debug, Clone, Copy)]
+enum Build {
+    Plugin,
+    Shadow,
+    Canary,
+}
+
+impl Build {
+    /// Loads this build of plugin `name` with `loader` on the blocking pool (compiling
+    /// blocks); a load that fails or does not finish refuses the reload.
+    async fn load<T: Send + 'static>(
+        self,
+        runtime: &Arc<Runtime>,
+        name: &str,
+        p: &PluginConfig,
+        loader: fn(&Arc<Runtime>, &str, &PluginConfig) -> Result<T, LoadError>,
+    ) -> Result<T, ReloadError> {
+        let task = {
+            let (runtime, name, p) = (runtime.clone(), name.to_owned(), p.clone());
+            tokio::task::spawn_blocking(move || loader(&runtime, &name, &p))
+        };
+        let name = name.to_owned();
+        match task.await {
+            Ok(loaded) => loaded.map_err(|source| self.failed(name, source)),
+            Err(source) => Err(self.unfinished(name, source)),
+        }
+    }
+
+    /// Loading this build of plugin `name` did not finish (its task panicked or was
+    /// cancelled).
+    fn unfinished(self, name: String, source: JoinError) -> ReloadError {
+        match self {
+            Self::Plugin => ReloadError::PluginTask { name, source },
+            Self::Shadow => ReloadError::ShadowTask { name, source },
+            Self::Canary => ReloadError::CanaryTask { name, source },
+        }
+    }
+
+    /// This build of plugin `name` cannot be loaded.
+    fn failed(self, name: String, source: LoadError) -> ReloadError {
+        match self {
+            Self::Plugin => ReloadError::Plugin(source),
+            Self::Shadow => ReloadError::Shadow {
+                name,
+                source: Box::new(source),
+            },
+            Self::Canary => ReloadError::Canary {
+                name,
+                source: Box::new(source),
+            },
+        }
+    }
+}
 
 impl Supervisor {
     /// One reload; logs, counts and records its outcome.
@@ -102,45 +159,17 @@ impl Supervisor {
             let (plugin, shadow, canary) = match unchanged {
                 Some(l) => (l.plugin.clone(), l.shadow.clone(), l.canary.clone()),
                 None => {
-                    let (runtime, name2, p2) =
-                        (self.shared.runtime.clone(), name.clone(), p.clone());
-                    let loaded =
-                        tokio::task::spawn_blocking(move || load_plugin(&runtime, &name2, &p2))
-                            .await
-                            .map_err(|source| ReloadError::PluginTask {
-                                name: name.clone(),
-                                source,
-                            })?
-                            .map_err(ReloadError::Plugin)?;
+                    let runtime = &self.shared.runtime;
+                    let loaded = Build::Plugin.load(runtime, name, p, load_plugin).await?;
                     let loaded = Arc::new(loaded);
-                    let (runtime, name2, p2) =
-                        (self.shared.runtime.clone(), name.clone(), p.clone());
-                    let shadow =
-                        tokio::task::spawn_blocking(move || load_shadow(&runtime, &name2, &p2))
-                            .await
-                            .map_err(|source| ReloadError::ShadowTask {
-                                name: name.clone(),
-                                source,
-                            })?
-                            .map_err(|source| ReloadError::Shadow {
-                                name: name.clone(),
-                                source: Box::new(source),
-                            })?
-                            .map(|s| shadow_of(&self.shared, &self.live, s, p));
-                    let (runtime, name2, p2) =
-                        (self.shared.runtime.clone(), name.clone(), p.clone());
-                    let canary =
-                        tokio::task::spawn_blocking(move || load_canary(&runtime, &name2, &p2))
-                            .await
-                            .map_err(|source| ReloadError::CanaryTask {
-                                name: name.clone(),
-                                source,
-                            })?
-                            .map_err(|source| ReloadError::Canary {
-                                name: name.clone(),
-                                source: Box::new(source),
-                            })?
-                            .map(|c| canary_of(&self.shared, &loaded, c, p));
+                    let shadow = Build::Shadow
+                        .load(runtime, name, p, load_shadow)
+                        .await?
+                        .map(|s| shadow_of(&self.shared, &self.live, s, p));
+                    let canary = Build::Canary
+                        .load(runtime, name, p, load_canary)
+                        .await?
+                        .map(|c| canary_of(&self.shared, &loaded, c, p));
                     report.changes.push(match running {
                         Some(old) if old.plugin.digest() != loaded.digest() => format!(
                             "plugin `{name}`: version {} -> {}",

@@ -400,26 +400,22 @@ impl Store {
             let list = json_elements(self.backend, args.len(), true);
             sql.push_str(&format!(" AND id IN ({list})"));
         }
-        if let Some(since) = f.since_ms {
-            args.push(Arg::Int(since));
-            sql.push_str(&format!(" AND dead_lettered_at >= ${}", args.len()));
-        }
-        if let Some(until) = f.until_ms {
-            args.push(Arg::Int(until));
-            sql.push_str(&format!(" AND dead_lettered_at < ${}", args.len()));
+        let bounds = [
+            ("dead_lettered_at >=", f.since_ms),
+            ("dead_lettered_at <", f.until_ms),
+            ("id <", f.before_id),
+            ("id >", f.after_id),
+        ];
+        for (bound, value) in bounds {
+            if let Some(value) = value {
+                args.push(Arg::Int(value));
+                sql.push_str(&format!(" AND {bound} ${}", args.len()));
+            }
         }
         match f.replayed {
             Some(true) => sql.push_str(" AND replayed_at IS NOT NULL"),
             Some(false) => sql.push_str(" AND replayed_at IS NULL"),
             None => {}
-        }
-        if let Some(before) = f.before_id {
-            args.push(Arg::Int(before));
-            sql.push_str(&format!(" AND id < ${}", args.len()));
-        }
-        if let Some(after) = f.after_id {
-            args.push(Arg::Int(after));
-            sql.push_str(&format!(" AND id > ${}", args.len()));
         }
         (sql, args)
     }

@@ -18,17 +18,28 @@ const BATCHES_IN_FLIGHT: usize = 3;
 
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
+/// Lookups waiting for one batch: by scope, each key and where its answer goes.
+type Waiters<T> = BTreeMap<String, Vec<(String, Reply<T>)>>;
+
+/// One key asked for in a scope (a route's inbox or a kv namespace), and where the answer
+/// goes.
+struct Ask<T> {
+    scope: String,
+    key: String,
+    reply: Reply<T>,
+}
+
+impl<T> Ask<T> {
+    /// Files this lookup among the `waiters` of its batch.
+    fn wait_in(self, waiters: &mut Waiters<T>) {
+        let Ask { scope, key, reply } = self;
+        waiters.entry(scope).or_default().push((key, reply));
+    }
+}
+
 enum Lookup {
-    Inbox {
-        route: String,
-        key: String,
-        reply: Reply<bool>,
-    },
-    Kv {
-        namespace: String,
-        key: String,
-        reply: Reply<Option<KvEntry>>,
-    },
+    Inbox(Ask<bool>),
+    Kv(Ask<Option<KvEntry>>),
 }
 
 /// Submits lookups to the batching task. Cheap to clone; the task ends with the last handle.
@@ -49,41 +60,31 @@ impl BatchedReads {
     pub async fn inbox_contains(&self, route: &str, key: &str) -> Result<bool, StoreError> {
         nul_free::text("route", route)?;
         nul_free::text("inbox key", key)?;
-        let (reply, answer) = oneshot::channel();
-        self.ask(
-            Lookup::Inbox {
-                route: route.to_owned(),
-                key: key.to_owned(),
-                reply,
-            },
-            answer,
-        )
-        .await
+        self.ask(Lookup::Inbox, route, key).await
     }
 
     /// [`Store::kv_get`], batched with concurrent callers.
     pub async fn kv_get(&self, namespace: &str, key: &str) -> Result<Option<KvEntry>, StoreError> {
         nul_free::text("namespace", namespace)?;
         nul_free::text("kv key", key)?;
-        let (reply, answer) = oneshot::channel();
-        self.ask(
-            Lookup::Kv {
-                namespace: namespace.to_owned(),
-                key: key.to_owned(),
-                reply,
-            },
-            answer,
-        )
-        .await
+        self.ask(Lookup::Kv, namespace, key).await
     }
 
+    /// Queues the lookup of `key` in `scope` (as `lookup`) and waits for its answer.
     async fn ask<T>(
         &self,
-        lookup: Lookup,
-        answer: oneshot::Receiver<Result<T, StoreError>>,
+        lookup: fn(Ask<T>) -> Lookup,
+        scope: &str,
+        key: &str,
     ) -> Result<T, StoreError> {
         let stopped = || StoreError::Unavailable("the batched-read task has stopped".into());
-        self.tx.send(lookup).await.map_err(|_| stopped())?;
+        let (reply, answer) = oneshot::channel();
+        let ask = Ask {
+            scope: scope.to_owned(),
+            key: key.to_owned(),
+            reply,
+        };
+        self.tx.send(lookup(ask)).await.map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
 }
@@ -112,19 +113,12 @@ async fn run(store: Store, mut rx: mpsc::Receiver<Lookup>) {
 
 /// Answers one batch: one query per route (inbox) and per namespace (kv).
 async fn answer(store: &Store, batch: Vec<Lookup>) {
-    type Waiters<T> = BTreeMap<String, Vec<(String, Reply<T>)>>;
     let mut inbox: Waiters<bool> = BTreeMap::new();
     let mut kv: Waiters<Option<KvEntry>> = BTreeMap::new();
     for lookup in batch {
         match lookup {
-            Lookup::Inbox { route, key, reply } => {
-                inbox.entry(route).or_default().push((key, reply))
-            }
-            Lookup::Kv {
-                namespace,
-                key,
-                reply,
-            } => kv.entry(namespace).or_default().push((key, reply)),
+            Lookup::Inbox(ask) => ask.wait_in(&mut inbox),
+            Lookup::Kv(ask) => ask.wait_in(&mut kv),
         }
     }
     for (route, waiters) in inbox {

@@ -34,6 +34,14 @@ fn dead_letter() -> NewDeadLetter {
     }
 }
 
+/// Commits [`full_request`] `key` on `store`, which must fail as `Unavailable` naming
+/// `sqlstate`.
+async fn unavailable_with(store: &Store, key: &str, sqlstate: &str) {
+    let err = store.commit_batch(&[full_request(key)]).await.unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    assert!(err.to_string().contains(sqlstate), "{err}");
+}
+
 fn assert_unavailable<T: std::fmt::Debug>(what: &str, result: Result<T, StoreError>) {
     match result {
         Err(StoreError::Unavailable(_)) => {}
@@ -239,12 +247,7 @@ async fn statement_and_lock_timeouts_are_unavailable() {
         .await
         .unwrap();
     let started = Instant::now();
-    let err = timed
-        .commit_batch(&[full_request("m-1")])
-        .await
-        .unwrap_err();
-    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
-    assert!(err.to_string().contains("57014"), "{err}");
+    unavailable_with(&timed, "m-1", "57014").await;
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "{:?}",
@@ -253,12 +256,7 @@ async fn statement_and_lock_timeouts_are_unavailable() {
 
     db.alter_database("lock_timeout = '200ms'").await;
     let locked = db.second_store().await;
-    let err = locked
-        .commit_batch(&[full_request("m-2")])
-        .await
-        .unwrap_err();
-    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
-    assert!(err.to_string().contains("55P03"), "{err}");
+    unavailable_with(&locked, "m-2", "55P03").await;
     locker.rollback().await.unwrap();
 
     assert_eq!(
