@@ -143,12 +143,16 @@ pub async fn run_live(
     };
     let (supervisor, live) =
         Supervisor::start(shared, config.clone(), plugins, options.config_path, &stop)?;
+    let retention = Arc::new(crate::housekeeping::RetentionStatus::new(
+        config.retention(),
+    ));
     let handle = GatewayHandle {
         metrics: metrics.clone(),
         store: store.clone(),
         gate: gate.clone(),
         alerts: alerts.clone(),
         live: live.clone(),
+        retention: retention.clone(),
     };
     tasks.spawn(supervisor.run());
     if let Some(signals) = options.signals {
@@ -176,8 +180,9 @@ pub async fn run_live(
         });
     }
     tasks.spawn(crate::housekeeping::run(
-        config.clone(),
+        retention,
         store.clone(),
+        metrics.clone(),
         stop.clone(),
     ));
     if let Some(listener) = admin_listener {

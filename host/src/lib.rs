@@ -8,8 +8,8 @@
 //!   part's section, loading with file:line errors, `${VAR}` interpolation, the checks across
 //!   sections; and `[admin]` and `[security]`, whose users sit above it. Every other section
 //!   lives beside its code as `PART/config.rs` (struct, defaults, its own checks): `broker`,
-//!   `store`, `runtime` (`[runtime]`, `[plugins]`), `relay`, `telemetry`, `pipeline`
-//!   (`[[routes]]`).
+//!   `store`, `runtime` (`[runtime]`, `[plugins]`), `relay`, `housekeeping` (`[outbox]`,
+//!   `[dead_letters]`), `telemetry`, `pipeline` (`[[routes]]`).
 //! - [`cli`]: the `carteiro` command line. A command that drives a part is named apart from
 //!   it: `dlq_command`, `shadow_command`, `canary_command`, `seal_command`.
 //! - [`runtime`]: the wasmtime sandbox — engine, limits, host imports, one call of `handle`.
@@ -36,9 +36,10 @@
 //! - [`admin`]: health, readiness, metrics, the console and DLQ over HTTP; `GatewayHandle`,
 //!   what a running gateway exposes to it.
 //! - [`metrics`]: Prometheus metrics, one file per part (deliveries, versions, reload,
-//!   outbox, broker, alerts, store gate, replay), each registering its own families; below
-//!   every part, which all share one `Arc<Metrics>`.
-//! - [`housekeeping`]: retention cleanup.
+//!   outbox, broker, alerts, store gate, replay, retention), each registering its own
+//!   families; below every part, which all share one `Arc<Metrics>`.
+//! - [`housekeeping`]: retention — how long each table keeps its rows (`[outbox]`,
+//!   `[dead_letters]`), the purges once a minute in batches, and what the last ones did.
 //! - [`alerts`]: dead-letter alerts per route (an ERROR log, a gauge, a `/readyz` line).
 //! - [`telemetry`]: OpenTelemetry spans of deliveries and relay publishes (`[telemetry]`).
 //! - [`redact`]: the one redaction for URLs that may hold a password (broker and store).

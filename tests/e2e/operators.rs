@@ -1,10 +1,14 @@
 //! Issue 16, what an operator watches: `/metrics` scraped before and after a known batch
 //! (every counter moves by exactly the batch's numbers, nothing else moves), and
 //! dead-letter alerts (one ERROR per window, the gauge, the `/readyz` note, and clearing).
+//! Issue 25: retention's purges in `/metrics` and the console.
 
 use crate::live::{free_port, http};
 use crate::resilience::{Running, carteiro};
-use crate::support::{Client, Gateway, json_props, plugin_route, route_config, unique, wait_for};
+use crate::support::{
+    Client, Gateway, counter_dead_letter, json_props, migrated_store, plugin_route, route_config,
+    seed_outbox, unique, wait_for,
+};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -277,5 +281,119 @@ async fn a_dead_letter_alert_is_raised_once_per_window_and_clears() {
     trap(3, "again").await;
     wait_for("the alert to be raised again", WAIT, || alert_is(1.0)).await;
     assert_eq!(errors(&gw), 2, "one ERROR per raise:\n{}", gw.stderr());
+    gw.kill().await;
+}
+
+/// Issue 25: the real binary starts on a store holding dead letters (two replayed ones
+/// dead-lettered days ago, an unreplayed one as old, a replayed one an hour old) and three
+/// outbox rows published three hours ago, with `[dead_letters] retain = "1d"` and the outbox's
+/// retention under its deprecated name `[relay] retention = "2h"`. Loading warns about the
+/// old name; the first pass (at start) purges the two old replayed dead letters and the three
+/// rows; `/metrics` counts them with the time of the purge, and the console says what is kept
+/// and what the last purge removed.
+#[tokio::test]
+async fn retention_purges_show_in_metrics_and_the_console() {
+    let (queue, exchange) = (unique("ops-retain"), unique("in"));
+    let client = Client::connect().await;
+    client.sink(&exchange).await;
+    let port = free_port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}/carteiro.db", dir.path().display());
+    let store = migrated_store(&url).await;
+    let now = carteiro::common::now_ms();
+    let (hour, day) = (3_600_000, 24 * 3_600_000);
+    let mut kept = Vec::new();
+    for (age, replayed, purged) in [
+        (2 * day, true, true),
+        (3 * day, true, true),
+        (3 * day, false, false),
+        (hour, true, false),
+    ] {
+        let mut dead_letter = counter_dead_letter(&queue, "bad input", 1);
+        dead_letter.dead_lettered_at = now - age;
+        let id = store
+            .dead_letter_insert(&dead_letter)
+            .await
+            .expect("archive");
+        if replayed {
+            store.dead_letter_mark_replayed(id).await.expect("mark");
+        }
+        if !purged {
+            kept.push(id);
+        }
+    }
+    seed_outbox(&store, &exchange, 1, 3).await;
+    let pool = sqlx::SqlitePool::connect(&url).await.expect("sqlite");
+    sqlx::query("UPDATE outbox SET published_at = $1")
+        .bind(now - 3 * hour)
+        .execute(&pool)
+        .await
+        .expect("published");
+
+    let toml = route_config(&queue, "fixture-mixed", &exchange, "", "")
+        .replace(
+            "[admin]\nlisten = \"\"",
+            &format!("[admin]\nlisten = \"127.0.0.1:{port}\""),
+        )
+        .replace(
+            "poll_interval = \"200ms\"",
+            "poll_interval = \"200ms\"\nretention = \"2h\"",
+        )
+        .replace("{dir}", &dir.path().display().to_string())
+        + "[dead_letters]\nretain = \"1d\"\n";
+    let config = dir.path().join("carteiro.toml");
+    std::fs::write(&config, toml).expect("config");
+    let mut cmd = carteiro();
+    cmd.args(["run", "-c"]).arg(&config);
+    let mut gw = Running::spawn(cmd);
+    gw.wait_stderr("gateway running", WAIT).await;
+    assert!(
+        gw.stderr().contains("`relay.retention`: deprecated"),
+        "{}",
+        gw.stderr()
+    );
+
+    let purged = |table: &str| format!("carteiro_retention_purged_total{{table=\"{table}\"}}");
+    let text = wait_for("the first pass's purges in /metrics", WAIT, || async {
+        let text = scrape(port).await;
+        (gauge(&text, &purged("dead_letters")) == Some(2.0)
+            && gauge(&text, &purged("outbox")) == Some(3.0))
+        .then_some(text)
+    })
+    .await;
+    let stamp = "carteiro_retention_last_success_timestamp_seconds{table=\"dead_letters\"}";
+    let at = gauge(&text, stamp).unwrap_or_else(|| panic!("{stamp} missing:\n{text}"));
+    assert!(
+        at * 1000.0 >= now as f64,
+        "{stamp} {at} before the start:\n{text}"
+    );
+
+    let left = store
+        .dead_letters_oldest_first(&Default::default(), 10)
+        .await
+        .expect("dead letters");
+    assert_eq!(left.iter().map(|d| d.id).collect::<Vec<_>>(), kept);
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox")
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+    assert_eq!(rows, 0, "the published rows are gone");
+
+    let (status, page) = http(port, "GET", "/dead-letters").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains(
+            "Retention: replayed dead letters (never-replayed ones are kept) are purged 1day \
+             after they were dead-lettered; last purge"
+        ) && page.contains("removed 2 (2 since the gateway started)"),
+        "{page}"
+    );
+    let (status, page) = http(port, "GET", "/").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("Retention: published outbox rows are purged 2h after their publish")
+            && page.contains("removed 3 (3 since the gateway started)"),
+        "{page}"
+    );
     gw.kill().await;
 }

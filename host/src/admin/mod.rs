@@ -9,6 +9,7 @@
 //!   console's actions as JSON under `/api/...`.
 //! - `overview`: what the routes page shows (depths, in flight, outcomes, tiers, outbox).
 //! - `groups`: dead letters grouped by route and normalised reason.
+//! - `retention`: the console's lines on how long outbox rows and dead letters are kept.
 //! - `target`: what an action applies to (a group, a selection, a route) as a store filter.
 //! - `jobs`: background replays and shadow runs, with progress, capped per kind.
 //! - `shadow_file`: which plugin file a shadow run may load.
@@ -25,6 +26,7 @@ mod overview;
 mod page;
 mod pages;
 mod read_limit;
+mod retention;
 mod shadow_file;
 mod target;
 
@@ -49,6 +51,8 @@ pub struct GatewayHandle {
     pub alerts: Arc<crate::alerts::DeadLetterAlerts>,
     /// Reloads and what runs now (plugin versions, the last reload's outcome).
     pub live: LiveHandle,
+    /// The retention policy in effect and each table's last purge (`housekeeping`).
+    pub retention: Arc<crate::housekeeping::RetentionStatus>,
 }
 
 /// A refusal: status and why. Here, below `jobs`, `shadow_file` and `actions`, which all

@@ -3,8 +3,9 @@
 
 use super::page::{Fields, age, error_page, page, query, time};
 use super::target::group_url;
-use super::{AdminState, banners, groups};
+use super::{AdminState, banners, groups, retention};
 use crate::admin::GatewayHandle;
+use crate::common::now_ms;
 use crate::store::{DeadLetter, DeadLetterFilter};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};
@@ -39,6 +40,7 @@ fn depth(d: &super::overview::Depth) -> Markup {
 pub async fn routes(State(s): State<AdminState>) -> Response {
     let o = s.probe.overview(&s.handle).await;
     let outcomes = super::overview::OUTCOMES;
+    let kept = retention::outbox_line(&s.handle.retention, now_ms());
     page(
         "Routes",
         &banners(&s.handle),
@@ -89,6 +91,7 @@ pub async fn routes(State(s): State<AdminState>) -> Response {
                 },
                 None => p.muted { "Outbox status unavailable (store)." },
             }
+            p.muted #outbox-retention { (kept) }
             p.muted { "Totals since the gateway started; rates over the last minute. "
                 a href="/api/routes" { "JSON" } }
         },
@@ -108,11 +111,13 @@ pub async fn groups(State(s): State<AdminState>, RawQuery(q): RawQuery) -> Respo
         Some(r) => format!("Dead letters of {r}"),
         None => "Dead letters".to_owned(),
     };
+    let kept = retention::dead_letters_line(&h.retention, now_ms());
     page(
         &title,
         &banners(h),
         html! {
             @if route.is_some() { p { a href="/dead-letters" { "All routes" } } }
+            p.muted #dead-letter-retention { (kept) }
             @if groups.is_empty() { p #no-groups { "No dead letters." } }
             @else {
                 table #groups {

@@ -1,7 +1,8 @@
 //! What Carteiro counts deliveries by, as enums: how a delivery ended ([`Outcome`]), why it
-//! failed ([`FailureKind`]) and the class of a retry or dead letter ([`ReasonClass`]). Each
-//! becomes text only where it leaves the process: a metric label (they encode themselves),
-//! a span attribute, the `x-carteiro-failure` header of a copy.
+//! failed ([`FailureKind`]) and the class of a retry or dead letter ([`ReasonClass`]); and
+//! the tables retention purges ([`RetentionTable`]). Each becomes text only where it leaves
+//! the process: a metric label (they encode themselves), a span attribute, the
+//! `x-carteiro-failure` header of a copy.
 
 use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
 use std::fmt::{self, Write};
@@ -151,6 +152,26 @@ impl EncodeLabelValue for ReasonClass {
         encoder.write_str(self.label())
     }
 }
+
+/// A table retention purges (`housekeeping`): `table` of the `carteiro_retention_*` metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RetentionTable {
+    /// Archived dead letters (`[dead_letters] retain`).
+    DeadLetters,
+    /// Published outbox rows (`[outbox] retain_published`).
+    Outbox,
+    /// Idempotency records (`[store] inbox_retention`).
+    Inbox,
+    /// kv delete tombstones (`housekeeping::KV_TOMBSTONE_RETENTION`).
+    KvTombstones,
+}
+
+labelled!(RetentionTable {
+    DeadLetters => "dead_letters",
+    Outbox => "outbox",
+    Inbox => "inbox",
+    KvTombstones => "kv_tombstones",
+});
 
 #[cfg(test)]
 mod tests {

@@ -1,8 +1,9 @@
 //! Small pieces shared by the pipeline, the relay, the dead-letter tools and housekeeping,
 //! kept below all of them so none imports another for a utility: time, test-only fault
-//! injection, Carteiro's own AMQP header names ([`header_names`]), the labels deliveries are
-//! counted by ([`labels`]), PEM files for TLS ([`pem`]), units in config and on the command
-//! line ([`units`]: sizes like `64MiB`, durations), and file permissions of secrets.
+//! injection, Carteiro's own AMQP header names ([`header_names`]), the labels deliveries and
+//! retention purges are counted by ([`labels`]), PEM files for TLS ([`pem`]), units in config
+//! and on the command line ([`units`]: sizes like `64MiB`, durations), and file permissions
+//! of secrets.
 
 pub mod header_names;
 pub mod labels;

@@ -1,7 +1,8 @@
 //! The operator's TOML, assembled: [`Config`] names each part's section, and each part owns
 //! its section's struct, defaults and own checks beside its code (`broker/config.rs`,
 //! `store/config.rs`, `runtime/config.rs` for `[runtime]` and `[plugins]`,
-//! `relay/config.rs`, `telemetry/config.rs`, `pipeline/config.rs` for `[[routes]]`).
+//! `relay/config.rs`, `housekeeping/config.rs` for `[outbox]` and `[dead_letters]`,
+//! `telemetry/config.rs`, `pipeline/config.rs` for `[[routes]]`).
 //!
 //! Here: loading with file:line errors and the checks across sections (`validate`), `${VAR}`
 //! interpolation (`env`), the TLS warnings across both connections (`tls`), and the sections
@@ -22,6 +23,7 @@ pub use tls::unauthenticated_connections;
 pub use validate::{ConfigError, load, load_str};
 
 use crate::broker::BrokerConfig;
+use crate::housekeeping::{DeadLettersConfig, OutboxConfig, Policy};
 use crate::pipeline::RouteConfig;
 use crate::relay::RelayConfig;
 use crate::runtime::{PluginConfig, RuntimeConfig};
@@ -48,6 +50,12 @@ pub struct Config {
     /// The outbox relay that runs inside `carteiro run`.
     #[serde(default)]
     pub relay: RelayConfig,
+    /// How long published outbox rows are kept.
+    #[serde(default)]
+    pub outbox: OutboxConfig,
+    /// How long archived dead letters are kept (forever unless set).
+    #[serde(default)]
+    pub dead_letters: DeadLettersConfig,
     /// The admin HTTP server (health, metrics, DLQ API).
     #[serde(default)]
     pub admin: AdminConfig,
@@ -66,6 +74,19 @@ pub struct Config {
     /// Directory of the config file; relative plugin paths resolve against it.
     #[serde(skip)]
     pub base_dir: PathBuf,
+}
+
+impl Config {
+    /// What housekeeping deletes, and when: `[store] inbox_retention`, `[outbox]` and
+    /// `[dead_letters]`.
+    pub fn retention(&self) -> Policy {
+        Policy {
+            inbox: self.store.inbox_retention,
+            outbox: self.outbox.retain_published(),
+            dead_letters: self.dead_letters.retain,
+            expire: self.dead_letters.expire,
+        }
+    }
 }
 
 /// A secret from the config: `Debug` never shows it.

@@ -125,6 +125,33 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
         .relay
         .validate()
         .map_err(|(key, m)| err(line_of_key(key), &format!("relay.{key}"), m))?;
+    // `[relay] retention` is the old name of `[outbox] retain_published`: still read, with a
+    // warning, and moved there.
+    if let Some(retention) = config.relay.retention.take() {
+        let line = find_line_in(text, "relay", "retention");
+        if config.outbox.retain_published.is_some() {
+            return Err(err(
+                line,
+                "relay.retention",
+                "the old name of `[outbox] retain_published`, and both are set; keep only \
+                 `[outbox] retain_published`"
+                    .into(),
+            ));
+        }
+        let deprecated = err(
+            line,
+            "relay.retention",
+            "deprecated: rename it `retain_published` under `[outbox]` (same meaning); it is \
+             read as that for now"
+                .into(),
+        );
+        tracing::warn!("{deprecated}");
+        config.outbox.retain_published = Some(retention);
+    }
+    config.dead_letters.validate().map_err(|(key, m)| {
+        let line = find_line_in(text, "dead_letters", key);
+        err(line, &format!("dead_letters.{key}"), m)
+    })?;
     if let Some(endpoint) = config.telemetry.otlp_endpoint.as_mut() {
         *endpoint = interpolate(endpoint).map_err(|m| {
             err(
@@ -248,6 +275,26 @@ fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }
 
+/// The line that sets `key` in the table `[table]`, else the table's header line (for errors
+/// found after parsing, where a key's name alone may also be another table's key).
+fn find_line_in(text: &str, table: &str, key: &str) -> Option<usize> {
+    let header = format!("[{table}]");
+    let mut inside = false;
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim_start();
+        if line.starts_with('[') {
+            inside = line.starts_with(&header);
+        } else if inside
+            && line
+                .strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+        {
+            return Some(i + 1);
+        }
+    }
+    find_line(text, &header)
+}
+
 /// Best-effort line of the first line mentioning `needle` (for errors found after parsing).
 fn find_line(text: &str, needle: &str) -> Option<usize> {
     text.lines()
@@ -258,6 +305,8 @@ fn find_line(text: &str, needle: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::housekeeping::Expire;
+    use std::time::Duration;
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -425,6 +474,132 @@ plugin = "p"
         }
         let empty = format!("{GOOD}\n[admin]\ntoken = \"\"\n");
         assert!(parse(&empty).unwrap_err().message.contains("empty"));
+    }
+
+    /// [`parse`], with what it logged.
+    fn parse_logged(text: &str) -> (Result<Config, ConfigError>, String) {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buffer {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0
+                    .lock()
+                    .map_err(|_| std::io::Error::other("poisoned"))?
+                    .extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let parsed = tracing::subscriber::with_default(subscriber, || parse(text));
+        let logged = String::from_utf8(buffer.0.lock().expect("lock").clone()).expect("utf-8");
+        (parsed, logged)
+    }
+
+    #[test]
+    fn retention_defaults_keep_dead_letters_and_published_rows_a_day() {
+        let config = parse(GOOD).expect("valid");
+        let policy = config.retention();
+        assert_eq!(policy.outbox, Duration::from_secs(24 * 3600));
+        assert_eq!(policy.dead_letters, None, "dead letters are kept forever");
+        assert_eq!(policy.expire, Expire::Replayed);
+        assert_eq!(policy.inbox, config.store.inbox_retention);
+
+        let set = format!(
+            "{GOOD}[outbox]\nretain_published = \"7d\"\n[dead_letters]\nretain = \"30d\"\n\
+             expire = \"all\"\n"
+        );
+        let policy = parse(&set).expect("valid").retention();
+        assert_eq!(policy.outbox, Duration::from_secs(7 * 24 * 3600));
+        assert_eq!(
+            policy.dead_letters,
+            Some(Duration::from_secs(30 * 24 * 3600))
+        );
+        assert_eq!(policy.expire, Expire::All);
+        let replayed = format!("{GOOD}[dead_letters]\nretain = \"30d\"\n");
+        let policy = parse(&replayed).expect("valid").retention();
+        assert_eq!(policy.expire, Expire::Replayed, "the default");
+    }
+
+    #[test]
+    fn relay_retention_is_a_deprecated_alias_of_outbox_retain_published() {
+        let old = format!("{GOOD}[store]\ninbox_retention = \"2d\"\n[relay]\nretention = \"3h\"\n");
+        let (parsed, logged) = parse_logged(&old);
+        let config = parsed.expect("still valid");
+        assert_eq!(config.retention().outbox, Duration::from_secs(3 * 3600));
+        assert_eq!(config.relay.retention, None, "moved to [outbox]");
+        assert!(logged.contains("WARN"), "{logged}");
+        assert!(
+            logged.contains("carteiro.toml:13: `relay.retention`: deprecated"),
+            "{logged}"
+        );
+        let (_, logged) = parse_logged(GOOD);
+        assert!(!logged.contains("deprecated"), "{logged}");
+    }
+
+    #[test]
+    fn relay_retention_and_outbox_retain_published_together_are_refused() {
+        let both = format!(
+            "{GOOD}[store]\ninbox_retention = \"2d\"\n[relay]\nretention = \"3h\"\n\
+             [outbox]\nretain_published = \"7d\"\n"
+        );
+        let err = parse(&both).unwrap_err();
+        assert_eq!(err.key, "relay.retention");
+        assert_eq!(err.line, Some(13));
+        assert!(
+            err.message
+                .contains("keep only `[outbox] retain_published`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn retention_durations_and_expire_are_checked() {
+        for (bad, key, says) in [
+            (
+                "[dead_letters]\nretain = \"soon\"",
+                "dead_letters.retain",
+                "\"soon\", expected a duration; write e.g.",
+            ),
+            (
+                "[dead_letters]\nretain = \"0s\"",
+                "dead_letters.retain",
+                "above zero",
+            ),
+            (
+                "[dead_letters]\nretain = \"30d\"\nexpire = \"some\"",
+                "dead_letters.expire",
+                "unknown variant `some`",
+            ),
+            (
+                "[dead_letters]\nkeep = \"30d\"",
+                "dead_letters.keep",
+                "unknown field",
+            ),
+            (
+                "[outbox]\nretain_published = \"a week\"",
+                "outbox.retain_published",
+                "expected a duration",
+            ),
+            (
+                "[relay]\nretention = \"-1d\"",
+                "relay.retention",
+                "expected a duration",
+            ),
+        ] {
+            let err = parse(&format!("{GOOD}{bad}\n")).unwrap_err();
+            assert!(err.to_string().contains(says), "{bad}: {err}");
+            assert_eq!(err.key, key, "{bad}");
+            assert!(err.line.is_some_and(|l| l > 9), "{bad}: {err}");
+        }
     }
 
     #[test]

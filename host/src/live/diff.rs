@@ -40,6 +40,8 @@ pub(super) fn restart_only_changes(running: &Config, new: &Config) -> Vec<String
             ("store", format!("{:?}", c.store)),
             ("runtime", format!("{:?}", c.runtime)),
             ("relay", format!("{:?}", c.relay)),
+            ("outbox", format!("{:?}", c.outbox)),
+            ("dead_letters", format!("{:?}", c.dead_letters)),
             ("telemetry", format!("{:?}", c.telemetry)),
         ]
     };

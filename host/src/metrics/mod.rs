@@ -10,7 +10,8 @@
 //! - `broker`: broker sessions lost (routes and relay);
 //! - `alerts`: raised dead-letter alerts;
 //! - `store_gate`: whether the store answers;
-//! - `replay`: dead-letter replays (`dlq`).
+//! - `replay`: dead-letter replays (`dlq`);
+//! - `retention`: rows retention purged, per table (`housekeeping`).
 
 mod alerts;
 mod broker;
@@ -18,6 +19,7 @@ mod deliveries;
 mod outbox;
 mod reload;
 mod replay;
+mod retention;
 mod store_gate;
 mod versions;
 
@@ -27,6 +29,7 @@ pub use deliveries::DeliveryMetrics;
 pub use outbox::OutboxMetrics;
 pub use reload::ReloadMetrics;
 pub use replay::ReplayMetrics;
+pub use retention::RetentionMetrics;
 pub use store_gate::StoreGateMetrics;
 pub use versions::VersionMetrics;
 
@@ -81,6 +84,7 @@ pub struct Metrics {
     versions: VersionMetrics,
     broker: BrokerMetrics,
     alerts: AlertMetrics,
+    retention: RetentionMetrics,
     /// Reloads applied and refused.
     pub reload: ReloadMetrics,
     /// The relay's publishes and the outbox backlog.
@@ -103,6 +107,7 @@ impl Default for Metrics {
             alerts: AlertMetrics::register(&mut registry),
             store: StoreGateMetrics::register(&mut registry),
             replay: ReplayMetrics::register(&mut registry),
+            retention: RetentionMetrics::register(&mut registry),
             registry: Mutex::new(registry),
         }
     }

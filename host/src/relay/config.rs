@@ -1,5 +1,6 @@
-//! `[relay]`: the outbox relay's window, polling, retention and lease, and the check that
-//! concerns only them.
+//! `[relay]`: the outbox relay's window, polling and lease, and the check that concerns only
+//! them. (How long published rows are kept is `[outbox] retain_published`, in
+//! `housekeeping/config.rs`; `[relay] retention` is its deprecated old name.)
 
 use serde::Deserialize;
 use std::time::Duration;
@@ -28,9 +29,11 @@ pub struct RelayConfig {
     /// Backstop poll when no commit woke the relay.
     #[serde(default = "default_poll_interval", with = "humantime_serde")]
     pub poll_interval: Duration,
-    /// Published rows are deleted after this long.
-    #[serde(default = "default_relay_retention", with = "humantime_serde")]
-    pub retention: Duration,
+    /// Deprecated: the old name of `[outbox] retain_published`. Still read: loading the
+    /// config logs a warning and moves the value there (a config setting both is refused),
+    /// so after loading it is always `None`.
+    #[serde(default, with = "humantime_serde")]
+    pub retention: Option<Duration>,
     /// How long a claim leases its rows: a relay that stops (crash, SIGSTOP, lost database)
     /// hands its rows to another after this. Never below three publish timeouts.
     #[serde(default = "default_relay_lease", with = "humantime_serde")]
@@ -49,9 +52,6 @@ fn default_max_in_flight_bytes() -> u64 {
 fn default_poll_interval() -> Duration {
     Duration::from_secs(1)
 }
-fn default_relay_retention() -> Duration {
-    Duration::from_secs(24 * 3600)
-}
 fn default_relay_lease() -> Duration {
     Duration::from_secs(30)
 }
@@ -63,7 +63,7 @@ impl Default for RelayConfig {
             max_in_flight: default_max_in_flight(),
             max_in_flight_bytes: default_max_in_flight_bytes(),
             poll_interval: default_poll_interval(),
-            retention: default_relay_retention(),
+            retention: None,
             lease: default_relay_lease(),
         }
     }

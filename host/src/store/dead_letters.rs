@@ -369,6 +369,34 @@ impl Store {
         }
     }
 
+    /// Retention (`[dead_letters] retain`): deletes the dead letters dead-lettered before
+    /// `cutoff_ms` (the rows `dlq purge --older-than` selects) that were replayed at least
+    /// once, or (`replayed_only` false) all of them, in batches (`Store::purge_where`). A row
+    /// that a running replay holds a claim on is left for a later pass. The replayed ones
+    /// are found by the `dead_letters_replayed_time` index (migration 0009), so a pass reads
+    /// only what it deletes, however many unreplayed dead letters are kept.
+    pub async fn dead_letters_purge_expired(
+        &self,
+        cutoff_ms: i64,
+        replayed_only: bool,
+    ) -> Result<u64, StoreError> {
+        let clock = super::outbox::db_clock_ms(self.backend);
+        let unclaimed = format!("(replaying_by IS NULL OR replaying_until < {clock})");
+        let (index, condition) = if replayed_only {
+            (
+                "dead_letters_replayed_time",
+                format!("replayed_at IS NOT NULL AND dead_lettered_at < $1 AND {unclaimed}"),
+            )
+        } else {
+            (
+                "dead_letters_time",
+                format!("dead_lettered_at < $1 AND {unclaimed}"),
+            )
+        };
+        self.purge_where("dead_letters", Some(index), &condition, cutoff_ms)
+            .await
+    }
+
     /// `{head} FROM dead_letters WHERE ...` with `$n` placeholders; values stay bound.
     /// Text filters are compared with the stored text, so they go through the same
     /// stand-in as the columns (a NUL in a filter matches a stored `\u{0}`).

@@ -40,10 +40,15 @@ impl Store {
 
     /// Retention: forgets records processed before `cutoff_ms`. A redelivery older than the
     /// retention would run again, so keep it longer than any redelivery can take. Deletes
-    /// in chunks of [`PURGE_CHUNK`] rows, one short transaction each.
+    /// in batches (`Store::purge_where`).
     pub async fn inbox_purge_before(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
-        self.purge_where("inbox", "processed_at < $1", cutoff_ms)
-            .await
+        self.purge_where(
+            "inbox",
+            Some("inbox_processed_at"),
+            "processed_at < $1",
+            cutoff_ms,
+        )
+        .await
     }
 }
 

@@ -69,9 +69,9 @@ impl Store {
 
     /// Retention for delete tombstones older than `cutoff_ms`. Keep them longer than any
     /// handler run: a read older than a purged tombstone could pass its version check (see
-    /// `housekeeping::KV_TOMBSTONE_RETENTION`). Deletes in chunks.
+    /// `housekeeping::KV_TOMBSTONE_RETENTION`). Deletes in batches (`Store::purge_where`).
     pub async fn kv_purge_tombstones_before(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
-        self.purge_where("kv", "value IS NULL AND updated_at < $1", cutoff_ms)
+        self.purge_where("kv", None, "value IS NULL AND updated_at < $1", cutoff_ms)
             .await
     }
 }

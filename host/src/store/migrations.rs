@@ -1,5 +1,6 @@
 //! The schema, embedded at compile time (no `macros` feature, no files at run time).
-//! Both folders hold the same logical schema; add a migration to both, with the same number.
+//! Both folders hold the same logical schema; add a migration to both, with the same number,
+//! and list it here (a test checks that every file of both folders is listed).
 //! (0008, the covering index of the dead-letter groups, is SQLite's alone: a PostgreSQL
 //! B-tree refuses entries over about 2.7 kB, and a reason may be far longer.)
 
@@ -51,6 +52,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "dead letter groups index",
         include_str!("../../migrations/sqlite/0008_dead_letter_groups_index.sql"),
     ),
+    (
+        9,
+        "dead letter retention index",
+        include_str!("../../migrations/sqlite/0009_dead_letter_retention_index.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str, &str)] = &[
@@ -89,6 +95,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "canary decisions",
         include_str!("../../migrations/postgres/0007_canary_decisions.sql"),
     ),
+    (
+        9,
+        "dead letter retention index",
+        include_str!("../../migrations/postgres/0009_dead_letter_retention_index.sql"),
+    ),
 ];
 
 pub(crate) fn migrator(backend: Backend) -> Migrator {
@@ -110,4 +121,34 @@ pub(crate) fn migrator(backend: Backend) -> Migrator {
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{POSTGRES, SQLITE};
+
+    /// The version numbers of the `NNNN_*.sql` files in `host/migrations/FOLDER`.
+    fn files_in(folder: &str) -> Vec<i64> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("migrations")
+            .join(folder);
+        let mut versions: Vec<i64> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .flatten()
+            .filter_map(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                name.strip_suffix(".sql")?.split('_').next()?.parse().ok()
+            })
+            .collect();
+        versions.sort_unstable();
+        versions
+    }
+
+    #[test]
+    fn every_migration_file_is_listed_once() {
+        for (folder, listed) in [("sqlite", SQLITE), ("postgres", POSTGRES)] {
+            let listed: Vec<i64> = listed.iter().map(|&(version, _, _)| version).collect();
+            assert_eq!(files_in(folder), listed, "{folder}: files and list differ");
+        }
+    }
 }

@@ -11,6 +11,7 @@
 //!   outbox rows), below them both.
 //! - `committer`: [`GroupCommitter`], the task that batches concurrent commits.
 //! - `inbox`, `kv`, `outbox`, `dead_letters`: reads and maintenance per table;
+//!   `purge`: the batched delete every retention purge of them uses;
 //!   `dead_letter_text`: [`NewDeadLetter`] and the lossless encoding that lets any of
 //!   them be archived.
 //! - `reads`: [`BatchedReads`], the pipeline's inbox and kv point reads, batched.
@@ -33,6 +34,7 @@ mod kv;
 mod migrations;
 mod nul_free;
 mod outbox;
+mod purge;
 mod reads;
 mod secrets;
 mod sql;
@@ -52,6 +54,7 @@ pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterStat};
 pub use error::StoreError;
 pub use kv::KvEntry;
 pub use outbox::{OUTBOX_NOTIFY_CHANNEL, OutboxRow, OutboxStatus};
+pub use purge::{RETENTION_BATCH, RETENTION_PAUSE};
 pub use reads::BatchedReads;
 pub use secrets::SealSecrets;
 pub use tls::{StoreTlsError, check_tls_params};
@@ -117,7 +120,8 @@ pub struct Store {
     seal_secret: Option<Arc<[u8]>>,
 }
 
-/// Rows deleted per transaction by retention purges.
+/// Rows deleted per transaction by an operator's purge of dead letters (`dlq purge`, the
+/// console); retention purges go in smaller batches (`purge`).
 pub(crate) const PURGE_CHUNK: u64 = 10_000;
 
 /// How long a caller waits for a pooled connection before the store counts as unavailable.
@@ -333,46 +337,6 @@ impl Store {
                 _writer: None,
             },
         })
-    }
-
-    /// Deletes the rows of `table` matching `condition` (with `$1` bound to `arg`) in chunks
-    /// of [`PURGE_CHUNK`], each its own short write transaction and its own bounded
-    /// operation, so a large backlog neither outlasts the statement timeout nor holds
-    /// SQLite's writer lock for long. Returns how many rows went.
-    pub(crate) async fn purge_where(
-        &self,
-        table: &'static str,
-        condition: &'static str,
-        arg: i64,
-    ) -> Result<u64, StoreError> {
-        // The condition is checked again on the row deleted: a row changed meanwhile (a
-        // tombstone revived) is left alone.
-        let (open, row, close) = match self.backend {
-            Backend::Postgres => ("= ANY(ARRAY(", "ctid", "))"),
-            Backend::Sqlite => ("IN (", "rowid", ")"),
-        };
-        let sql = format!(
-            "DELETE FROM {table} WHERE {row} {open}SELECT {row} FROM {table} WHERE {condition} \
-             LIMIT {PURGE_CHUNK}{close} AND {condition}"
-        );
-        let mut total = 0;
-        loop {
-            let deleted = self
-                .bounded("purge", async {
-                    let mut tx = self.begin_write().await?;
-                    let done = sqlx::query(AssertSqlSafe(sql.as_str()))
-                        .bind(arg)
-                        .execute(&mut *tx)
-                        .await?;
-                    tx.commit().await?;
-                    Ok(done.rows_affected())
-                })
-                .await?;
-            total += deleted;
-            if deleted < PURGE_CHUNK {
-                return Ok(total);
-            }
-        }
     }
 
     pub(crate) fn pool(&self) -> &AnyPool {

@@ -332,10 +332,13 @@ impl Store {
         .await
     }
 
-    /// Retention: deletes rows published before `cutoff_ms`, in chunks.
+    /// Retention (`[outbox] retain_published`): deletes rows published before `cutoff_ms`,
+    /// in batches (`Store::purge_where`), found by the partial index of published rows. An
+    /// unpublished row is never deleted, however old.
     pub async fn outbox_purge_published_before(&self, cutoff_ms: i64) -> Result<u64, StoreError> {
         self.purge_where(
             "outbox",
+            Some("outbox_published_at"),
             "published_at IS NOT NULL AND published_at < $1",
             cutoff_ms,
         )

@@ -1,0 +1,78 @@
+//! Retention purges in bounded batches: [`RETENTION_BATCH`] rows per short write
+//! transaction and a [`RETENTION_PAUSE`] between batches, so purging a backlog of millions
+//! never holds a lock for long nor keeps the pipeline's commits waiting behind it. On
+//! PostgreSQL each batch locks its rows with `FOR UPDATE SKIP LOCKED`: gateways sharing a
+//! store purge at the same time, split the rows and never wait on each other.
+
+use std::time::Duration;
+
+use sqlx::AssertSqlSafe;
+
+use super::{Backend, Store, StoreError};
+
+/// Rows deleted per transaction by a retention purge.
+pub const RETENTION_BATCH: u64 = 1_000;
+
+/// Pause between two batches of one retention purge: the writers queued behind a batch
+/// (SQLite's single writer, PostgreSQL's row locks) go first.
+pub const RETENTION_PAUSE: Duration = Duration::from_millis(50);
+
+impl Store {
+    /// Deletes the rows of `table` matching `condition` (with `$1` bound to `arg`) in batches
+    /// of [`RETENTION_BATCH`], each its own short write transaction and its own bounded
+    /// operation, [`RETENTION_PAUSE`] apart, until a batch finds fewer rows. Returns how many
+    /// rows went. A failed batch ends the purge with its error; the batches before it stay
+    /// deleted.
+    ///
+    /// `sqlite_index` names the index SQLite finds the rows by (`INDEXED BY`): without
+    /// statistics its planner may otherwise walk the whole table for every batch. PostgreSQL
+    /// plans by its statistics.
+    pub(crate) async fn purge_where(
+        &self,
+        table: &str,
+        sqlite_index: Option<&str>,
+        condition: &str,
+        arg: i64,
+    ) -> Result<u64, StoreError> {
+        // The condition is checked again on the row deleted: a row changed meanwhile (a
+        // tombstone revived, a dead letter claimed for a replay) is left alone. PostgreSQL:
+        // `= ANY(ARRAY(...))` deletes by the rows' addresses (a TID scan), and rows another
+        // purge has locked are skipped, not waited for. SQLite: `NOT INDEXED` keeps the
+        // outer delete on rowid lookups of the batch rather than a scan of an index.
+        let sql = match self.backend {
+            Backend::Postgres => format!(
+                "DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} \
+                 WHERE {condition} LIMIT {RETENTION_BATCH} FOR UPDATE SKIP LOCKED)) \
+                 AND {condition}"
+            ),
+            Backend::Sqlite => {
+                let index = sqlite_index
+                    .map(|index| format!(" INDEXED BY {index}"))
+                    .unwrap_or_default();
+                format!(
+                    "DELETE FROM {table} NOT INDEXED WHERE rowid IN (SELECT rowid FROM \
+                     {table}{index} WHERE {condition} LIMIT {RETENTION_BATCH}) AND {condition}"
+                )
+            }
+        };
+        let mut total = 0;
+        loop {
+            let deleted = self
+                .bounded("retention purge", async {
+                    let mut tx = self.begin_write().await?;
+                    let done = sqlx::query(AssertSqlSafe(sql.as_str()))
+                        .bind(arg)
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    Ok(done.rows_affected())
+                })
+                .await?;
+            total += deleted;
+            if deleted < RETENTION_BATCH {
+                return Ok(total);
+            }
+            tokio::time::sleep(RETENTION_PAUSE).await;
+        }
+    }
+}
