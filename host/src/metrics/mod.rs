@@ -5,6 +5,7 @@
 //! because every part takes the one `Arc<Metrics>`, so `metrics` stays below them all:
 //! - `deliveries`: the pipeline — deliveries, handler runs, failures, retries, dead letters;
 //! - `versions`: plugin versions, live shadows and canaries;
+//! - `instances`: plugin instances made and reused (`runtime`);
 //! - `reload`: reloads (`live`);
 //! - `outbox`: the relay's publishes and the outbox backlog;
 //! - `broker`: broker sessions lost (routes and relay);
@@ -15,6 +16,7 @@
 mod alerts;
 mod broker;
 mod deliveries;
+mod instances;
 mod outbox;
 mod reload;
 mod replay;
@@ -24,6 +26,7 @@ mod versions;
 pub use alerts::AlertMetrics;
 pub use broker::BrokerMetrics;
 pub use deliveries::DeliveryMetrics;
+pub use instances::InstanceMetrics;
 pub use outbox::OutboxMetrics;
 pub use reload::ReloadMetrics;
 pub use replay::ReplayMetrics;
@@ -79,6 +82,7 @@ pub struct Metrics {
     registry: Mutex<Registry>,
     deliveries: DeliveryMetrics,
     versions: VersionMetrics,
+    instances: InstanceMetrics,
     broker: BrokerMetrics,
     alerts: AlertMetrics,
     /// Reloads applied and refused.
@@ -98,6 +102,7 @@ impl Default for Metrics {
             versions: VersionMetrics::register(&mut registry),
             reload: ReloadMetrics::register(&mut registry),
             deliveries: DeliveryMetrics::register(&mut registry),
+            instances: InstanceMetrics::register(&mut registry),
             outbox: OutboxMetrics::register(&mut registry),
             broker: BrokerMetrics::register(&mut registry),
             alerts: AlertMetrics::register(&mut registry),
