@@ -1,17 +1,20 @@
-//! One dispatch — fresh instance + `handle` + verdict — for the no-op plugin and for the
+//! One dispatch — instance + `handle` + verdict — for the no-op plugin and for the
 //! enrollment handler in Rust, Python and JavaScript with a 1 KB body. Reports medians and
 //! p99 over many iterations, each plugin's load time with an empty and with a warm compile
 //! cache, and this process's resident memory after each plugin ran. Each plugin is measured
 //! twice: through `Plugin::handle` as the pipeline calls it (the guest runs on a compute
 //! thread: one wake-up there and one back per call), and in place (`handle_in_place`: the
-//! fresh instance, the call and the teardown alone).
+//! instance, the call and the teardown alone). And each plugin twice over: with a fresh
+//! instance per call (`isolation = "per-delivery"`, the default) and with one instance
+//! reused for `BENCH_REUSE` calls (`"per-batch"`, default 64), row beside row.
 //!
 //! Run: `scripts/build-plugins.sh && scripts/build-lang-plugins.sh &&
 //! cargo bench -p carteiro --bench dispatch` (`DISPATCH_ITERATIONS`, default 5,000; the
-//! Python and JS rows use a tenth of that; `DISPATCH_PLUGINS=noop,enrollment` picks rows).
+//! Python and JS rows use a tenth of that; `DISPATCH_PLUGINS=noop,enrollment` picks plugins,
+//! `DISPATCH_ISOLATION=per-batch` one isolation, `BENCH_REUSE=N` the calls per instance).
 
 use carteiro::cli::MemoryKv;
-use carteiro::runtime::{Message, Plugin, PluginLimits, Runtime};
+use carteiro::runtime::{Isolation, Message, Plugin, PluginLimits, Runtime};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -84,12 +87,30 @@ async fn main() {
         max_events: 100,
         totals: carteiro::runtime::DeliveryTotals::default(),
         max_concurrency: None,
+        isolation: Isolation::PerDelivery,
     };
     let iterations = std::env::var("DISPATCH_ITERATIONS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5_000);
-    println!("dispatch: fresh instance + handle + verdict");
+    let reuse = std::env::var("BENCH_REUSE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    // DISPATCH_ISOLATION: `per-delivery`, `per-batch` or both (default), comma-separated.
+    let wanted_isolation = std::env::var("DISPATCH_ISOLATION").ok();
+    let isolations: Vec<(String, Isolation)> = [
+        ("per-delivery".to_owned(), Isolation::PerDelivery),
+        (format!("per-batch/{reuse}"), Isolation::PerBatch { reuse }),
+    ]
+    .into_iter()
+    .filter(|(label, _)| {
+        wanted_isolation
+            .as_deref()
+            .is_none_or(|w| w.split(',').any(|n| label.starts_with(n.trim())))
+    })
+    .collect();
+    println!("dispatch: instance + handle + verdict (per-batch/N: one instance for N calls)");
     let plugins = [
         ("noop", b"{}".to_vec(), iterations),
         ("enrollment", enrollment_body(), iterations),
@@ -113,31 +134,38 @@ async fn main() {
             continue;
         }
         // Load time as a gateway start sees it: compile into an empty cache, then reuse it.
-        let load = |runtime: &Arc<Runtime>| {
+        let load = |runtime: &Arc<Runtime>, isolation: Isolation| {
+            let limits = PluginLimits {
+                isolation,
+                ..limits.clone()
+            };
             let started = Instant::now();
-            let plugin = Plugin::load(runtime, name, &path, None, limits.clone(), BTreeMap::new())
+            let plugin = Plugin::load(runtime, name, &path, None, limits, BTreeMap::new())
                 .unwrap_or_else(|e| panic!("{e}"));
             (plugin, started.elapsed())
         };
         let cold_runtime = Runtime::with_compile_cache(16, Some(cache.path())).expect("runtime");
-        let (_, cold) = load(&cold_runtime);
+        let (_, cold) = load(&cold_runtime, Isolation::PerDelivery);
         drop(cold_runtime);
         let runtime = Runtime::with_compile_cache(16, Some(cache.path())).expect("runtime");
-        let (plugin, warm) = load(&runtime);
         let msg = message(body);
-        let (median, p99) = measure(&plugin, &msg, iterations.max(100), false).await;
-        let (here, here_p99) = measure(&plugin, &msg, iterations.max(100), true).await;
-        println!(
-            "{name:<14} body {:>5} B  median {:>8.2} µs  p99 {:>8.2} µs  in place {:>7.2} / {:>8.2} µs  load {:>6.2} s cold, {:>5.3} s warm  rss {:>4} MiB",
-            msg.body.len(),
-            median.as_secs_f64() * 1e6,
-            p99.as_secs_f64() * 1e6,
-            here.as_secs_f64() * 1e6,
-            here_p99.as_secs_f64() * 1e6,
-            cold.as_secs_f64(),
-            warm.as_secs_f64(),
-            resident_mib(),
-        );
+        for (label, isolation) in &isolations {
+            let (plugin, warm) = load(&runtime, *isolation);
+            let (median, p99) = measure(&plugin, &msg, iterations.max(100), false).await;
+            let (here, here_p99) = measure(&plugin, &msg, iterations.max(100), true).await;
+            let row = format!("{name} {label}");
+            println!(
+                "{row:<28} body {:>5} B  median {:>8.2} µs  p99 {:>8.2} µs  in place {:>7.2} / {:>8.2} µs  load {:>6.2} s cold, {:>5.3} s warm  rss {:>4} MiB",
+                msg.body.len(),
+                median.as_secs_f64() * 1e6,
+                p99.as_secs_f64() * 1e6,
+                here.as_secs_f64() * 1e6,
+                here_p99.as_secs_f64() * 1e6,
+                cold.as_secs_f64(),
+                warm.as_secs_f64(),
+                resident_mib(),
+            );
+        }
     }
 }
 

@@ -12,7 +12,8 @@
 //! `CARTEIRO_TEST_AMQP_URL=... CARTEIRO_TEST_POSTGRES_URL=... cargo bench -p carteiro --bench pipeline`
 //! Knobs: `BENCH_MESSAGES`, `BENCH_ROUNDS` (default 3), `BENCH_PREFETCH` (default 256),
 //! `BENCH_SYSTEMS` (default `sqlite,postgres,baseline`; also `sqlite-native`, `postgres-native`:
-//! the enrollment handler compiled into the gateway, no Wasm).
+//! the enrollment handler compiled into the gateway, no Wasm), `BENCH_REUSE=N` (the plugin
+//! with `isolation = "per-batch"`, `reuse = N`).
 
 mod common;
 mod native_enrollment;
@@ -198,6 +199,7 @@ listen = ""
 path = "{plugin}"
 timeout = "5s"
 {concurrency}
+{isolation}
 [plugins.enrollment.variables]
 events_exchange = "bench.events"
 [[routes]]
@@ -212,6 +214,10 @@ idempotency_key = "message_id"
         // BENCH_MAX_CONCURRENCY: the plugin's max_concurrency (default: the gateway's).
         concurrency = std::env::var("BENCH_MAX_CONCURRENCY")
             .map(|n| format!("max_concurrency = {n}"))
+            .unwrap_or_default(),
+        // BENCH_REUSE: one instance serves N deliveries (default: a fresh one per delivery).
+        isolation = std::env::var("BENCH_REUSE")
+            .map(|n| format!("isolation = \"per-batch\"\nreuse = {n}"))
             .unwrap_or_default(),
     )
 }

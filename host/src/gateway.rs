@@ -61,6 +61,7 @@ pub async fn run_live(
 ) -> anyhow::Result<()> {
     let metrics = options.metrics;
     let (runtime, mut plugins) = load_plugins(&config)?;
+    runtime.count_instances_in(metrics.clone());
     for (name, handler) in options.native_handlers {
         let Some(loaded) = plugins.get_mut(&name) else {
             anyhow::bail!("no plugin `{name}` in the config to run natively");

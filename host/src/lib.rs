@@ -12,7 +12,8 @@
 //!   `[dead_letters]`), `telemetry`, `pipeline` (`[[routes]]`).
 //! - [`cli`]: the `carteiro` command line. A command that drives a part is named apart from
 //!   it: `dlq_command`, `shadow_command`, `canary_command`, `seal_command`.
-//! - [`runtime`]: the wasmtime sandbox — engine, limits, host imports, one call of `handle`.
+//! - [`runtime`]: the wasmtime sandbox — engine, limits, host imports, one call of `handle`,
+//!   instances kept for reuse by plugins with `isolation = "per-batch"` (`pool`).
 //! - [`common`]: time, test-only fault points, Carteiro's header names (`header_names`), the
 //!   labels deliveries are counted by, units such as `64MiB` (used by many, config included).
 //! - [`broker`]: AMQP connections, confirmed publishing, backoff, field tables as text
@@ -35,9 +36,9 @@
 //! - [`live`]: changing handlers while running — reload (SIGHUP, `POST /admin/reload`).
 //! - [`admin`]: health, readiness, metrics, the console and DLQ over HTTP; `GatewayHandle`,
 //!   what a running gateway exposes to it.
-//! - [`metrics`]: Prometheus metrics, one file per part (deliveries, versions, reload,
-//!   outbox, broker, alerts, store gate, replay, retention), each registering its own
-//!   families; below every part, which all share one `Arc<Metrics>`.
+//! - [`metrics`]: Prometheus metrics, one file per part (deliveries, versions, plugin
+//!   instances, reload, outbox, broker, alerts, store gate, replay, retention), each
+//!   registering its own families; below every part, which all share one `Arc<Metrics>`.
 //! - [`housekeeping`]: retention — how long each table keeps its rows (`[outbox]`,
 //!   `[dead_letters]`), the purges once a minute in batches, and what the last ones did.
 //! - [`alerts`]: dead-letter alerts per route (an ERROR log, a gauge, a `/readyz` line).

@@ -7,6 +7,7 @@ mod exactly_once;
 mod gateway;
 mod hostile;
 mod hostile_props;
+mod instance_reuse;
 mod languages;
 mod live;
 mod log_injection;

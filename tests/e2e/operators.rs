@@ -3,12 +3,13 @@
 //! dead-letter alerts (one ERROR per window, the gauge, the `/readyz` note, and clearing).
 //! Issue 25: retention's purges in `/metrics` and the console.
 
-use crate::live::{free_port, http};
+use crate::live::{free_port, http, sha256_of};
 use crate::resilience::{Running, carteiro};
 use crate::support::{
-    Client, Gateway, counter_dead_letter, json_props, migrated_store, plugin_route, route_config,
-    seed_outbox, unique, wait_for,
+    Client, Gateway, counter_dead_letter, json_props, migrated_store, plugin, plugin_route,
+    route_config, seed_outbox, unique, wait_for,
 };
+use carteiro::runtime::short_version;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -130,6 +131,14 @@ async fn metrics_move_by_exactly_a_known_batch() {
     for i in 0..2 {
         send("m", Some(format!("{batch}-ok-{i}")), "ok".into()).await;
     }
+    // A fresh instance per handler run (the default isolation), none reused.
+    let instances = |name: &str| {
+        let version = sha256_of(&plugin(name));
+        let version = short_version(&version);
+        format!(
+            "carteiro_plugin_instances_created_total{{plugin=\"{name}\",version=\"{version}\"}}"
+        )
+    };
     let expected: BTreeMap<String, f64> = [
         (format!("carteiro_deliveries_total{{route=\"{mixed}\",outcome=\"acked\"}}"), 9.0),
         (format!("carteiro_deliveries_total{{route=\"{mixed}\",outcome=\"duplicate\"}}"), 2.0),
@@ -149,6 +158,8 @@ async fn metrics_move_by_exactly_a_known_batch() {
         // message and the duplicates never reach the plugin.
         (format!("carteiro_handler_seconds_count{{route=\"{mixed}\"}}"), 17.0),
         (format!("carteiro_handler_seconds_count{{route=\"{enroll}\"}}"), 4.0),
+        (instances("fixture-mixed"), 17.0),
+        (instances("enrollment"), 4.0),
         ("carteiro_outbox_published_total".to_owned(), 12.0),
     ]
     .into_iter()

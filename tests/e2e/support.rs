@@ -99,8 +99,9 @@ where
     }
 }
 
-/// Per-delivery limits for loading a plugin in-process, without the instance cap and with
-/// the default byte totals: one place that knows every field of `PluginLimits`.
+/// Per-delivery limits for loading a plugin in-process, without the instance cap, with the
+/// default byte totals and a fresh instance per delivery: one place that knows every field
+/// of `PluginLimits`.
 pub fn plugin_limits(
     timeout: Duration,
     memory_bytes: u64,
@@ -114,6 +115,7 @@ pub fn plugin_limits(
         max_events,
         totals: carteiro::runtime::DeliveryTotals::default(),
         max_concurrency: None,
+        isolation: carteiro::runtime::Isolation::PerDelivery,
     }
 }
 
@@ -297,10 +299,26 @@ pub fn route_config(
     vars: &str,
     extra: &str,
 ) -> String {
+    route_config_with(queue, plugin_name, exchange, vars, "", extra)
+}
+
+/// [`route_config`] with more lines in the plugin table (`plugin_extra`), after its limits.
+pub fn route_config_with(
+    queue: &str,
+    plugin_name: &str,
+    exchange: &str,
+    vars: &str,
+    plugin_extra: &str,
+    extra: &str,
+) -> String {
+    let mut plugin_lines = "timeout = \"2s\"\nmemory = \"32MiB\"".to_owned();
+    if !plugin_extra.is_empty() {
+        plugin_lines = format!("{plugin_lines}\n{plugin_extra}");
+    }
     let route = plugin_route_with(
         plugin_name,
         plugin_name,
-        "timeout = \"2s\"\nmemory = \"32MiB\"",
+        &plugin_lines,
         vars,
         queue,
         &format!("prefetch = 16\n{extra}"),

@@ -5,6 +5,7 @@
 //! because every part takes the one `Arc<Metrics>`, so `metrics` stays below them all:
 //! - `deliveries`: the pipeline — deliveries, handler runs, failures, retries, dead letters;
 //! - `versions`: plugin versions, live shadows and canaries;
+//! - `instances`: plugin instances made and reused (`runtime`);
 //! - `reload`: reloads (`live`);
 //! - `outbox`: the relay's publishes and the outbox backlog;
 //! - `broker`: broker sessions lost (routes and relay);
@@ -16,6 +17,7 @@
 mod alerts;
 mod broker;
 mod deliveries;
+mod instances;
 mod outbox;
 mod reload;
 mod replay;
@@ -26,6 +28,7 @@ mod versions;
 pub use alerts::AlertMetrics;
 pub use broker::BrokerMetrics;
 pub use deliveries::DeliveryMetrics;
+pub use instances::InstanceMetrics;
 pub use outbox::OutboxMetrics;
 pub use reload::ReloadMetrics;
 pub use replay::ReplayMetrics;
@@ -82,6 +85,7 @@ pub struct Metrics {
     registry: Mutex<Registry>,
     deliveries: DeliveryMetrics,
     versions: VersionMetrics,
+    instances: InstanceMetrics,
     broker: BrokerMetrics,
     alerts: AlertMetrics,
     retention: RetentionMetrics,
@@ -102,6 +106,7 @@ impl Default for Metrics {
             versions: VersionMetrics::register(&mut registry),
             reload: ReloadMetrics::register(&mut registry),
             deliveries: DeliveryMetrics::register(&mut registry),
+            instances: InstanceMetrics::register(&mut registry),
             outbox: OutboxMetrics::register(&mut registry),
             broker: BrokerMetrics::register(&mut registry),
             alerts: AlertMetrics::register(&mut registry),

@@ -1,8 +1,8 @@
 //! `[runtime]` (the sandbox shared by every plugin) and `[plugins.NAME]` (each handler, its
-//! limits, shadow and canary), with the checks that concern only them. `config`
+//! limits, isolation, shadow and canary), with the checks that concern only them. `config`
 //! interpolates `${VAR}` in plugin variables first and checks routes against plugin names.
 
-use super::DeliveryTotals;
+use super::{DeliveryTotals, Isolation};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -84,6 +84,15 @@ pub struct PluginConfig {
     /// Total bytes of log messages one delivery may write through the `log` import.
     #[serde(default = "default_max_log_bytes", with = "crate::common::units::size")]
     pub max_log_bytes: u64,
+    /// `"per-delivery"` (default): a fresh instance for every delivery, so no guest state
+    /// survives one. `"per-batch"`: one instance serves up to `reuse` deliveries, one after
+    /// another, and guest globals survive between them (docs/handler-guide.md, "Isolation").
+    #[serde(default)]
+    pub isolation: IsolationMode,
+    /// With `isolation = "per-batch"`: deliveries one instance serves before a fresh one
+    /// replaces it, 1 to 10,000 (default 64). Refused with `"per-delivery"`.
+    #[serde(default)]
+    pub reuse: Option<u32>,
     /// Variables the plugin reads through the `config` import; `${VAR}` allowed.
     #[serde(default)]
     pub variables: BTreeMap<String, String>,
@@ -107,6 +116,22 @@ pub struct PluginConfig {
     #[serde(default)]
     pub canary: Option<CanaryConfig>,
 }
+
+/// `isolation` of `[plugins.NAME]`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IsolationMode {
+    /// A fresh instance per delivery.
+    #[default]
+    PerDelivery,
+    /// An instance reused for up to `reuse` deliveries.
+    PerBatch,
+}
+
+/// Deliveries a `"per-batch"` instance serves when `reuse` is not set.
+const DEFAULT_REUSE: u32 = 64;
+/// The most deliveries `reuse` may give one instance.
+const MAX_REUSE: u32 = 10_000;
 
 /// `[plugins.NAME.canary]`
 #[derive(Debug, Clone, Deserialize)]
@@ -191,6 +216,16 @@ fn default_max_log_bytes() -> u64 {
 }
 
 impl PluginConfig {
+    /// How the plugin's instances are shared between its deliveries.
+    pub fn isolation(&self) -> Isolation {
+        match self.isolation {
+            IsolationMode::PerDelivery => Isolation::PerDelivery,
+            IsolationMode::PerBatch => Isolation::PerBatch {
+                reuse: self.reuse.unwrap_or(DEFAULT_REUSE),
+            },
+        }
+    }
+
     /// Resolves relative paths against `base_dir` and checks the pin, the shadow, the canary
     /// and the limits, so a bad plugin stops start-up. `Err((key, message))` with the key
     /// under `plugins.NAME` (empty: the table itself).
@@ -259,6 +294,70 @@ impl PluginConfig {
                 "timeout must be above zero and memory at least 1MiB".into(),
             ));
         }
+        if let Some(reuse) = self.reuse {
+            if self.isolation == IsolationMode::PerDelivery {
+                return Err((
+                    "reuse",
+                    "applies only with isolation = \"per-batch\" (each delivery gets a fresh \
+                     instance by default): remove it, or set isolation = \"per-batch\" to let \
+                     one instance serve that many deliveries"
+                        .into(),
+                ));
+            }
+            if !(1..=MAX_REUSE).contains(&reuse) {
+                return Err((
+                    "reuse",
+                    format!("must be within 1..={MAX_REUSE} deliveries per instance, not {reuse}"),
+                ));
+            }
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `[plugins.p]` table of `lines` beside a component file, resolved and checked.
+    fn plugin(lines: &str) -> Result<PluginConfig, (&'static str, String)> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("p.wasm"), b"\0asm").expect("write");
+        let text = format!("path = \"p.wasm\"\n{lines}");
+        let mut plugin: PluginConfig = toml::from_str(&text).expect("parses");
+        plugin.validate(dir.path()).map(|()| plugin)
+    }
+
+    #[test]
+    fn isolation_is_a_fresh_instance_per_delivery_unless_per_batch() {
+        let default = plugin("").expect("valid");
+        assert_eq!(default.isolation(), Isolation::PerDelivery);
+        let batch = plugin("isolation = \"per-batch\"").expect("valid");
+        assert_eq!(batch.isolation(), Isolation::PerBatch { reuse: 64 });
+        let four = plugin("isolation = \"per-batch\"\nreuse = 4").expect("valid");
+        assert_eq!(four.isolation(), Isolation::PerBatch { reuse: 4 });
+        let named = plugin("isolation = \"per-delivery\"").expect("valid");
+        assert_eq!(named.isolation(), Isolation::PerDelivery);
+    }
+
+    #[test]
+    fn reuse_needs_per_batch_and_a_count_within_bounds() {
+        let (key, why) = plugin("reuse = 4").expect_err("refused");
+        assert_eq!(key, "reuse");
+        assert!(why.contains("per-batch"), "{why}");
+        let named = "isolation = \"per-delivery\"\nreuse = 4";
+        let (key, why) = plugin(named).expect_err("refused");
+        assert_eq!(key, "reuse");
+        assert!(why.contains("only with"), "{why}");
+        for bad in [0, 10_001] {
+            let lines = format!("isolation = \"per-batch\"\nreuse = {bad}");
+            let (key, why) = plugin(&lines).expect_err("refused");
+            assert_eq!(key, "reuse");
+            assert!(why.contains("1..=10000"), "{why}");
+        }
+        plugin("isolation = \"per-batch\"\nreuse = 10000").expect("the most");
+        plugin("isolation = \"per-batch\"\nreuse = 1").expect("the least");
+        let unknown = "path = \"p.wasm\"\nisolation = \"per-message\"";
+        assert!(toml::from_str::<PluginConfig>(unknown).is_err());
     }
 }

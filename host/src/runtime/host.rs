@@ -25,7 +25,9 @@ pub struct PluginIdentity {
     pub totals: DeliveryTotals,
 }
 
-/// Everything a plugin's `Store` holds for one delivery.
+/// Everything a plugin's `Store` holds. The WASI context, the resource table and the memory
+/// limiter belong to the instance (a reused instance keeps them); `calls` belongs to one
+/// delivery and is replaced for each (`runtime::pool`).
 pub struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
@@ -74,6 +76,12 @@ impl HostCalls {
             effects: Effects::default(),
             store_error: None,
         }
+    }
+
+    /// What the delivery left: its effects, and the error of a kv read that found the store
+    /// down. Taken out, so that nothing of it can reach another delivery.
+    pub(super) fn finish(&mut self) -> (Effects, Option<String>) {
+        (std::mem::take(&mut self.effects), self.store_error.take())
     }
 
     fn count_call(&mut self) -> wasmtime::Result<()> {

@@ -1,7 +1,13 @@
 //! Per-delivery resource limits: linear memory and tables via `ResourceLimiter`, and the
 //! error types that let the pipeline classify a limit hit instead of a generic trap.
 
+use std::time::Duration;
 use wasmtime::ResourceLimiter;
+
+/// The delivery's wall-clock budget ran out while the guest ran (the epoch callback).
+#[derive(Debug, thiserror::Error)]
+#[error("deadline of {0:?} reached")]
+pub struct DeadlineReached(pub Duration);
 
 /// The plugin tried to grow its memory past its cap.
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +53,8 @@ pub struct TotalExceeded {
     pub limit: u64,
 }
 
-/// Caps memory and table growth for one store.
+/// Caps memory and table growth for one store: an instance's linear memory, which a reused
+/// instance keeps from one delivery to the next, never grows past `memory_bytes`.
 pub struct Limiter {
     pub memory_bytes: usize,
     pub table_elements: usize,

@@ -1,9 +1,12 @@
 //! The wasmtime sandbox: one `Engine` with the pooling allocator and epoch interruption,
-//! one `InstancePre` per plugin, a fresh `Store` per delivery (see `plugin`). `native` runs a
-//! handler compiled into the host behind the same imports (benchmarks: the sandbox's cost).
-//! `config`: [`RuntimeConfig`] (`[runtime]`) and [`PluginConfig`] (`[plugins.NAME]`).
+//! one `InstancePre` per plugin, one call of `handle` per delivery (see `plugin`), on a fresh
+//! `Store` per delivery by default or, with `isolation = "per-batch"`, on an instance reused
+//! for several deliveries (`pool`; `capture`: guest output kept per delivery). `native` runs
+//! a handler compiled into the host behind the same imports (benchmarks: the sandbox's
+//! cost). `config`: [`RuntimeConfig`] (`[runtime]`) and [`PluginConfig`] (`[plugins.NAME]`).
 
 mod bindings;
+mod capture;
 mod config;
 mod effects;
 mod host;
@@ -11,9 +14,10 @@ mod limits;
 mod memory_kv;
 pub mod native;
 mod plugin;
+mod pool;
 
 pub use bindings::types::{Header, Message, RetryRequest, Verdict};
-pub use config::{CanaryConfig, PluginConfig, RollbackConfig, RuntimeConfig};
+pub use config::{CanaryConfig, IsolationMode, PluginConfig, RollbackConfig, RuntimeConfig};
 pub use effects::{Effects, EmittedEvent, KvFuture, KvSource, KvValue};
 pub use host::{MAX_EVENT_PAYLOAD_BYTES, MAX_KV_KEY_BYTES, MAX_KV_VALUE_BYTES};
 pub use limits::DeliveryTotals;
@@ -21,10 +25,12 @@ pub use memory_kv::{MemoryKv, MemoryKvError};
 pub use plugin::{
     Invocation, LoadError, Plugin, PluginFailure, PluginLimits, VERSION_DIGITS, short_version,
 };
+pub use pool::Isolation;
 
+use crate::metrics::Metrics;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use wasmtime::component::Linker;
@@ -47,6 +53,11 @@ pub struct Runtime {
     linker: Linker<host::HostState>,
     /// One permit per pooled instance slot, so a burst waits instead of failing a delivery.
     slots: Arc<Semaphore>,
+    /// The instance pools of plugins with `isolation = "per-batch"` (their idle instances
+    /// hold slots, given back when a delivery needs one).
+    pools: pool::Pools,
+    /// Where instances made and reused are counted, once the gateway says so.
+    metrics: OnceLock<Arc<Metrics>>,
     ticker_stop: Arc<AtomicBool>,
     /// The compile cache, when on (its hit and miss counts are the operator's evidence).
     cache: Option<Cache>,
@@ -136,6 +147,8 @@ impl Runtime {
             engine,
             linker,
             slots: Arc::new(Semaphore::new(max_instances as usize)),
+            pools: pool::Pools::default(),
+            metrics: OnceLock::new(),
             ticker_stop,
             cache: cache_in_use,
             compute: compute.handle().clone(),
@@ -156,6 +169,20 @@ impl Runtime {
     /// The compile cache folder, when on.
     pub fn compile_cache_dir(&self) -> Option<&Path> {
         self.cache.as_ref().map(|c| c.directory().as_path())
+    }
+
+    /// Counts the instances every plugin of this runtime makes and reuses in `metrics`
+    /// from now on (`carteiro_plugin_instances_created_total`,
+    /// `carteiro_plugin_instance_reuses_total`). Only the first call counts.
+    pub fn count_instances_in(&self, metrics: Arc<Metrics>) {
+        let _ = self.metrics.set(metrics);
+    }
+
+    /// An instance of `plugin` at `version` began a delivery: a new one, or `reused`.
+    fn count_instance(&self, plugin: &str, version: &str, reused: bool) {
+        if let Some(metrics) = self.metrics.get() {
+            metrics.plugin_instance(plugin, version, reused);
+        }
     }
 }
 

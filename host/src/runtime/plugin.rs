@@ -1,38 +1,38 @@
-//! One loaded plugin and one call of its `handle` export in a fresh, limited store.
+//! One loaded plugin and one call of its `handle` export in a limited store: a fresh one,
+//! or with `isolation = "per-batch"` one reused from the plugin's pool (`runtime::pool`).
 
 use super::Runtime;
 use super::bindings::{HandlerPre, types};
 use super::effects::{Effects, KvSource};
 use super::host::{HostCalls, HostState, PluginIdentity};
 use super::limits::{
-    DeliveryTotals, HostCallLimitExceeded, Limiter, MemoryLimitExceeded, TotalExceeded,
+    DeadlineReached, DeliveryTotals, HostCallLimitExceeded, MemoryLimitExceeded, TotalExceeded,
 };
 use super::native::{NativeHandler, NativeHost};
+use super::pool::{Instance, InstancePool, Isolation};
 use crate::common::labels::FailureKind;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use wasmtime::Trap;
 use wasmtime::component::Component;
-use wasmtime::{Store, Trap, UpdateDeadline};
-use wasmtime_wasi::WasiCtx;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-
-/// Guest stdout/stderr kept per delivery (forwarded to tracing afterwards).
-const CAPTURE_BYTES: usize = 64 << 10;
 
 /// Limits applied to each delivery a plugin handles.
 #[derive(Debug, Clone)]
 pub struct PluginLimits {
     pub timeout: Duration,
+    /// Linear memory per instance (a reused instance keeps what it grew to, up to this).
     pub memory_bytes: u64,
     pub max_host_calls: u32,
     pub max_events: u32,
     /// Totals of kv, event and log bytes per delivery.
     pub totals: DeliveryTotals,
-    /// Instances alive at once; `None`: [`default_concurrency`] of the component's size.
+    /// Deliveries running at once; `None`: [`default_concurrency`] of the component's size.
     pub max_concurrency: Option<u32>,
+    /// A fresh instance per delivery (default), or one reused for several.
+    pub isolation: Isolation,
 }
 
 /// Why a plugin could not be loaded. The message says which file and what to do.
@@ -122,8 +122,12 @@ pub struct Plugin {
     code: Code,
     limits: PluginLimits,
     digest: Arc<str>,
-    /// Instances of this plugin alive at once (see [`default_concurrency`]).
+    /// Instances of this plugin running a delivery at once (see [`default_concurrency`]).
     concurrency: Arc<tokio::sync::Semaphore>,
+    /// Idle instances kept for reuse (`isolation = "per-batch"`); `None`: a fresh instance
+    /// per delivery. Another version (a reload, a canary) is another `Plugin` with a pool
+    /// of its own, so an instance never serves two versions.
+    pool: Option<Arc<InstancePool>>,
 }
 
 /// What runs a delivery: a component (always, from the config) or a handler compiled into
@@ -159,17 +163,13 @@ pub fn short_version(digest: &str) -> &str {
     digest.get(..VERSION_DIGITS).unwrap_or(digest)
 }
 
-/// A finished delivery's store and the permits it held: dropping it resets the instance's
-/// pool slot and gives the slot back.
+/// What a finished delivery leaves for the caller to drop: its instance unless the pool
+/// kept it (dropping it resets its pooling slot and gives the slot back), and the plugin's
+/// permit.
 struct Spent {
-    _store: Store<HostState>,
-    _slot: tokio::sync::OwnedSemaphorePermit,
+    _instance: Option<Instance>,
     _turn: tokio::sync::OwnedSemaphorePermit,
 }
-
-#[derive(Debug, thiserror::Error)]
-#[error("deadline of {0:?} reached")]
-struct DeadlineReached(Duration);
 
 impl Plugin {
     /// Reads, verifies (digest pin), compiles and pre-links a component.
@@ -265,6 +265,10 @@ impl Plugin {
         digest: String,
         concurrency: usize,
     ) -> Self {
+        let pool = match (&code, limits.isolation) {
+            (Code::Wasm(_), Isolation::PerBatch { reuse }) => Some(runtime.pools.add(reuse)),
+            _ => None,
+        };
         Self {
             runtime: runtime.clone(),
             identity: Arc::new(PluginIdentity {
@@ -278,6 +282,7 @@ impl Plugin {
             limits,
             digest: digest.into(),
             concurrency: Arc::new(tokio::sync::Semaphore::new(concurrency)),
+            pool,
         }
     }
 
@@ -301,7 +306,8 @@ impl Plugin {
         &self.limits
     }
 
-    /// Runs `handle` on a fresh instance. Never panics and never hangs past the timeout.
+    /// Runs `handle` on a fresh instance (or, with `isolation = "per-batch"`, an idle one of
+    /// this plugin's pool). Never panics and never hangs past the timeout.
     ///
     /// The guest runs on the runtime's own compute threads: a tokio worker busy with guest
     /// code cannot poll the broker and store tasks queued behind it, and with hundreds of
@@ -331,8 +337,8 @@ impl Plugin {
     }
 
     /// [`Plugin::handle`] on the calling task instead of a compute thread, the instance torn
-    /// down before it returns: for callers whose thread guest code may occupy (the dispatch
-    /// benchmark's measure of the instance alone).
+    /// down (or back in the pool) before it returns: for callers whose thread guest code may
+    /// occupy (the dispatch benchmark's measure of the instance alone).
     pub async fn handle_in_place(
         &self,
         message: &types::Message,
@@ -345,8 +351,9 @@ impl Plugin {
         self.run_instance(message, kv, &mut spent).await
     }
 
-    /// One delivery on a fresh instance. The used store and the permits it held are left
-    /// in `spent`, for the caller to drop.
+    /// One delivery on an instance of its own: fresh, or idle in the plugin's pool. The
+    /// instance (unless the pool keeps it) and the permit it held are left in `spent`, for
+    /// the caller to drop.
     async fn run_instance(
         &self,
         message: &types::Message,
@@ -363,68 +370,62 @@ impl Plugin {
             .acquire_owned()
             .await
             .map_err(|e| PluginFailure::Instantiate(e.to_string()))?;
-        let slot = self
-            .runtime
-            .slots
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|e| PluginFailure::Instantiate(e.to_string()))?;
-        let stdout = MemoryOutputPipe::new(CAPTURE_BYTES);
-        let stderr = MemoryOutputPipe::new(CAPTURE_BYTES);
-        let wasi = WasiCtx::builder()
-            .stdout(stdout.clone())
-            .stderr(stderr.clone())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
-        let limiter = Limiter {
-            memory_bytes: usize::try_from(self.limits.memory_bytes).unwrap_or(usize::MAX),
-            table_elements: 100_000,
-        };
         let calls = HostCalls::new(self.identity.clone(), kv);
-        let state = HostState::new(wasi, limiter, calls);
-        let mut store = Store::new(&self.runtime.engine, state);
-        store.limiter(|s| &mut s.limiter);
-
-        // Yield to tokio every tick so a busy guest never starves other deliveries, and
-        // trap once the wall-clock budget is spent.
-        let timeout = self.limits.timeout;
-        let deadline = Instant::now() + timeout;
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |_| {
-            if Instant::now() >= deadline {
-                Err(wasmtime::Error::new(DeadlineReached(timeout)))
-            } else {
-                Ok(UpdateDeadline::Yield(1))
+        let mut instance = match self.pool.as_ref().and_then(|pool| pool.checkout()) {
+            Some(mut idle) => {
+                idle.replace_calls(calls);
+                idle
             }
-        });
+            None => {
+                let slot = self
+                    .runtime
+                    .pools
+                    .slot(&self.runtime.slots)
+                    .await
+                    .map_err(|e| PluginFailure::Instantiate(e.to_string()))?;
+                Instance::new(&self.runtime.engine, self.limits.memory_bytes, calls, slot)
+            }
+        };
+        let timeout = self.limits.timeout;
+        let reused = instance.begin(timeout);
+        self.runtime
+            .count_instance(self.name(), self.version(), reused);
 
         let call = async {
-            let handler = pre.instantiate_async(&mut store).await?;
-            handler.call_handle(&mut store, message).await
+            let handler = match instance.handler.take() {
+                Some(handler) => handler,
+                None => pre.instantiate_async(&mut instance.store).await?,
+            };
+            let verdict = handler.call_handle(&mut instance.store, message).await?;
+            Ok::<_, wasmtime::Error>((handler, verdict))
         };
         // Host awaits (kv reads) do not advance the guest's deadline check; bound them too.
         let outcome = tokio::time::timeout(timeout + super::EPOCH_TICK * 5, call).await;
-        let stderr_text = forward_output(self.name(), &stdout, &stderr);
-        let calls = &mut store.data_mut().calls;
-        let effects = std::mem::take(&mut calls.effects);
-        let store_error = calls.store_error.take();
+        let finished = instance.finish();
+        let stderr_text = forward_output(self.name(), &finished.stdout, &finished.stderr);
+        let verdict = match outcome {
+            Err(_) => Err(PluginFailure::Timeout(timeout)),
+            Ok(Err(error)) => Err(classify(error, timeout, &stderr_text)),
+            Ok(Ok((handler, verdict))) => {
+                instance.handler = Some(handler);
+                Ok(verdict)
+            }
+        };
+        // Only an instance whose delivery ended with a verdict may serve another: after a
+        // trap, a timeout, a limit or a host error (the store down) its state is suspect.
+        let reusable = verdict.is_ok() && finished.store_error.is_none();
+        let left = match &self.pool {
+            Some(pool) if reusable => pool.checkin(instance),
+            _ => Some(instance),
+        };
         *spent = Some(Spent {
-            _store: store,
-            _slot: slot,
+            _instance: left,
             _turn: turn,
         });
-        let verdict = match outcome {
-            Err(_) => return Err(PluginFailure::Timeout(timeout)),
-            Ok(Err(error)) => return Err(classify(error, timeout, &stderr_text)),
-            Ok(Ok(verdict)) => verdict,
-        };
         Ok(Invocation {
-            verdict,
-            effects,
-            store_error,
+            verdict: verdict?,
+            effects: finished.effects,
+            store_error: finished.store_error,
         })
     }
 
@@ -517,16 +518,15 @@ fn classify(error: wasmtime::Error, timeout: Duration, stderr: &str) -> PluginFa
 }
 
 /// Sends the guest's captured output to tracing under the plugin's name; returns stderr.
-fn forward_output(plugin: &str, stdout: &MemoryOutputPipe, stderr: &MemoryOutputPipe) -> String {
-    let (out, err) = (stdout.contents(), stderr.contents());
-    if out.is_empty() && err.is_empty() {
+fn forward_output(plugin: &str, stdout: &[u8], stderr: &[u8]) -> String {
+    if stdout.is_empty() && stderr.is_empty() {
         return String::new();
     }
-    let out = String::from_utf8_lossy(&out).into_owned();
+    let out = String::from_utf8_lossy(stdout);
     for line in out.lines().filter(|l| !l.is_empty()) {
         tracing::info!(plugin, stream = "stdout", "{line}");
     }
-    let err = String::from_utf8_lossy(&err).into_owned();
+    let err = String::from_utf8_lossy(stderr).into_owned();
     for line in err.lines().filter(|l| !l.is_empty()) {
         tracing::warn!(plugin, stream = "stderr", "{line}");
     }

@@ -38,6 +38,7 @@ pub fn load_plugin(
             log_bytes: p.max_log_bytes,
         },
         max_concurrency: p.max_concurrency,
+        isolation: p.isolation(),
     };
     let plugin = Plugin::load(
         runtime,

@@ -1,0 +1,69 @@
+//! The wasm runtime's plugin instances: made, and reused for another delivery (plugins with
+//! `isolation = "per-batch"`), per plugin version. Their ratio is the reuse an operator sees.
+
+use super::{Metrics, RegisterExt};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+/// A plugin and one of its versions (12 hex digits of its sha256).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginVersion {
+    plugin: String,
+    version: String,
+}
+
+impl PluginVersion {
+    fn of(plugin: &str, version: &str) -> Self {
+        Self {
+            plugin: plugin.into(),
+            version: version.into(),
+        }
+    }
+}
+
+/// Plugin instances made and reused.
+pub struct InstanceMetrics {
+    created: Family<PluginVersion, Counter>,
+    reused: Family<PluginVersion, Counter>,
+}
+
+impl InstanceMetrics {
+    pub(super) fn register(registry: &mut Registry) -> Self {
+        Self {
+            created: registry.new_metric(
+                "plugin_instances_created",
+                "Plugin instances made, by plugin and version (one per delivery unless the plugin's isolation is per-batch)",
+            ),
+            reused: registry.new_metric(
+                "plugin_instance_reuses",
+                "Deliveries served by a plugin instance that had served one before (isolation per-batch), by plugin and version",
+            ),
+        }
+    }
+}
+
+impl Metrics {
+    /// An instance of `plugin` at `version` began a delivery: a new one, or `reused`.
+    pub fn plugin_instance(&self, plugin: &str, version: &str, reused: bool) {
+        let family = if reused {
+            &self.instances.reused
+        } else {
+            &self.instances.created
+        };
+        family
+            .get_or_create(&PluginVersion::of(plugin, version))
+            .inc();
+    }
+
+    /// Instances of `plugin` at `version` made, and deliveries they served after their first
+    /// (for tests).
+    pub fn plugin_instances(&self, plugin: &str, version: &str) -> (u64, u64) {
+        let label = PluginVersion::of(plugin, version);
+        (
+            self.instances.created.get_or_create(&label).get(),
+            self.instances.reused.get_or_create(&label).get(),
+        )
+    }
+}
