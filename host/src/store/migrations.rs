@@ -51,6 +51,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "dead letter groups index",
         include_str!("../../migrations/sqlite/0008_dead_letter_groups_index.sql"),
     ),
+    (
+        10,
+        "dead letter history",
+        include_str!("../../migrations/sqlite/0010_dead_letter_history.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str, &str)] = &[
@@ -88,6 +93,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         7,
         "canary decisions",
         include_str!("../../migrations/postgres/0007_canary_decisions.sql"),
+    ),
+    (
+        10,
+        "dead letter history",
+        include_str!("../../migrations/postgres/0010_dead_letter_history.sql"),
     ),
 ];
 

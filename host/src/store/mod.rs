@@ -12,7 +12,8 @@
 //! - `committer`: [`GroupCommitter`], the task that batches concurrent commits.
 //! - `inbox`, `kv`, `outbox`, `dead_letters`: reads and maintenance per table;
 //!   `dead_letter_text`: [`NewDeadLetter`] and the lossless encoding that lets any of
-//!   them be archived.
+//!   them be archived; `dead_letter_history`: each replay and edit of a dead letter
+//!   ([`DeadLetterEvent`]) and the claim an edit takes.
 //! - `reads`: [`BatchedReads`], the pipeline's inbox and kv point reads, batched.
 //! - `sql`: placeholder lists for statements built per batch.
 //! - `nul_free`: the text check shared by every write (no NUL bytes on either backend).
@@ -25,6 +26,7 @@ mod commit_request;
 mod commit_set;
 mod committer;
 mod config;
+mod dead_letter_history;
 mod dead_letter_text;
 mod dead_letters;
 mod error;
@@ -47,6 +49,7 @@ pub use commit_request::{
 };
 pub use committer::{CommitterConfig, CommitterHandle, GroupCommitter};
 pub use config::StoreConfig;
+pub use dead_letter_history::DeadLetterEvent;
 pub use dead_letter_text::NewDeadLetter;
 pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterStat};
 pub use error::StoreError;
