@@ -3,10 +3,12 @@
 
 mod blackhole;
 mod console;
+mod edit;
 mod exactly_once;
 mod gateway;
 mod hostile;
 mod hostile_props;
+mod journey;
 mod languages;
 mod live;
 mod log_injection;
