@@ -27,7 +27,8 @@
 //! - [`store`]: sqlx on SQLite or PostgreSQL — inbox, kv, outbox, dead letters, group commit.
 //! - [`relay`]: the outbox publisher.
 //! - [`dlq`]: dead letters for people (JSON views, replay, `shadow_replay`: what a new
-//!   version would decide on archived dead letters).
+//!   version would decide on archived dead letters, `edit`: edit and retry, `journey`: every
+//!   attempt, replay and edit of a message).
 //! - [`gateway`]: `carteiro run` — everything wired together (on top: nothing imports it
 //!   but `cli`).
 //! - [`services`]: what the gateway wires, below it: plugin loading, the runtime factory, the

@@ -21,10 +21,14 @@
 //!   `../` path, a symlink out or a non-wasm file is refused without quoting it; a sha256 pin.
 //! - `console_replay_stops_and_resumes_once`: a rate-limited replay stopped half-way, then
 //!   started again, replays each message exactly once (JSON API).
+//! - `console_edit_and_retry_in_a_browser`: a dead letter's edit form (the inbox rule it
+//!   states, refusals, the edit record, a new id) and the journey page;
+//!   `console_edit_needs_credentials_and_the_console_origin`: the edit's form post over HTTP.
 
 mod auth;
 mod browser;
 mod driver;
+mod edit;
 mod framing;
 mod hosts;
 mod limits;

@@ -3,11 +3,13 @@
 
 mod blackhole;
 mod console;
+mod edit;
 mod exactly_once;
 mod gateway;
 mod hostile;
 mod hostile_props;
 mod instance_reuse;
+mod journey;
 mod languages;
 mod live;
 mod log_injection;

@@ -55,6 +55,12 @@ impl Authenticated {
     }
 }
 
+/// Who made a request, for the records an action keeps (an edit's author): the `[admin]
+/// basic` user, or `token` for the bearer token. The guard sets it on every request whose
+/// credentials are good.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operator(pub String);
+
 /// Where the guard reads the credentials: the running config, the start-up one until the
 /// gateway has started.
 pub struct Credentials {
@@ -227,6 +233,14 @@ async fn decide(auth: &Auth, mut request: Request, next: Next) -> Response {
         caller_known: caller != Caller::Unknown,
         pages_need_auth: auth.pages_need_auth,
     });
+    let operator = match caller {
+        Caller::Bearer => Some("token".to_owned()),
+        Caller::Basic => auth.basic.as_ref().map(|(user, _)| user.clone()),
+        Caller::Unknown => None,
+    };
+    if let Some(name) = operator {
+        request.extensions_mut().insert(Operator(name));
+    }
     if !changes_state && !login && (probe || !auth.pages_need_auth) {
         return next.run(request).await;
     }

@@ -15,12 +15,16 @@
 //! - `shadow_file`: which plugin file a shadow run may load.
 //! - `read_limit`: how many admin requests may use the store at once.
 //! - `page`, `pages`, `actions`: the console's HTML (maud), read-only pages, and forms.
+//! - `edit`: edit and retry on a dead letter's page (the form, the inbox rule, the edits);
+//!   `journey`: a message's journey page.
 
 mod actions;
 mod api;
 pub mod auth;
+mod edit;
 pub mod groups;
 mod jobs;
+mod journey;
 mod origin;
 mod overview;
 mod page;
@@ -132,6 +136,8 @@ pub fn router(handle: GatewayHandle, admin: &AdminConfig) -> (Router, AdminState
         .route("/dead-letters", get(pages::groups))
         .route("/dead-letters/group", get(pages::group))
         .route("/dead-letters/message/{id}", get(pages::message))
+        .route("/dead-letters/message/{id}/edit", post(edit::submit))
+        .route("/dead-letters/message/{id}/journey", get(journey::journey))
         .route("/dead-letters/replay", post(actions::replay))
         .route(
             "/dead-letters/purge",

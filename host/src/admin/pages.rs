@@ -1,5 +1,6 @@
 //! The console's read-only pages: routes, dead-letter groups, one group's messages, one
-//! message. Everything shown comes from publishers or plugins and is escaped by maud.
+//! message (with its edit form: `edit`). Everything shown comes from publishers or plugins
+//! and is escaped by maud.
 
 use super::page::{Fields, age, error_page, page, query, time};
 use super::target::group_url;
@@ -279,6 +280,9 @@ pub async fn message(State(s): State<AdminState>, Path(id): Path<i64>) -> Respon
     };
     let reason = groups::normalise_reason(&d.letter.reason);
     let (body, kind) = body_text(&d.letter.body);
+    // The history only adds to the page: a store that does not answer shows none.
+    let events = h.store.dead_letter_events(id).await.unwrap_or_default();
+    let inbox = super::edit::inbox(&s, &d).await;
     page(
         &format!("Dead letter #{}", d.id),
         &banners(h),
@@ -294,14 +298,21 @@ pub async fn message(State(s): State<AdminState>, Path(id): Path<i64>) -> Respon
                 tr { th { "Dead-lettered" } td { (time(d.letter.dead_lettered_at)) } }
                 tr { th { "Replayed" } td { (d.replay_count) " times"
                     @if let Some(t) = d.replayed_at { ", last " (time(t)) } } }
+                tr { th { "Edited" } td #edited { @match d.edited_at { Some(t) => (time(t)), None => "never" } } }
+                @if let Some(of) = d.replay_of {
+                    tr { th { "Replay of" } td { a href=(format!("/dead-letters/message/{of}")) { "#" (of) } } }
+                }
             }
-            form.inline method="post" action="/dead-letters/replay" {
-                input type="hidden" name="route" value=(d.letter.route);
-                input type="hidden" name="reason" value=(reason);
-                input type="hidden" name="scope" value="selection";
-                input type="hidden" name="id" value=(d.id);
-                input type="hidden" name="include_replayed" value="1";
-                button #replay-one type="submit" { "Replay this message" }
+            p { a #journey-link href=(format!("/dead-letters/message/{}/journey", d.id)) { "Journey: every attempt, replay and edit of this message" } }
+            @if d.edited_at.is_none() {
+                form.inline method="post" action="/dead-letters/replay" {
+                    input type="hidden" name="route" value=(d.letter.route);
+                    input type="hidden" name="reason" value=(reason);
+                    input type="hidden" name="scope" value="selection";
+                    input type="hidden" name="id" value=(d.id);
+                    input type="hidden" name="include_replayed" value="1";
+                    button #replay-one type="submit" { "Replay this message" }
+                }
             }
             h2 { "Headers" }
             table #headers {
@@ -310,6 +321,7 @@ pub async fn message(State(s): State<AdminState>, Path(id): Path<i64>) -> Respon
             }
             h2 { "Body " span.muted { "(" (d.letter.body.len()) " bytes, " (kind) ")" } }
             pre #body { (body) }
+            (super::edit::section(&d, &inbox, &events))
         },
     )
 }

@@ -173,6 +173,8 @@ pub struct CopyStory<'a> {
     pub reason: &'a str,
     /// This failure's time (unix ms).
     pub now_ms: i64,
+    /// The attempts so far, this one included (`x-carteiro-journey`, see `common::journey`).
+    pub journey: Option<&'a str>,
     pub to: HandOn<'a>,
 }
 
@@ -198,6 +200,9 @@ pub fn handed_on_properties(
     set_int(&mut headers, h::FIRST_FAILURE_AT, first);
     set_int(&mut headers, h::LAST_FAILURE_AT, story.now_ms);
     set_text(&mut headers, h::LAST_REASON, story.reason);
+    if let Some(journey) = story.journey {
+        set_text(&mut headers, h::JOURNEY, journey);
+    }
     match story.to {
         HandOn::Retry { attempt } => set_int(&mut headers, h::ATTEMPT, attempt),
         HandOn::DeadLetter {
@@ -430,6 +435,7 @@ mod tests {
             first_failure_at: Some(5),
             reason: "busy",
             now_ms: 9,
+            journey: Some("{\"attempts\":[]}"),
             to,
         }
     }
@@ -449,6 +455,10 @@ mod tests {
         assert_eq!(header_int(Some(&retry), h::ATTEMPT), Some(2));
         assert_eq!(header_int(Some(&retry), h::FIRST_FAILURE_AT), Some(5));
         assert_eq!(header_int(Some(&retry), h::LAST_FAILURE_AT), Some(9));
+        assert_eq!(
+            header_text(Some(&retry), h::JOURNEY).as_deref(),
+            Some("{\"attempts\":[]}")
+        );
         assert_eq!(header_text(Some(&retry), h::REASON), None);
         assert_eq!(header_text(Some(&retry), "x-death"), None);
         let dead = headers(HandOn::DeadLetter {

@@ -1,5 +1,7 @@
-//! `carteiro dlq list|show|stats|replay|purge`: the dead-letter store for operators.
+//! `carteiro dlq list|show|stats|replay|edit|purge`: the dead-letter store for operators
+//! (`edit` and `show --journey` live in `dlq_edit_command`).
 
+use super::dlq_edit_command::{self, EditArgs};
 use super::ops::load_config;
 use crate::broker::connect_any;
 use crate::dlq::run::{Progress, ReplayOptions};
@@ -69,7 +71,14 @@ pub enum DlqCommand {
         json: bool,
     },
     /// Show one dead letter with headers and body.
-    Show { id: i64 },
+    Show {
+        id: i64,
+        /// Print its message's journey instead: every attempt (when, plugin version, verdict
+        /// or failure with its reason, retry tier, trace id), the dead-lettering, each replay
+        /// and edit, and the outcome.
+        #[arg(long)]
+        journey: bool,
+    },
     /// Counts per route and reason.
     Stats,
     /// Publish dead letters back to their route's queue (attempts start again at 1): one by
@@ -109,6 +118,11 @@ pub enum DlqCommand {
         #[arg(long, requires = "shadow")]
         json: bool,
     },
+    /// Change a dead letter's body or headers and send the edited copy to its route's queue:
+    /// only the edited copy, never the original as well (the dead letter is then never
+    /// replayed as archived). The archive keeps the original, who edited it, when and what
+    /// changed. Without --body-file or header changes, the body opens in $EDITOR.
+    Edit(EditArgs),
     /// Delete every dead letter matching the filters, replayed or not (at least one filter
     /// is required). `--since 1h` deletes those dead-lettered in the last hour;
     /// `--older-than 7d` those dead-lettered more than seven days ago.
@@ -158,7 +172,11 @@ pub async fn run(config_path: &Path, command: DlqCommand) -> anyhow::Result<i32>
                 }
             }
         }
-        DlqCommand::Show { id } => match store.dead_letter_get(id).await? {
+        DlqCommand::Show { id, journey: true } => {
+            return dlq_edit_command::show_journey(&config, &store, id).await;
+        }
+        DlqCommand::Edit(args) => return dlq_edit_command::edit(&config, &store, args).await,
+        DlqCommand::Show { id, .. } => match store.dead_letter_get(id).await? {
             Some(d) => println!(
                 "{}",
                 serde_json::to_string_pretty(&crate::dlq::detail_json(&d))?
@@ -270,6 +288,14 @@ async fn replay(
             eprintln!("no dead letter with id {id}");
             return Ok(1);
         };
+        if let Some(edited) = d.edited_at {
+            eprintln!(
+                "#{id} was edited at {}: only its edited copy is sent, never the original; edit \
+                 it again (`carteiro dlq edit {id}`) to send another copy",
+                crate::common::rfc3339(edited)
+            );
+            return Ok(1);
+        }
         let since = Some(crate::common::now_ms());
         return Ok(
             match crate::dlq::replay(store, &publisher, &seal, &d, timeout, since, None).await? {

@@ -15,6 +15,13 @@ pub const ROUTE: &str = "x-carteiro-route";
 pub const ORIGINAL_EXCHANGE: &str = "x-carteiro-original-exchange";
 pub const ORIGINAL_ROUTING_KEY: &str = "x-carteiro-original-routing-key";
 pub const DEAD_LETTERED_AT: &str = "x-carteiro-dead-lettered-at";
+/// The attempts a message made so far (bounded JSON, see `common::journey`), carried on its
+/// retry and dead-letter copies so the archive can show its journey without a store write
+/// per failed attempt.
+pub const JOURNEY: &str = "x-carteiro-journey";
+/// On a replay or an edited copy: the archive id of the dead letter it was sent from, so a
+/// dead letter it becomes again is linked to it (`dead_letters.replay_of`).
+pub const REPLAY_OF: &str = "x-carteiro-replay-of";
 
 /// Pseudo-headers under which an archived dead letter keeps its AMQP properties, so a
 /// replay restores them.

@@ -1,11 +1,12 @@
 //! Small pieces shared by the pipeline, the relay, the dead-letter tools and housekeeping,
 //! kept below all of them so none imports another for a utility: time, test-only fault
 //! injection, Carteiro's own AMQP header names ([`header_names`]), the labels deliveries and
-//! retention purges are counted by ([`labels`]), PEM files for TLS ([`pem`]), units in config
-//! and on the command line ([`units`]: sizes like `64MiB`, durations), and file permissions
-//! of secrets.
+//! retention purges are counted by ([`labels`]), the attempt history a message carries on its
+//! copies ([`journey`]), PEM files for TLS ([`pem`]), units in config and on the command line
+//! ([`units`]: sizes like `64MiB`, durations), and file permissions of secrets.
 
 pub mod header_names;
+pub mod journey;
 pub mod labels;
 pub mod pem;
 pub mod units;

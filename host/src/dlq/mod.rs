@@ -2,8 +2,14 @@
 //! fresh attempt counter, via a confirmed publish, then marked replayed). `run`: a replay
 //! of everything a filter selects, resumable. `shadow_replay`: what a new plugin version would
 //! decide on dead letters, in a throwaway store (nothing committed or published). `unpark`:
-//! a quorum route's parked dead letters back into its DLQ.
+//! a quorum route's parked dead letters back into its DLQ. `edit`: edit and retry (only the
+//! edited copy is sent). `journey`: every attempt, replay and edit of a message, read back.
+//!
+//! Every copy a replay or an edit sends carries `x-carteiro-replay-of` (sealed): should it
+//! fail again, its new dead letter links back to the one it was sent from.
 
+pub mod edit;
+pub mod journey;
 pub mod run;
 pub mod shadow_replay;
 pub mod unpark;
@@ -59,6 +65,8 @@ pub fn detail_json(d: &DeadLetter) -> serde_json::Value {
     );
     value["replayed_at"] = serde_json::json!(d.replayed_at);
     value["stored_encoded"] = serde_json::json!(d.stored_encoded);
+    value["replay_of"] = serde_json::json!(d.replay_of);
+    value["edited_at"] = serde_json::json!(d.edited_at);
     value
 }
 
@@ -99,6 +107,14 @@ pub fn replay_properties_of(d: &DeadLetter) -> anyhow::Result<lapin::BasicProper
     .map_err(|e| anyhow::anyhow!("dead letter {} cannot be replayed: {e}", d.id))
 }
 
+/// `properties` with `x-carteiro-replay-of: ID` (to be sealed with the rest): a dead letter the
+/// copy becomes again is linked to dead letter `id`.
+fn with_replay_of(properties: lapin::BasicProperties, id: i64) -> lapin::BasicProperties {
+    let mut headers = properties.headers().clone().unwrap_or_default();
+    crate::broker::outgoing::set_int(&mut headers, crate::common::header_names::REPLAY_OF, id);
+    properties.with_headers(headers)
+}
+
 /// How one replay of a dead letter ended, when nothing failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Replayed {
@@ -135,9 +151,11 @@ fn claim_lease(timeout: Duration) -> i64 {
     i64::try_from((timeout * 2 + Duration::from_secs(5)).as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Claims the dead letter (so a concurrent replay skips it), publishes it back to its
-/// route's queue (confirmed) and marks it replayed. `replayed_before`: a row replayed
-/// already is taken only if that was before this moment (`None`: only unreplayed rows).
+/// Claims the dead letter (so a concurrent replay or edit skips it), publishes it back to its
+/// route's queue (confirmed) and marks it replayed. A dead letter that was edited is never
+/// replayed (its claim fails: `Skipped`): only its edited copy is sent. `replayed_before`: a
+/// row replayed already is taken only if that was before this moment (`None`: only unreplayed
+/// rows).
 /// `owner`: whose claim it is (one run's rows share an owner, so a stopped run can give its
 /// claims back at once: see `run::replay_matching`); `None`, a claim of its own.
 pub async fn replay(
@@ -157,7 +175,7 @@ pub async fn replay(
             fresh.as_str()
         }
     };
-    let properties = replay_properties_of(d)?;
+    let properties = with_replay_of(replay_properties_of(d)?, d.id);
     // Sealed, so the route believes the original exchange and routing key it carries.
     let properties = seal.seal(&d.letter.route, properties, &d.letter.body);
     let claimed = store

@@ -4,14 +4,21 @@
 //! broker and records how it ended (metrics, span). A copy AMQP cannot carry (its headers
 //! would not fit the broker's frame) is archived straight into the store instead, with a
 //! reason saying so: never a loop of failing publishes.
+//!
+//! Each copy also carries the message's journey (`common::journey`): the attempts its own
+//! copy brought, then this one (plugin version, verdict or failure, reason, the retry tier it
+//! goes to, the trace id). It costs no store write: the archive keeps it with the dead letter.
 
 use super::acks::Acks;
 use super::archiver;
 use super::context::RouteContext;
 use super::plan::{FailureKind, Outcome, Plan, ReasonClass};
 use super::received::Received;
+use crate::broker::field_table::header_text;
 use crate::broker::outgoing::{CopyStory, HandOn, cap_reason, handed_on_properties};
 use crate::broker::{ConfirmedPublisher, Outgoing, PublishError};
+use crate::common::header_names as h;
+use crate::common::journey::{self, Attempt, Journey};
 use crate::common::{FaultPoint, hang_if, now_ms};
 use crate::runtime::{Invocation, Message, Plugin};
 use crate::store::{CommitOutcome, CommitRequest, KvRead, KvWrite, NewOutboxRow, StoreError};
@@ -72,7 +79,13 @@ impl Apply<'_> {
             } => {
                 telemetry.delivery_failed(FailureKind::Retry);
                 tracing::info!(target: LOG, attempt = self.received.attempt, ?delay, %reason, "scheduling retry");
-                match self.to_retry(delay, &reason).await {
+                let kind = match class {
+                    ReasonClass::Kind(kind) => kind,
+                    ReasonClass::Handler | ReasonClass::RetriesExhausted => FailureKind::Retry,
+                };
+                let tier = self.ctx.settings.retry_queue(delay);
+                let journey = self.journey(kind, &reason, Some(tier));
+                match self.to_retry(delay, &reason, &journey).await {
                     Ok(outcome) => {
                         // A retry copy too big to publish was archived as a dead letter instead.
                         let class = if outcome == Outcome::Retried {
@@ -93,7 +106,8 @@ impl Apply<'_> {
             } => {
                 telemetry.delivery_failed(kind);
                 tracing::warn!(target: LOG, %reason, %kind, "dead-lettering");
-                match self.to_dead_letter(&reason, kind).await {
+                let journey = self.journey(kind, &reason, None);
+                match self.to_dead_letter(&reason, kind, &journey).await {
                     Ok(outcome) => {
                         self.count_handed_on(outcome, class);
                         Settle::Ack(outcome)
@@ -117,7 +131,8 @@ impl Apply<'_> {
             "the gateway panicked twice processing this message: {what}"
         ));
         ctx.deps.telemetry.delivery_failed(FailureKind::Panic);
-        let copied = AssertUnwindSafe(self.to_dead_letter(&reason, FailureKind::Panic))
+        let journey = self.journey(FailureKind::Panic, &reason, None);
+        let copied = AssertUnwindSafe(self.to_dead_letter(&reason, FailureKind::Panic, &journey))
             .catch_unwind()
             .await;
         match copied {
@@ -218,9 +233,14 @@ impl Apply<'_> {
     }
 
     /// Publishes a copy to the retry tier for `delay`, with the attempt counter incremented.
-    async fn to_retry(&self, delay: Duration, reason: &str) -> Result<Outcome, HandOnError> {
+    async fn to_retry(
+        &self,
+        delay: Duration,
+        reason: &str,
+        journey: &str,
+    ) -> Result<Outcome, HandOnError> {
         let attempt = i64::from(self.received.attempt) + 1;
-        let story = self.story(reason, HandOn::Retry { attempt });
+        let story = self.story(reason, journey, HandOn::Retry { attempt });
         let queue = self.ctx.settings.retry_queue(delay);
         match self.publish_copy(String::new(), queue, &story).await {
             Ok(()) => Ok(Outcome::Retried),
@@ -229,7 +249,7 @@ impl Apply<'_> {
                     "a retry copy cannot be published ({why}); archived instead of retried; the \
                      handler's reason: {reason}"
                 );
-                self.archive_directly(&reason, FailureKind::Unpublishable)
+                self.archive_directly(&reason, FailureKind::Unpublishable, journey)
                     .await
             }
             Err(e) => Err(e.into()),
@@ -242,10 +262,12 @@ impl Apply<'_> {
         &self,
         reason: &str,
         kind: FailureKind,
+        journey: &str,
     ) -> Result<Outcome, HandOnError> {
         let settings = &self.ctx.settings;
         let story = self.story(
             reason,
+            journey,
             HandOn::DeadLetter {
                 kind,
                 plugin: self.plugin.name(),
@@ -263,22 +285,48 @@ impl Apply<'_> {
                 let reason = format!(
                     "{reason} (archived directly: the dead-letter copy cannot be published: {why})"
                 );
-                self.archive_directly(&reason, kind).await
+                self.archive_directly(&reason, kind, journey).await
             }
             Err(e) => Err(e.into()),
         }
     }
 
     /// What a copy of this delivery says about its failure, as of now.
-    fn story<'s>(&'s self, reason: &'s str, to: HandOn<'s>) -> CopyStory<'s> {
+    fn story<'s>(&'s self, reason: &'s str, journey: &'s str, to: HandOn<'s>) -> CopyStory<'s> {
         CopyStory {
             original_exchange: &self.received.exchange,
             original_routing_key: &self.received.routing_key,
             first_failure_at: self.received.first_failure_at,
             reason,
             now_ms: now_ms(),
+            journey: Some(journey),
             to,
         }
+    }
+
+    /// The journey this delivery's copy carries (`x-carteiro-journey`): the attempts its own
+    /// copy brought (believed only when sealed for the route), then this one, which ended in
+    /// `kind` for `reason` and goes to retry tier `tier` (none: it is dead-lettered).
+    fn journey(&self, kind: FailureKind, reason: &str, tier: Option<String>) -> String {
+        let before = header_text(Some(&self.received.table), h::JOURNEY);
+        let trace = self
+            .ctx
+            .deps
+            .telemetry
+            .traceparent()
+            .and_then(|t| journey::trace_id(&t));
+        Journey::parse(before.as_deref())
+            .with(Attempt {
+                n: self.received.attempt,
+                at: now_ms(),
+                plugin: self.plugin.name().to_owned(),
+                sha256: self.plugin.digest().to_owned(),
+                outcome: kind.label().to_owned(),
+                reason: reason.to_owned(),
+                tier,
+                trace,
+            })
+            .value()
     }
 
     /// Publishes a sealed copy of the delivery telling `story`, and waits for its confirm.
@@ -321,15 +369,16 @@ impl Apply<'_> {
         published
     }
 
-    /// Writes the dead letter into the archive without the broker's help.
+    /// Writes the dead letter into the archive without the broker's help, with its journey.
     async fn archive_directly(
         &self,
         reason: &str,
         kind: FailureKind,
+        journey: &str,
     ) -> Result<Outcome, HandOnError> {
         let ctx = self.ctx;
         tracing::warn!(target: LOG, %reason, %kind, "archiving the dead letter directly into the store");
-        let record = archiver::record(
+        let mut record = archiver::record(
             ctx,
             ctx.settings.queue.clone(),
             cap_reason(reason),
@@ -341,6 +390,8 @@ impl Apply<'_> {
             self.received.first_failure_at,
             now_ms(),
         );
+        record.headers.retain(|(name, _)| name != h::JOURNEY);
+        record.headers.push((h::JOURNEY.to_owned(), journey.to_owned()));
         match ctx.deps.store.dead_letter_insert(&record).await {
             Ok(id) => {
                 ctx.deps.metrics.dead_letter_archived(&ctx.settings.queue);

@@ -33,7 +33,7 @@ pub mod canary_decisions;
 mod config;
 mod context;
 mod gate;
-mod key;
+pub mod key;
 pub mod live_shadow;
 pub mod plan;
 mod process;

@@ -5,8 +5,10 @@
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::{Arguments, AssertSqlSafe, Row};
 
+use super::dead_letter_history::EVENT_REPLAY;
 use super::dead_letter_text::{self, NewDeadLetter, SHORT_MAX, TEXT_MAX, stand_in};
 use super::{Backend, PURGE_CHUNK, Store, StoreError, headers_from_json, now_ms, nul_free};
+use crate::common::header_names::REPLAY_OF;
 
 /// An archived dead letter: the message as it was archived, and the archive's bookkeeping.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +24,11 @@ pub struct DeadLetter {
     /// Some text field could not be stored verbatim in its column (NUL byte, too long): the
     /// columns hold a visible stand-in, and the fields here are the originals.
     pub stored_encoded: bool,
+    /// The dead letter whose replay (or edited copy) this one is (its sealed
+    /// `x-carteiro-replay-of` header), if it is one.
+    pub replay_of: Option<i64>,
+    /// When an edited copy of it was last sent (unix ms): its original is never replayed again.
+    pub edited_at: Option<i64>,
 }
 
 /// Which dead letters to list or purge; every field narrows the set.
@@ -67,7 +74,8 @@ pub struct DeadLetterStat {
 }
 
 const COLUMNS: &str = "id, route, queue, reason, plugin, attempts, headers, body, \
-                       first_failed_at, dead_lettered_at, replayed_at, replay_count, original";
+                       first_failed_at, dead_lettered_at, replayed_at, replay_count, original, \
+                       replay_of, edited_at";
 
 enum Arg {
     Int(i64),
@@ -84,12 +92,19 @@ impl Store {
     /// The caller requeues and pauses; it never needs to park or drop the message.
     pub async fn dead_letter_insert(&self, dl: &NewDeadLetter) -> Result<i64, StoreError> {
         let stored = dead_letter_text::encode(dl);
+        // A replay or edited copy names the dead letter it came from (a sealed header: the
+        // archiver and the pipeline pass only trusted Carteiro headers on).
+        let replay_of = dl
+            .headers
+            .iter()
+            .find(|(name, _)| name == REPLAY_OF)
+            .and_then(|(_, value)| value.trim().parse::<i64>().ok());
         self.bounded("dead letter insert", async {
             let mut tx = self.begin_write().await?;
             let id: i64 = sqlx::query_scalar(
                 "INSERT INTO dead_letters (route, queue, reason, plugin, attempts, headers, body, \
-                 first_failed_at, dead_lettered_at, replay_count, original) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10) RETURNING id",
+                 first_failed_at, dead_lettered_at, replay_count, original, replay_of) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10, $11) RETURNING id",
             )
             .bind(stored.route.as_str())
             .bind(stored.queue.as_str())
@@ -101,6 +116,7 @@ impl Store {
             .bind(dl.first_failed_at)
             .bind(dl.dead_lettered_at)
             .bind(stored.original.as_deref())
+            .bind(replay_of)
             .fetch_one(&mut *tx)
             .await?;
             tx.commit().await?;
@@ -206,6 +222,22 @@ impl Store {
         .await
     }
 
+    /// The dead letters that replays (or edited copies) of dead letter `id` became again,
+    /// oldest first (at most 100): the rows whose `replay_of` is `id`.
+    pub async fn dead_letters_replaying(&self, id: i64) -> Result<Vec<DeadLetter>, StoreError> {
+        self.bounded("dead letters replaying", async {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM dead_letters WHERE replay_of = $1 ORDER BY id LIMIT 100"
+            );
+            let rows = sqlx::query(AssertSqlSafe(sql))
+                .bind(id)
+                .fetch_all(self.pool())
+                .await?;
+            rows.iter().map(dead_letter).collect()
+        })
+        .await
+    }
+
     /// Counts per (route, reason), largest first.
     pub async fn dead_letter_stats(&self) -> Result<Vec<DeadLetterStat>, StoreError> {
         self.dead_letter_groups(&DeadLetterFilter::default()).await
@@ -266,31 +298,43 @@ impl Store {
         rows.into_iter().map(|r| r.3).collect()
     }
 
-    /// Records a replay of `id` (after the copy was republished and confirmed).
+    /// Records a replay of `id` (after the copy was republished and confirmed), and the
+    /// replay in its history (`dead_letter_events`), in one transaction.
     pub async fn dead_letter_mark_replayed(&self, id: i64) -> Result<(), StoreError> {
         self.bounded("dead letter mark replayed", async {
+            let now = now_ms();
             let mut tx = self.begin_write().await?;
             let done = sqlx::query(
                 "UPDATE dead_letters SET replayed_at = $2, replay_count = replay_count + 1, \
                  replaying_by = NULL, replaying_until = NULL WHERE id = $1",
             )
             .bind(id)
-            .bind(now_ms())
+            .bind(now)
             .execute(&mut *tx)
             .await?;
-            tx.commit().await?;
             if done.rows_affected() == 0 {
                 return Err(StoreError::Invalid(format!("no dead letter with id {id}")));
             }
+            sqlx::query(
+                "INSERT INTO dead_letter_events (dead_letter_id, kind, happened_at, actor, detail) \
+                 VALUES ($1, $2, $3, NULL, '{}')",
+            )
+            .bind(id)
+            .bind(EVENT_REPLAY)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
             Ok(())
         })
         .await
     }
 
     /// Claims dead letter `id` for one replay by `owner` for `lease_ms` (the database's
-    /// clock): only if no live claim of another replay holds it, and only if it was not
-    /// replayed yet, or (`replayed_before`) was replayed before that moment only. False: a
-    /// concurrent replay has it or has replayed it; skip it.
+    /// clock): only if no live claim of another replay (or edit) holds it, only if it was not
+    /// replayed yet, or (`replayed_before`) was replayed before that moment only, and never
+    /// once it was edited (only its edited copy is sent: `dead_letter_claim_edit`). False: a
+    /// concurrent replay has it or has replayed it, or it was edited; skip it.
     pub async fn dead_letter_claim_replay(
         &self,
         id: i64,
@@ -305,7 +349,7 @@ impl Store {
                 "UPDATE dead_letters SET replaying_by = $2, replaying_until = {clock} + $3 \
                  WHERE id = $1 \
                  AND (replaying_by IS NULL OR replaying_by = $2 OR replaying_until < {clock}) \
-                 AND (replayed_at IS NULL OR replayed_at < $4)"
+                 AND (replayed_at IS NULL OR replayed_at < $4) AND edited_at IS NULL"
             );
             let mut tx = self.begin_write().await?;
             let done = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -364,9 +408,11 @@ impl Store {
                 .await?;
             total += purged;
             if purged < PURGE_CHUNK {
-                return Ok(total);
+                break;
             }
         }
+        self.dead_letter_events_forget_purged().await?;
+        Ok(total)
     }
 
     /// Retention (`[dead_letters] retain`): deletes the dead letters dead-lettered before
@@ -499,5 +545,7 @@ fn dead_letter(row: &AnyRow) -> Result<DeadLetter, StoreError> {
         replayed_at: row.try_get("replayed_at")?,
         replay_count: row.try_get("replay_count")?,
         stored_encoded,
+        replay_of: row.try_get("replay_of")?,
+        edited_at: row.try_get("edited_at")?,
     })
 }

@@ -25,6 +25,27 @@ impl Store {
         .await
     }
 
+    /// When the delivery with this (route, idempotency key) committed its effects, if one
+    /// did (and its record is still kept): what a dead letter's journey shows as its outcome.
+    pub async fn inbox_processed_at(
+        &self,
+        route: &str,
+        key: &str,
+    ) -> Result<Option<i64>, StoreError> {
+        self.bounded("inbox processed at", async {
+            nul_free::text("route", route)?;
+            nul_free::text("inbox key", key)?;
+            let at: Option<i64> =
+                sqlx::query_scalar("SELECT processed_at FROM inbox WHERE route = $1 AND key = $2")
+                    .bind(route)
+                    .bind(key)
+                    .fetch_optional(self.pool())
+                    .await?;
+            Ok(at)
+        })
+        .await
+    }
+
     /// Which of `keys` of `route` have committed their effects (one query per chunk).
     pub async fn inbox_contains_many(
         &self,

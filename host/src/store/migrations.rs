@@ -57,6 +57,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "dead letter retention index",
         include_str!("../../migrations/sqlite/0009_dead_letter_retention_index.sql"),
     ),
+    (
+        10,
+        "dead letter history",
+        include_str!("../../migrations/sqlite/0010_dead_letter_history.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str, &str)] = &[
@@ -99,6 +104,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         9,
         "dead letter retention index",
         include_str!("../../migrations/postgres/0009_dead_letter_retention_index.sql"),
+    ),
+    (
+        10,
+        "dead letter history",
+        include_str!("../../migrations/postgres/0010_dead_letter_history.sql"),
     ),
 ];
 

@@ -13,7 +13,8 @@
 //! - `inbox`, `kv`, `outbox`, `dead_letters`: reads and maintenance per table;
 //!   `purge`: the batched delete every retention purge of them uses;
 //!   `dead_letter_text`: [`NewDeadLetter`] and the lossless encoding that lets any of
-//!   them be archived.
+//!   them be archived; `dead_letter_history`: each replay and edit of a dead letter
+//!   ([`DeadLetterEvent`]) and the claim an edit takes.
 //! - `reads`: [`BatchedReads`], the pipeline's inbox and kv point reads, batched.
 //! - `sql`: placeholder lists for statements built per batch.
 //! - `nul_free`: the text check shared by every write (no NUL bytes on either backend).
@@ -26,6 +27,7 @@ mod commit_request;
 mod commit_set;
 mod committer;
 mod config;
+mod dead_letter_history;
 mod dead_letter_text;
 mod dead_letters;
 mod error;
@@ -49,6 +51,7 @@ pub use commit_request::{
 };
 pub use committer::{CommitterConfig, CommitterHandle, GroupCommitter};
 pub use config::StoreConfig;
+pub use dead_letter_history::DeadLetterEvent;
 pub use dead_letter_text::NewDeadLetter;
 pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterStat};
 pub use error::StoreError;

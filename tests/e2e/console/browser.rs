@@ -10,7 +10,7 @@ const ORDER: &str = "order <uuid> not found";
 const HOSTILE_BODY: &[u8] =
     br#"{"note":"<img src=x onerror=alert(1)>","customer":{"email":"a@example.com","tags":["x","y"]}}"#;
 
-async fn text(c: &Client, css: &str) -> String {
+pub(super) async fn text(c: &Client, css: &str) -> String {
     c.find(Locator::Css(css))
         .await
         .unwrap_or_else(|e| panic!("no element {css}: {e}"))
@@ -20,12 +20,12 @@ async fn text(c: &Client, css: &str) -> String {
 }
 
 /// The text of the element `locator` finds, or `None` while the page does not show it (yet).
-async fn shown_text(c: &Client, locator: Locator<'_>) -> Option<String> {
+pub(super) async fn shown_text(c: &Client, locator: Locator<'_>) -> Option<String> {
     c.find(locator).await.ok()?.text().await.ok()
 }
 
 /// Clicks the element with id `id`.
-async fn click(c: &Client, id: &str) {
+pub(super) async fn click(c: &Client, id: &str) {
     c.find(Locator::Id(id))
         .await
         .unwrap_or_else(|e| panic!("no element #{id}: {e}"))
@@ -35,7 +35,7 @@ async fn click(c: &Client, id: &str) {
 }
 
 /// Types `keys` into the field with id `id`.
-async fn type_into(c: &Client, id: &str, keys: &str) {
+pub(super) async fn type_into(c: &Client, id: &str, keys: &str) {
     c.find(Locator::Id(id))
         .await
         .unwrap_or_else(|e| panic!("no field #{id}: {e}"))

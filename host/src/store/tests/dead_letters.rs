@@ -1,13 +1,14 @@
 //! Dead-letter archive: insert, filters, stats, replay bookkeeping, purge.
 
 use super::{TestDb, both_backends};
-use crate::store::{DeadLetter, DeadLetterFilter, NewDeadLetter, StoreError};
+use crate::store::{DeadLetter, DeadLetterFilter, NewDeadLetter, Store, StoreError};
 
 both_backends!(
     archive_query_replay_purge,
     any_text_is_archived_losslessly,
     oldest_first_pages_counts_and_groups,
-    reason_and_id_lists_select_exactly
+    reason_and_id_lists_select_exactly,
+    edits_and_replays_keep_their_history
 );
 
 /// The ids of `rows`, in order.
@@ -323,6 +324,94 @@ async fn reason_and_id_lists_select_exactly(db: &TestDb) {
         .unwrap();
     let other = groups.iter().find(|g| g.reason == "other").unwrap();
     assert_eq!((other.first_at, other.last_at), (1_030, 1_031));
+}
+
+/// Claims dead letter `id` for an edit by `owner`.
+async fn claim_edit(s: &Store, id: i64, owner: &str) -> bool {
+    s.dead_letter_claim_edit(id, owner, 60_000).await.unwrap()
+}
+
+/// Claims dead letter `id` for a replay by `owner` (of rows replayed before `before`).
+async fn claim_replay(s: &Store, id: i64, owner: &str, before: Option<i64>) -> bool {
+    let claimed = s.dead_letter_claim_replay(id, owner, 60_000, before);
+    claimed.await.unwrap()
+}
+
+async fn release(s: &Store, id: i64, owner: &str) {
+    s.dead_letter_release_replay(Some(id), owner).await.unwrap();
+}
+
+async fn insert(s: &Store, at: i64) -> i64 {
+    s.dead_letter_insert(&dl("o", "boom", at)).await.unwrap()
+}
+
+/// An edit and a replay share the replay claim; an edit is recorded with who, what and the
+/// body sent, and the row is never replayed as archived afterwards; a dead letter a replay
+/// became again links back; a purge forgets the history of what it deleted.
+async fn edits_and_replays_keep_their_history(db: &TestDb) {
+    let s = &db.store;
+    let original = insert(s, 1_000).await;
+    let other = insert(s, 1_001).await;
+
+    // A replay holds the row: an edit cannot take it, and the other way round.
+    assert!(claim_replay(s, original, "run", None).await);
+    assert!(!claim_edit(s, original, "edit").await);
+    release(s, original, "run").await;
+    assert!(claim_edit(s, original, "edit").await);
+    assert!(!claim_replay(s, original, "run", None).await);
+    let detail = r#"{"body_changed":true}"#;
+    let sent = br#"{"fixed":1}"#;
+    s.dead_letter_mark_edited(original, "ops", detail, sent)
+        .await
+        .unwrap();
+    let edited = s.dead_letter_get(original).await.unwrap().unwrap();
+    assert!(edited.edited_at.is_some());
+    assert_eq!(edited.replay_count, 1);
+    assert_eq!(
+        edited.letter.body,
+        vec![0, 159, 146, 150, 0],
+        "the original is kept"
+    );
+    // Edited: never replayed as archived again, even by a run that takes replayed rows.
+    let later = Some(crate::common::now_ms() + 60_000);
+    assert!(!claim_replay(s, original, "again", later).await);
+    // Edited again: allowed.
+    assert!(claim_edit(s, original, "edit-2").await);
+    release(s, original, "edit-2").await;
+
+    s.dead_letter_mark_replayed(other).await.unwrap();
+    let events = s.dead_letter_events(original).await.unwrap();
+    assert_eq!(events.len(), 1);
+    let edit = &events[0];
+    assert!(edit.is_edit());
+    assert_eq!(edit.actor.as_deref(), Some("ops"));
+    assert_eq!(edit.detail["body_changed"], serde_json::json!(true));
+    assert_eq!(edit.body.as_deref(), Some(&sent[..]));
+    let replays = s.dead_letter_events(other).await.unwrap();
+    assert_eq!(replays.len(), 1);
+    assert!(!replays[0].is_edit());
+    assert!(replays[0].actor.is_none() && replays[0].body.is_none());
+
+    // The copy failed again: its dead letter names the one it came from.
+    let mut again = dl("o", "boom again", 2_000);
+    let link = ("x-carteiro-replay-of".to_owned(), original.to_string());
+    again.headers.push(link);
+    let again = s.dead_letter_insert(&again).await.unwrap();
+    let got = s.dead_letter_get(again).await.unwrap().unwrap();
+    assert_eq!(got.replay_of, Some(original));
+    let children = ids(s.dead_letters_replaying(original).await.unwrap());
+    assert_eq!(children, vec![again]);
+    let none = s.dead_letters_replaying(other).await.unwrap();
+    assert!(none.is_empty());
+
+    let f = DeadLetterFilter {
+        ids: Some(vec![original, other]),
+        ..Default::default()
+    };
+    assert_eq!(s.dead_letters_purge(&f).await.unwrap(), 2);
+    for id in [original, other] {
+        assert!(s.dead_letter_events(id).await.unwrap().is_empty());
+    }
 }
 
 /// The console's groups at a million dead letters: SQLite reads one covering index (no
