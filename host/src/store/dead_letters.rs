@@ -439,8 +439,13 @@ impl Store {
                 format!("dead_lettered_at < $1 AND {unclaimed}"),
             )
         };
-        self.purge_where("dead_letters", Some(index), &condition, cutoff_ms)
-            .await
+        let purged = self
+            .purge_where("dead_letters", Some(index), &condition, cutoff_ms)
+            .await?;
+        if purged > 0 {
+            self.dead_letter_events_forget_purged().await?;
+        }
+        Ok(purged)
     }
 
     /// `{head} FROM dead_letters WHERE ...` with `$n` placeholders; values stay bound.
