@@ -40,6 +40,7 @@
 //! - [`metrics`]: Prometheus metrics, one file per part (deliveries, versions, plugin
 //!   instances, reload, outbox, broker, alerts, store gate, replay, retention), each
 //!   registering its own families; below every part, which all share one `Arc<Metrics>`.
+//!   Also each route's last hour a minute at a time (`history`), for the console's charts.
 //! - [`housekeeping`]: retention — how long each table keeps its rows (`[outbox]`,
 //!   `[dead_letters]`), the purges once a minute in batches, and what the last ones did.
 //! - [`alerts`]: dead-letter alerts per route (an ERROR log, a gauge, a `/readyz` line).

@@ -24,9 +24,13 @@
 //! - `console_edit_and_retry_in_a_browser`: a dead letter's edit form (the inbox rule it
 //!   states, refusals, the edit record, a new id) and the journey page;
 //!   `console_edit_needs_credentials_and_the_console_origin`: the edit's form post over HTTP.
+//! - `console_charts_in_a_browser`: a known mix charted on the routes page (a line of 60
+//!   minutes per outcome, the mix in the latest point) and a group's last 24 hours on the
+//!   dead-letters page.
 
 mod auth;
 mod browser;
+mod charts;
 mod driver;
 mod edit;
 mod framing;

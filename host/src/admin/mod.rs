@@ -17,10 +17,13 @@
 //! - `page`, `pages`, `actions`: the console's HTML (maud), read-only pages, and forms.
 //! - `edit`: edit and retry on a dead letter's page (the form, the inbox rule, the edits);
 //!   `journey`: a message's journey page.
+//! - `charts`: what the routes and dead-letters pages chart (each route's last hour, each
+//!   group's last day); `sparkline`: a chart as inline SVG.
 
 mod actions;
 mod api;
 pub mod auth;
+mod charts;
 mod edit;
 pub mod groups;
 mod jobs;
@@ -32,6 +35,7 @@ mod pages;
 mod read_limit;
 mod retention;
 mod shadow_file;
+mod sparkline;
 mod target;
 
 use crate::config::AdminConfig;

@@ -1,12 +1,14 @@
 //! What the routes page shows: per route its queue depths (passive declares on a
 //! connection of the console's own), deliveries in flight, totals and rates by outcome
-//! (from the gateway's metrics, sampled every few seconds), plugin version, retry tiers;
-//! and the outbox backlog.
+//! (from the gateway's metrics, sampled every few seconds), plugin version, retry tiers, its
+//! last hour a minute at a time (`metrics::history`, for the charts); and the outbox backlog.
 
 use crate::admin::GatewayHandle;
 use crate::broker::connect_any;
 use crate::common::labels::Outcome;
+use crate::common::now_ms;
 use crate::config::Config;
+use crate::metrics::RouteHistory;
 use crate::services::broker_settings;
 use crate::topology::{dlq_name, retry_queue_name};
 use serde::Serialize;
@@ -64,6 +66,8 @@ pub struct RouteView {
     pub max_attempts: u32,
     pub tiers: Vec<Tier>,
     pub dead_letter_queue: Depth,
+    /// The last hour, one point a minute: deliveries by outcome, dead letters by class.
+    pub last_hour: RouteHistory,
 }
 
 /// The outbox backlog.
@@ -214,6 +218,7 @@ impl Probe {
             queues.push(dlq_name(&r.queue));
         }
         let (depths, broker_error) = self.depths(&config, &queues).await;
+        let now = now_ms();
         let mut depths = depths.into_iter();
         let mut routes = Vec::new();
         for r in &config.routes {
@@ -260,6 +265,7 @@ impl Probe {
                 max_attempts: r.retry.max_attempts,
                 tiers,
                 dead_letter_queue,
+                last_hour: h.metrics.last_hour(&r.queue, now),
             });
         }
         let outbox = h.store.outbox_status().await.ok().map(|o| OutboxView {

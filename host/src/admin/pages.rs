@@ -1,10 +1,11 @@
-//! The console's read-only pages: routes, dead-letter groups, one group's messages, one
-//! message (with its edit form: `edit`). Everything shown comes from publishers or plugins
-//! and is escaped by maud.
+//! The console's read-only pages: routes (with each route's last hour charted: `charts`),
+//! dead-letter groups (each with its last day charted), one group's messages, one message
+//! (with its edit form: `edit`). Everything shown comes from publishers or plugins and is
+//! escaped by maud.
 
 use super::page::{Fields, age, error_page, page, query, time};
 use super::target::group_url;
-use super::{AdminState, banners, groups, retention};
+use super::{AdminState, banners, charts, groups, retention};
 use crate::admin::GatewayHandle;
 use crate::common::now_ms;
 use crate::store::{DeadLetter, DeadLetterFilter};
@@ -82,6 +83,11 @@ pub async fn routes(State(s): State<AdminState>) -> Response {
                     }
                 }
             }
+            h2 { "Last hour" }
+            div #charts {
+                @for r in &o.routes { (charts::route_charts(&r.queue.queue, &r.last_hour)) }
+                p.muted { "One point a minute, the current minute last; kept in the gateway since it started." }
+            }
             h2 { "Outbox" }
             @match &o.outbox {
                 Some(ob) => p #outbox {
@@ -112,7 +118,10 @@ pub async fn groups(State(s): State<AdminState>, RawQuery(q): RawQuery) -> Respo
         Some(r) => format!("Dead letters of {r}"),
         None => "Dead letters".to_owned(),
     };
-    let kept = retention::dead_letters_line(&h.retention, now_ms());
+    let now = now_ms();
+    let kept = retention::dead_letters_line(&h.retention, now);
+    // The charts only add to the page: a store that does not answer shows "?" for them.
+    let hours = charts::GroupHours::read(&h.store, route, now).await.ok();
     page(
         &title,
         &banners(h),
@@ -122,7 +131,7 @@ pub async fn groups(State(s): State<AdminState>, RawQuery(q): RawQuery) -> Respo
             @if groups.is_empty() { p #no-groups { "No dead letters." } }
             @else {
                 table #groups {
-                    tr { th { "Route" } th { "Reason (normalised)" } th { "Count" } th { "Not replayed" } th { "First seen" } th { "Last seen" } }
+                    tr { th { "Route" } th { "Reason (normalised)" } th { "Count" } th { "Not replayed" } th { "First seen" } th { "Last seen" } th { "Last 24 hours" } }
                     @for g in &groups {
                         tr.group data-route=(g.route) data-reason=(g.reason) {
                             td { (g.route) }
@@ -132,6 +141,7 @@ pub async fn groups(State(s): State<AdminState>, RawQuery(q): RawQuery) -> Respo
                             td.num data-field="unreplayed" { (g.unreplayed) }
                             td { (time(g.first_at)) }
                             td { (time(g.last_at)) }
+                            td.spark data-field="hours" { (charts::group_chart(hours.as_ref().map(|hours| hours.of(&g.route, &g.reason)))) }
                         }
                     }
                 }

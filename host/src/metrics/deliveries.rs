@@ -1,8 +1,10 @@
 //! The pipeline's families: deliveries settled, handler runs and failures, retries and dead
-//! letters, and whether each route is consuming.
+//! letters, and whether each route is consuming. Deliveries and dead letters also go into
+//! each route's last hour (`history`), for the console's charts.
 
 use super::{Metrics, RegisterExt, Route, per_route};
 use crate::common::labels::{FailureKind, Outcome as DeliveryOutcome, ReasonClass};
+use crate::common::now_ms;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -116,12 +118,14 @@ impl DeliveryMetrics {
 }
 
 impl Metrics {
+    /// A delivery on `route` was settled with `outcome`, `took` after its receipt.
     pub fn delivery(&self, route: &str, outcome: DeliveryOutcome, took: Duration) {
         self.deliveries
             .deliveries
             .get_or_create(&Outcome::of(route, outcome))
             .inc();
         per_route(&self.deliveries.delivery_seconds, route).observe(took.as_secs_f64());
+        self.history.delivery(route, outcome, now_ms());
     }
 
     /// A retry copy of a delivery on `route` was confirmed.
@@ -138,6 +142,7 @@ impl Metrics {
             .dead_letters
             .get_or_create(&RouteReason::of(route, reason_class))
             .inc();
+        self.history.dead_letter(route, reason_class, now_ms());
     }
 
     /// Messages waiting in `route`'s `Q.dlq.parked`.

@@ -12,11 +12,14 @@
 //! - `alerts`: raised dead-letter alerts;
 //! - `store_gate`: whether the store answers;
 //! - `replay`: dead-letter replays (`dlq`);
-//! - `retention`: rows retention purged, per table (`housekeeping`).
+//! - `retention`: rows retention purged, per table (`housekeeping`);
+//! - `history`: not Prometheus — each route's last hour a minute at a time (deliveries by
+//!   outcome, dead letters by reason class), for the console's charts.
 
 mod alerts;
 mod broker;
 mod deliveries;
+mod history;
 mod instances;
 mod outbox;
 mod reload;
@@ -28,6 +31,7 @@ mod versions;
 pub use alerts::AlertMetrics;
 pub use broker::BrokerMetrics;
 pub use deliveries::DeliveryMetrics;
+pub use history::{DeliveryHistory, MINUTES, RouteHistory, Series};
 pub use instances::InstanceMetrics;
 pub use outbox::OutboxMetrics;
 pub use reload::ReloadMetrics;
@@ -89,6 +93,8 @@ pub struct Metrics {
     broker: BrokerMetrics,
     alerts: AlertMetrics,
     retention: RetentionMetrics,
+    /// Each route's last hour, for the console's charts (recorded with `deliveries`).
+    history: DeliveryHistory,
     /// Reloads applied and refused.
     pub reload: ReloadMetrics,
     /// The relay's publishes and the outbox backlog.
@@ -113,6 +119,7 @@ impl Default for Metrics {
             store: StoreGateMetrics::register(&mut registry),
             replay: ReplayMetrics::register(&mut registry),
             retention: RetentionMetrics::register(&mut registry),
+            history: DeliveryHistory::default(),
             registry: Mutex::new(registry),
         }
     }

@@ -10,6 +10,10 @@ use super::dead_letter_text::{self, NewDeadLetter, SHORT_MAX, TEXT_MAX, stand_in
 use super::{Backend, PURGE_CHUNK, Store, StoreError, headers_from_json, now_ms, nul_free};
 use crate::common::header_names::REPLAY_OF;
 
+mod hours;
+
+pub use hours::{DeadLetterHour, HOUR_MS};
+
 /// An archived dead letter: the message as it was archived, and the archive's bookkeeping.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadLetter {

@@ -10,7 +10,8 @@
 //!   `commit_request`: [`CommitRequest`] and what both paths share (checks, key locks,
 //!   outbox rows), below them both.
 //! - `committer`: [`GroupCommitter`], the task that batches concurrent commits.
-//! - `inbox`, `kv`, `outbox`, `dead_letters`: reads and maintenance per table;
+//! - `inbox`, `kv`, `outbox`, `dead_letters`: reads and maintenance per table
+//!   (`dead_letters::hours`: dead letters per hour, for the console's charts);
 //!   `purge`: the batched delete every retention purge of them uses;
 //!   `dead_letter_text`: [`NewDeadLetter`] and the lossless encoding that lets any of
 //!   them be archived; `dead_letter_history`: each replay and edit of a dead letter
@@ -53,7 +54,7 @@ pub use committer::{CommitterConfig, CommitterHandle, GroupCommitter};
 pub use config::StoreConfig;
 pub use dead_letter_history::DeadLetterEvent;
 pub use dead_letter_text::NewDeadLetter;
-pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterStat};
+pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterHour, DeadLetterStat, HOUR_MS};
 pub use error::StoreError;
 pub use kv::KvEntry;
 pub use outbox::{OUTBOX_NOTIFY_CHANNEL, OutboxRow, OutboxStatus};

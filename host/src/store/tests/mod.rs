@@ -5,6 +5,7 @@
 
 mod commit;
 mod concurrency;
+mod dead_letter_hours;
 mod dead_letters;
 mod faults;
 mod housekeeping;
