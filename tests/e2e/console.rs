@@ -24,6 +24,10 @@
 //! - `console_edit_and_retry_in_a_browser`: a dead letter's edit form (the inbox rule it
 //!   states, refusals, the edit record, a new id) and the journey page;
 //!   `console_edit_needs_credentials_and_the_console_origin`: the edit's form post over HTTP.
+//! - `console_search_in_a_browser`: a query typed into the dead-letters page's search box
+//!   lists exactly the dead letters it matches (a body field, a nested one, a string value, a
+//!   message id), linked to their journeys, and a bad query says where;
+//!   `search_over_http_and_the_command_line`: `GET /dlq?q=` and `carteiro dlq list --search`.
 
 mod auth;
 mod browser;
@@ -36,6 +40,7 @@ mod purge_bound;
 mod read_flood;
 mod reload_creds;
 mod resume;
+mod search;
 mod shadow_files;
 
 use crate::support::{
