@@ -6,6 +6,10 @@
 #
 #   bench/run.sh                 all three benchmarks
 #   bench/run.sh pipeline relay  only those (names of host/benches/*.rs)
+#   bench/run.sh search          search at a million archived dead letters, SQLite and
+#                                PostgreSQL (host/benches/search.rs; not in the default set:
+#                                filling the archives takes several minutes; needs neither the
+#                                broker nor the plugins, so only PostgreSQL is started)
 #   bench/run.sh peers           Carteiro against the aio-pika pattern, Celery and an
 #                                ack-only consumer (bench/peers/run.py, results under
 #                                bench/results/); `peers --smoke`: a few hundred messages,
@@ -32,11 +36,23 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 rustup target add wasm32-wasip2 >/dev/null 2>&1 || true
 
-echo "== services"
-source scripts/services.sh
+# `search` reads and writes only the store: no broker, no plugins.
+store_only=true
+for b in "${benches[@]}"; do [ "$b" = search ] || store_only=false; done
 
-echo "== plugins (wasm32-wasip2 components)"
-scripts/build-plugins.sh  # Rust, Python and JavaScript
+echo "== services"
+if $store_only; then
+    CARTEIRO_TEST_POSTGRES_URL="$(scripts/postgres.sh start | tail -n 1)"
+    export CARTEIRO_TEST_POSTGRES_URL
+    echo "postgresql: $CARTEIRO_TEST_POSTGRES_URL"
+else
+    source scripts/services.sh
+fi
+
+if ! $store_only; then
+    echo "== plugins (wasm32-wasip2 components)"
+    scripts/build-plugins.sh  # Rust, Python and JavaScript
+fi
 
 if $peers; then
     # The peers are Python programs: a venv of their own under .local/, reinstalled only

@@ -28,7 +28,8 @@
 //! - [`relay`]: the outbox publisher.
 //! - [`dlq`]: dead letters for people (JSON views, replay, `shadow_replay`: what a new
 //!   version would decide on archived dead letters, `edit`: edit and retry, `journey`: every
-//!   attempt, replay and edit of a message).
+//!   attempt, replay and edit of a message, `search`: the query syntax of the console and the
+//!   CLI).
 //! - [`gateway`]: `carteiro run` — everything wired together (on top: nothing imports it
 //!   but `cli`).
 //! - [`services`]: what the gateway wires, below it: plugin loading, the runtime factory, the

@@ -27,6 +27,10 @@
 //! - `console_charts_in_a_browser`: a known mix charted on the routes page (a line of 60
 //!   minutes per outcome, the mix in the latest point) and a group's last 24 hours on the
 //!   dead-letters page.
+//! - `console_search_in_a_browser`: a query typed into the dead-letters page's search box
+//!   lists exactly the dead letters it matches (a body field, a nested one, a string value, a
+//!   message id), linked to their journeys, and a bad query says where;
+//!   `search_over_http_and_the_command_line`: `GET /dlq?q=` and `carteiro dlq list --search`.
 
 mod auth;
 mod browser;
@@ -40,6 +44,7 @@ mod purge_bound;
 mod read_flood;
 mod reload_creds;
 mod resume;
+mod search;
 mod shadow_files;
 
 use crate::support::{

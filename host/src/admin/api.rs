@@ -100,19 +100,36 @@ pub struct ListQuery {
     route: Option<String>,
     reason: Option<String>,
     limit: Option<i64>,
+    /// A search (`dlq::search`: `id:..`, `correlation:..`, `body.PATH = VALUE`, ...).
+    q: Option<String>,
 }
 
 fn store_error(e: impl std::fmt::Display) -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response()
 }
 
+/// `GET /dlq[?route=R][&reason=TEXT][&q=QUERY][&limit=N]`: dead letters, newest first; a
+/// search that does not parse is refused (400, `{"error": ..., "column": N}`).
 pub async fn dlq_list(State(h): State<GatewayHandle>, Query(q): Query<ListQuery>) -> Response {
-    let filter = DeadLetterFilter {
+    let mut filter = DeadLetterFilter {
         route: q.route,
         reason_contains: q.reason,
         limit: Some(q.limit.unwrap_or(100).clamp(1, 1000)),
         ..Default::default()
     };
+    if let Some(query) = q.q.as_deref().filter(|query| !query.trim().is_empty()) {
+        let refused = |why: String, column: Option<usize>| {
+            let body = serde_json::json!({ "error": why, "column": column });
+            (StatusCode::BAD_REQUEST, Json(body)).into_response()
+        };
+        filter = match crate::dlq::search::parse(query) {
+            Ok(search) => match search.narrow(filter) {
+                Ok(narrowed) => narrowed,
+                Err(why) => return refused(why, None),
+            },
+            Err(e) => return refused(e.to_string(), Some(e.column)),
+        };
+    }
     match h.store.dead_letters_list(&filter).await {
         Ok(rows) => Json(
             rows.iter()

@@ -16,7 +16,7 @@
 //! - `read_limit`: how many admin requests may use the store at once.
 //! - `page`, `pages`, `actions`: the console's HTML (maud), read-only pages, and forms.
 //! - `edit`: edit and retry on a dead letter's page (the form, the inbox rule, the edits);
-//!   `journey`: a message's journey page.
+//!   `journey`: a message's journey page; `search`: the search box and its results.
 //! - `charts`: what the routes and dead-letters pages chart (each route's last hour, each
 //!   group's last day); `sparkline`: a chart as inline SVG.
 
@@ -34,6 +34,7 @@ mod page;
 mod pages;
 mod read_limit;
 mod retention;
+mod search;
 mod shadow_file;
 mod sparkline;
 mod target;
@@ -139,6 +140,7 @@ pub fn router(handle: GatewayHandle, admin: &AdminConfig) -> (Router, AdminState
         .route("/login", get(|| async { page::see_other("/") }))
         .route("/dead-letters", get(pages::groups))
         .route("/dead-letters/group", get(pages::group))
+        .route("/dead-letters/search", get(search::search))
         .route("/dead-letters/message/{id}", get(pages::message))
         .route("/dead-letters/message/{id}/edit", post(edit::submit))
         .route("/dead-letters/message/{id}/journey", get(journey::journey))

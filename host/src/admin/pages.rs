@@ -127,6 +127,7 @@ pub async fn groups(State(s): State<AdminState>, RawQuery(q): RawQuery) -> Respo
         &banners(h),
         html! {
             @if route.is_some() { p { a href="/dead-letters" { "All routes" } } }
+            (super::search::search_box("", route))
             p.muted #dead-letter-retention { (kept) }
             @if groups.is_empty() { p #no-groups { "No dead letters." } }
             @else {

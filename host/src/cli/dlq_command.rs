@@ -1,9 +1,11 @@
 //! `carteiro dlq list|show|stats|replay|edit|purge`: the dead-letter store for operators
-//! (`edit` and `show --journey` live in `dlq_edit_command`).
+//! (`edit` and `show --journey` live in `dlq_edit_command`). `--search` takes the console's
+//! query syntax (`dlq::search`) wherever the filters are.
 
 use super::dlq_edit_command::{self, EditArgs};
 use super::ops::load_config;
 use crate::broker::connect_any;
+use crate::common::header_names::PROP_MESSAGE_ID;
 use crate::dlq::run::{Progress, ReplayOptions};
 use crate::dlq::shadow_replay::{self, Now, ShadowOptions, Verdicts};
 use crate::services;
@@ -32,20 +34,36 @@ pub struct FilterArgs {
     /// e.g. `7d`: the oldest ones.
     #[arg(long, value_parser = crate::common::units::parse_duration)]
     pub older_than: Option<std::time::Duration>,
+    /// Only dead letters this search finds, from the archive's indexes: `id:MESSAGE-ID`,
+    /// `correlation:ID`, `body.PATH = VALUE` (VALUE a JSON number, "string", true, false or
+    /// null; `body.a.b` is a nested field), `route:R`, `reason:TEXT`; terms separated by
+    /// spaces all hold. E.g. --search 'body.matricula_id = 123'.
+    #[arg(long, value_name = "QUERY")]
+    pub search: Option<String>,
 }
 
 impl FilterArgs {
-    fn filter(&self) -> DeadLetterFilter {
+    /// The store filter; a search that does not parse (or contradicts `--route` or
+    /// `--reason`) is refused with the column where it goes wrong.
+    fn filter(&self) -> anyhow::Result<DeadLetterFilter> {
         let ago = |d: std::time::Duration| {
             crate::common::now_ms().saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         };
-        DeadLetterFilter {
+        let filter = DeadLetterFilter {
             route: self.route.clone(),
             reason_contains: self.reason.clone(),
             since_ms: self.since.map(ago),
             until_ms: self.older_than.map(ago),
             ..Default::default()
-        }
+        };
+        let Some(query) = &self.search else {
+            return Ok(filter);
+        };
+        let search = crate::dlq::search::parse(query)
+            .map_err(|e| anyhow::anyhow!("--search: {e}\n{}", e.pointer(query)))?;
+        search
+            .narrow(filter)
+            .map_err(|why| anyhow::anyhow!("--search: {why}"))
     }
 
     fn is_empty(&self) -> bool {
@@ -53,13 +71,15 @@ impl FilterArgs {
             && self.reason.is_none()
             && self.since.is_none()
             && self.older_than.is_none()
+            && self.search.is_none()
     }
 }
 
 /// `carteiro dlq ...`
 #[derive(Debug, clap::Subcommand)]
 pub enum DlqCommand {
-    /// List dead letters, newest first.
+    /// List dead letters, newest first (id, route, message id, attempts, reason); with
+    /// --search, the ones a search finds, e.g. --search 'body.matricula_id = 123'.
     List {
         #[command(flatten)]
         filter: FilterArgs,
@@ -159,15 +179,16 @@ pub async fn run(config_path: &Path, command: DlqCommand) -> anyhow::Result<i32>
         } => {
             let filter = DeadLetterFilter {
                 limit: Some(limit),
-                ..filter.filter()
+                ..filter.filter()?
             };
             for d in store.dead_letters_list(&filter).await? {
                 if json {
                     println!("{}", crate::dlq::summary_json(&d));
                 } else {
+                    let message_id = d.header(PROP_MESSAGE_ID).unwrap_or("-");
                     println!(
-                        "#{:<6} {:<24} attempts {:<3} {}",
-                        d.id, d.letter.route, d.letter.attempts, d.letter.reason
+                        "#{:<6} {:<24} {:<24} attempts {:<3} {}",
+                        d.id, d.letter.route, message_id, d.letter.attempts, d.letter.reason
                     );
                 }
             }
@@ -216,23 +237,24 @@ pub async fn run(config_path: &Path, command: DlqCommand) -> anyhow::Result<i32>
                 sha256: None,
             };
             if let Some(wasm) = shadow {
-                let run = ShadowReplayRun::new(&config, &store, &wasm, filter.filter());
+                let run = ShadowReplayRun::new(&config, &store, &wasm, filter.filter()?);
                 return shadow_report(&run, &shadow_options, json).await;
             }
             if let Some(wasm) = only_acked_by {
-                let run = ShadowReplayRun::new(&config, &store, &wasm, filter.filter());
+                let run = ShadowReplayRun::new(&config, &store, &wasm, filter.filter()?);
                 return replay_acked_by(&run, &options).await;
             }
-            return replay(&config, &store, id, &filter.filter(), &options, dry_run).await;
+            return replay(&config, &store, id, &filter.filter()?, &options, dry_run).await;
         }
         DlqCommand::Purge { filter } => {
             if filter.is_empty() {
                 eprintln!(
-                    "refusing to purge everything: give --route, --reason, --since or --older-than"
+                    "refusing to purge everything: give --route, --reason, --since, --older-than \
+                     or --search"
                 );
                 return Ok(1);
             }
-            let n = store.dead_letters_purge(&filter.filter()).await?;
+            let n = store.dead_letters_purge(&filter.filter()?).await?;
             println!("{n} dead letters deleted");
         }
         DlqCommand::Unpark { .. } => unreachable!("handled before the store opens"),

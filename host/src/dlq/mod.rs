@@ -4,6 +4,8 @@
 //! decide on dead letters, in a throwaway store (nothing committed or published). `unpark`:
 //! a quorum route's parked dead letters back into its DLQ. `edit`: edit and retry (only the
 //! edited copy is sent). `journey`: every attempt, replay and edit of a message, read back.
+//! `search`: the query syntax (`id:`, `correlation:`, `body.PATH = VALUE`, ...) of the console,
+//! the JSON API and the CLI, parsed into the store's indexed search terms.
 //!
 //! Every copy a replay or an edit sends carries `x-carteiro-replay-of` (sealed): should it
 //! fail again, its new dead letter links back to the one it was sent from.
@@ -11,6 +13,7 @@
 pub mod edit;
 pub mod journey;
 pub mod run;
+pub mod search;
 pub mod shadow_replay;
 pub mod unpark;
 
@@ -39,6 +42,8 @@ pub fn summary_json(d: &DeadLetter) -> serde_json::Value {
         "attempts": d.letter.attempts,
         "dead_lettered_at": d.letter.dead_lettered_at,
         "replay_count": d.replay_count,
+        "message_id": d.header(PROP_MESSAGE_ID),
+        "correlation_id": d.header(PROP_CORRELATION_ID),
     })
 }
 

@@ -6,6 +6,7 @@ use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::{Arguments, AssertSqlSafe, Row};
 
 use super::dead_letter_history::EVENT_REPLAY;
+use super::dead_letter_search::{self, SearchTerms};
 use super::dead_letter_text::{self, NewDeadLetter, SHORT_MAX, TEXT_MAX, stand_in};
 use super::{Backend, PURGE_CHUNK, Store, StoreError, headers_from_json, now_ms, nul_free};
 use crate::common::header_names::REPLAY_OF;
@@ -35,6 +36,17 @@ pub struct DeadLetter {
     pub edited_at: Option<i64>,
 }
 
+impl DeadLetter {
+    /// The first header `name` it was archived with (an AMQP property: `:message-id`, ...).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.letter
+            .headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
 /// Which dead letters to list or purge; every field narrows the set.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeadLetterFilter {
@@ -58,6 +70,9 @@ pub struct DeadLetterFilter {
     pub reasons: Option<Vec<String>>,
     /// Id is one of these (a console selection).
     pub ids: Option<Vec<i64>>,
+    /// Message id, correlation id and body fields, answered from the search indexes
+    /// (migration 0011; a query is parsed into them by `dlq::search`).
+    pub search: SearchTerms,
 }
 
 /// Count of dead letters per route and reason.
@@ -94,8 +109,13 @@ impl Store {
     /// [`StoreError::Unavailable`]: the store is down, too slow, read-only, full, or does
     /// not have the schema Carteiro migrated (any refusal of an encoded row means that).
     /// The caller requeues and pauses; it never needs to park or drop the message.
+    ///
+    /// What it will be found by is worked out here, once (`dead_letter_search`): its message
+    /// and correlation ids, and at most 64 fields of a JSON body, written in the same
+    /// transaction (SQLite: one more statement, PostgreSQL: one more column).
     pub async fn dead_letter_insert(&self, dl: &NewDeadLetter) -> Result<i64, StoreError> {
         let stored = dead_letter_text::encode(dl);
+        let search = dead_letter_search::search_columns(dl);
         // A replay or edited copy names the dead letter it came from (a sealed header: the
         // archiver and the pipeline pass only trusted Carteiro headers on).
         let replay_of = dl
@@ -103,26 +123,58 @@ impl Store {
             .iter()
             .find(|(name, _)| name == REPLAY_OF)
             .and_then(|(_, value)| value.trim().parse::<i64>().ok());
+        // PostgreSQL keeps the body's fields in a column of the row, SQLite in rows of
+        // `dead_letter_fields` (written below).
+        let (insert, search_fields, field_rows) = match self.backend {
+            Backend::Postgres => (
+                "INSERT INTO dead_letters (route, queue, reason, plugin, attempts, headers, body, \
+                 first_failed_at, dead_lettered_at, replay_count, original, replay_of, \
+                 message_id, correlation_id, search_fields) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10, $11, $12, $13, \
+                 CAST($14 AS jsonb)) RETURNING id",
+                dead_letter_search::fields_object(&search.fields),
+                None,
+            ),
+            Backend::Sqlite => (
+                "INSERT INTO dead_letters (route, queue, reason, plugin, attempts, headers, body, \
+                 first_failed_at, dead_lettered_at, replay_count, original, replay_of, \
+                 message_id, correlation_id) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10, $11, $12, $13) RETURNING id",
+                None,
+                dead_letter_search::fields_rows(&search.fields),
+            ),
+        };
         self.bounded("dead letter insert", async {
             let mut tx = self.begin_write().await?;
-            let id: i64 = sqlx::query_scalar(
-                "INSERT INTO dead_letters (route, queue, reason, plugin, attempts, headers, body, \
-                 first_failed_at, dead_lettered_at, replay_count, original, replay_of) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10, $11) RETURNING id",
-            )
-            .bind(stored.route.as_str())
-            .bind(stored.queue.as_str())
-            .bind(stored.reason.as_str())
-            .bind(stored.plugin.as_deref())
-            .bind(dl.attempts)
-            .bind(stored.headers.as_str())
-            .bind(dl.body.as_slice())
-            .bind(dl.first_failed_at)
-            .bind(dl.dead_lettered_at)
-            .bind(stored.original.as_deref())
-            .bind(replay_of)
-            .fetch_one(&mut *tx)
-            .await?;
+            let mut query = sqlx::query_scalar(insert)
+                .bind(stored.route.as_str())
+                .bind(stored.queue.as_str())
+                .bind(stored.reason.as_str())
+                .bind(stored.plugin.as_deref())
+                .bind(dl.attempts)
+                .bind(stored.headers.as_str())
+                .bind(dl.body.as_slice())
+                .bind(dl.first_failed_at)
+                .bind(dl.dead_lettered_at)
+                .bind(stored.original.as_deref())
+                .bind(replay_of)
+                .bind(search.message_id.as_deref())
+                .bind(search.correlation_id.as_deref());
+            if self.backend == Backend::Postgres {
+                query = query.bind(search_fields.as_deref());
+            }
+            let id: i64 = query.fetch_one(&mut *tx).await?;
+            if let Some(rows) = &field_rows {
+                sqlx::query(
+                    "INSERT OR IGNORE INTO dead_letter_fields (path, value, dead_letter_id) \
+                     SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), $2 \
+                     FROM json_each($1)",
+                )
+                .bind(rows.as_str())
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            }
             tx.commit().await?;
             Ok(id)
         })
@@ -142,7 +194,7 @@ impl Store {
         filter: &DeadLetterFilter,
     ) -> Result<Vec<DeadLetter>, StoreError> {
         let limit = filter.limit.unwrap_or(100);
-        self.dead_letters_in_order("dead letters list", filter, "id DESC", limit)
+        self.dead_letters_in_order("dead letters list", filter, true, limit)
             .await
     }
 
@@ -153,29 +205,42 @@ impl Store {
         filter: &DeadLetterFilter,
         limit: i64,
     ) -> Result<Vec<DeadLetter>, StoreError> {
-        self.dead_letters_in_order("dead letters page", filter, "id", limit)
+        self.dead_letters_in_order("dead letters page", filter, false, limit)
             .await
     }
 
-    /// Up to `limit` dead letters matching `filter`, sorted by `order` (SQL: `id` or
-    /// `id DESC`); `what` names the operation in a timeout error.
+    /// Up to `limit` dead letters matching `filter`, in id order (newest first when
+    /// `descending`); `what` names the operation in a timeout error.
     async fn dead_letters_in_order(
         &self,
         what: &str,
         filter: &DeadLetterFilter,
-        order: &'static str,
+        descending: bool,
         limit: i64,
     ) -> Result<Vec<DeadLetter>, StoreError> {
         self.bounded(what, async {
-            let (mut sql, mut args) = self.filter_sql(filter, &format!("SELECT {COLUMNS}"));
-            args.push(Arg::Int(limit.max(0)));
-            sql.push_str(&format!(" ORDER BY {order} LIMIT ${}", args.len()));
+            let (sql, args) = self.page_sql(filter, descending, limit);
             let rows = sqlx::query_with(AssertSqlSafe(sql), arguments(args)?)
                 .fetch_all(self.pool())
                 .await?;
             rows.iter().map(dead_letter).collect()
         })
         .await
+    }
+
+    /// The query of [`Store::dead_letters_in_order`].
+    fn page_sql(
+        &self,
+        filter: &DeadLetterFilter,
+        descending: bool,
+        limit: i64,
+    ) -> (String, Vec<Arg>) {
+        let (mut sql, mut args) = self.filter_sql(filter, &format!("SELECT {COLUMNS}"));
+        args.push(Arg::Int(limit.max(0)));
+        let key = filter.search.id_column(self.backend);
+        let direction = if descending { " DESC" } else { "" };
+        sql.push_str(&format!(" ORDER BY {key}{direction} LIMIT ${}", args.len()));
+        (sql, args)
     }
 
     /// How many dead letters match `filter` (its `limit` is ignored).
@@ -286,6 +351,43 @@ impl Store {
         );
         sql.push_str(" GROUP BY route, reason ORDER BY 3 DESC, route, reason");
         (sql, args)
+    }
+
+    /// The plan of a page of `filter`, newest first (the console's, `dlq list`'s), for tests:
+    /// SQLite's `EXPLAIN QUERY PLAN` details; PostgreSQL's `EXPLAIN` lines with sequential
+    /// scans and plain index walks priced out (`enable_seqscan`, `enable_indexscan` off: on a
+    /// test-sized table a walk of the primary key can look as cheap as anything), so the plan
+    /// names the index a search can be answered from, if there is one.
+    #[cfg(test)]
+    pub(crate) async fn page_plan(&self, filter: &DeadLetterFilter) -> Vec<String> {
+        let (sql, args) = self.page_sql(filter, true, 100);
+        let args = arguments(args).expect("arguments");
+        match self.backend {
+            Backend::Sqlite => {
+                let rows: Vec<(i64, i64, i64, String)> =
+                    sqlx::query_as_with(AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")), args)
+                        .fetch_all(self.pool())
+                        .await
+                        .expect("plan");
+                rows.into_iter().map(|r| r.3).collect()
+            }
+            Backend::Postgres => {
+                let mut tx = self.pool().begin().await.expect("begin");
+                for setting in ["enable_seqscan", "enable_indexscan"] {
+                    sqlx::query(AssertSqlSafe(format!("SET LOCAL {setting} = off")))
+                        .execute(&mut *tx)
+                        .await
+                        .expect("set");
+                }
+                let rows: Vec<(String,)> =
+                    sqlx::query_as_with(AssertSqlSafe(format!("EXPLAIN {sql}")), args)
+                        .fetch_all(&mut *tx)
+                        .await
+                        .expect("plan");
+                tx.rollback().await.expect("rollback");
+                rows.into_iter().map(|r| r.0).collect()
+            }
+        }
     }
 
     /// SQLite's plan of the groups query (`EXPLAIN QUERY PLAN`), for tests.
@@ -452,12 +554,22 @@ impl Store {
         Ok(purged)
     }
 
-    /// `{head} FROM dead_letters WHERE ...` with `$n` placeholders; values stay bound.
-    /// Text filters are compared with the stored text, so they go through the same
-    /// stand-in as the columns (a NUL in a filter matches a stored `\u{0}`).
+    /// `{head} FROM dead_letters WHERE ...` with `$n` placeholders; values stay bound. The
+    /// search terms decide what the query starts from (`SearchTerms::from_clause`: on SQLite,
+    /// a body field's index joined to `dead_letters`). Text filters are compared with the
+    /// stored text, so they go through the same stand-in as the columns (a NUL in a filter
+    /// matches a stored `\u{0}`).
     fn filter_sql(&self, f: &DeadLetterFilter, head: &str) -> (String, Vec<Arg>) {
-        let mut sql = format!("{head} FROM dead_letters WHERE 1 = 1");
         let mut args = Vec::new();
+        let mut bind = |text: String| {
+            args.push(Arg::Text(text));
+            args.len()
+        };
+        let mut sql = format!(
+            "{head} FROM {}",
+            f.search.from_clause(self.backend, &mut bind)
+        );
+        f.search.conditions(self.backend, &mut sql, &mut bind);
         if let Some(route) = &f.route {
             args.push(Arg::Text(stand_in(route, SHORT_MAX)));
             sql.push_str(&format!(" AND route = ${}", args.len()));
@@ -483,16 +595,17 @@ impl Store {
             let list = json_elements(self.backend, args.len(), true);
             sql.push_str(&format!(" AND id IN ({list})"));
         }
+        let id = f.search.id_column(self.backend);
         let bounds = [
-            ("dead_lettered_at >=", f.since_ms),
-            ("dead_lettered_at <", f.until_ms),
-            ("id <", f.before_id),
-            ("id >", f.after_id),
+            ("dead_lettered_at", ">=", f.since_ms),
+            ("dead_lettered_at", "<", f.until_ms),
+            (id, "<", f.before_id),
+            (id, ">", f.after_id),
         ];
-        for (bound, value) in bounds {
+        for (column, bound, value) in bounds {
             if let Some(value) = value {
                 args.push(Arg::Int(value));
-                sql.push_str(&format!(" AND {bound} ${}", args.len()));
+                sql.push_str(&format!(" AND {column} {bound} ${}", args.len()));
             }
         }
         match f.replayed {

@@ -62,6 +62,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "dead letter history",
         include_str!("../../migrations/sqlite/0010_dead_letter_history.sql"),
     ),
+    (
+        11,
+        "dead letter search",
+        include_str!("../../migrations/sqlite/0011_dead_letter_search.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str, &str)] = &[
@@ -109,6 +114,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         10,
         "dead letter history",
         include_str!("../../migrations/postgres/0010_dead_letter_history.sql"),
+    ),
+    (
+        11,
+        "dead letter search",
+        include_str!("../../migrations/postgres/0011_dead_letter_search.sql"),
     ),
 ];
 

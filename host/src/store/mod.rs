@@ -15,7 +15,9 @@
 //!   `purge`: the batched delete every retention purge of them uses;
 //!   `dead_letter_text`: [`NewDeadLetter`] and the lossless encoding that lets any of
 //!   them be archived; `dead_letter_history`: each replay and edit of a dead letter
-//!   ([`DeadLetterEvent`]) and the claim an edit takes.
+//!   ([`DeadLetterEvent`]) and the claim an edit takes; `dead_letter_search`: what a dead
+//!   letter is found by (message and correlation ids, a JSON body's fields: [`BodyField`]),
+//!   worked out when it is archived, and the indexed [`SearchTerms`] of a filter.
 //! - `reads`: [`BatchedReads`], the pipeline's inbox and kv point reads, batched.
 //! - `sql`: placeholder lists for statements built per batch.
 //! - `nul_free`: the text check shared by every write (no NUL bytes on either backend).
@@ -29,6 +31,7 @@ mod commit_set;
 mod committer;
 mod config;
 mod dead_letter_history;
+mod dead_letter_search;
 mod dead_letter_text;
 mod dead_letters;
 mod error;
@@ -53,6 +56,9 @@ pub use commit_request::{
 pub use committer::{CommitterConfig, CommitterHandle, GroupCommitter};
 pub use config::StoreConfig;
 pub use dead_letter_history::DeadLetterEvent;
+pub use dead_letter_search::{
+    BodyField, MAX_FIELD_BYTES, MAX_FIELDS, MAX_INDEXED_BODY, SearchTerms, body_fields,
+};
 pub use dead_letter_text::NewDeadLetter;
 pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterHour, DeadLetterStat, HOUR_MS};
 pub use error::StoreError;

@@ -12,6 +12,7 @@ mod housekeeping;
 mod outage;
 mod outbox;
 mod reads;
+mod search;
 mod secrets;
 mod set_based;
 
