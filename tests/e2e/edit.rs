@@ -162,10 +162,16 @@ async fn an_edit_and_retry_sends_exactly_one_copy_the_edited_one() {
     // that takes replayed rows too, not by id.
     let route = ["replay", "--route", queue.as_str()];
     let ran = dlq(&config, &route).await;
-    assert!(ran.code == 0 && ran.stdout.contains("0 replayed"), "{ran:?}");
+    assert!(
+        ran.code == 0 && ran.stdout.contains("0 replayed"),
+        "{ran:?}"
+    );
     let everything = ["replay", "--route", queue.as_str(), "--include-replayed"];
     let ran = dlq(&config, &everything).await;
-    assert!(ran.code == 0 && ran.stdout.contains("0 replayed"), "{ran:?}");
+    assert!(
+        ran.code == 0 && ran.stdout.contains("0 replayed"),
+        "{ran:?}"
+    );
     let ran = dlq(&config, &["replay", id_arg]).await;
     assert_eq!(ran.code, 1, "{ran:?}");
     assert!(ran.stderr.contains("was edited"), "{ran:?}");

@@ -217,10 +217,7 @@ async fn trapping_and_looping_messages_are_dead_lettered_while_others_flow() {
         committed(&route.gw.store, "fixture-mixed", &format!("done/good-{i}")).await;
     }
     let rows = route.dead_letters(2).await;
-    let trapped = [
-        "after 2 attempts: plugin trapped",
-        "fixture asked to trap",
-    ];
+    let trapped = ["after 2 attempts: plugin trapped", "fixture asked to trap"];
     assert_any_reason(&rows, &trapped);
     assert_any_reason(&rows, &["after 2 attempts: plugin exceeded its timeout"]);
     route.gw.stop().await;

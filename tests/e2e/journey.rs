@@ -57,7 +57,10 @@ async fn a_message_retried_twice_then_dead_lettered_shows_its_journey() {
             _ => assert!(line.contains(&tier), "the retry tier: {line}"),
         }
     }
-    assert!(out.contains("dead-lettered after 3 attempts (retry"), "{out}");
+    assert!(
+        out.contains("dead-lettered after 3 attempts (retry"),
+        "{out}"
+    );
     assert!(out.contains("outcome: in the dead-letter archive"), "{out}");
 
     // Replayed: it fails three times again and is dead-lettered again.

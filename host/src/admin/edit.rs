@@ -217,8 +217,11 @@ async fn send(
         .config()
         .ok_or_else(|| unavailable("the gateway is still starting".to_owned()))?;
     let route = d.letter.route.clone();
-    let dedup = Dedup::of(&config, &route)
-        .ok_or_else(|| refusal(EditError::UnknownRoute { route: route.clone() }))?;
+    let dedup = Dedup::of(&config, &route).ok_or_else(|| {
+        refusal(EditError::UnknownRoute {
+            route: route.clone(),
+        })
+    })?;
     let copy = edit::prepare(d, request).map_err(refusal)?;
     let connection = s.probe.connection(&config).await.map_err(|e| {
         unavailable(format!(
@@ -237,7 +240,10 @@ async fn send(
         seal: &seal,
         publish_timeout: config.broker.publish_timeout,
     };
-    let changes = context.send(d, copy, &dedup, actor).await.map_err(refusal)?;
+    let changes = context
+        .send(d, copy, &dedup, actor)
+        .await
+        .map_err(refusal)?;
     tracing::info!(id = d.id, route = %route, actor, changes = %changes.summary(), "dead letter edited in the console; the edited copy was sent");
     Ok(changes)
 }

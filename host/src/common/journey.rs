@@ -140,7 +140,11 @@ mod tests {
             journey = journey.with(attempt(n, &"é".repeat(1_000)));
         }
         assert!(journey.attempts.len() <= MAX_ATTEMPTS);
-        assert_eq!(journey.attempts.last().map(|a| a.n), Some(40), "the newest kept");
+        assert_eq!(
+            journey.attempts.last().map(|a| a.n),
+            Some(40),
+            "the newest kept"
+        );
         assert_eq!(
             journey.dropped as usize + journey.attempts.len(),
             40,

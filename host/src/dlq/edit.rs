@@ -26,8 +26,8 @@ use crate::config::Config;
 use crate::pipeline::key::{self, MissingKey};
 use crate::pipeline::{KeySource, MissingKeyPolicy};
 use crate::store::{DeadLetter, Store, StoreError};
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
-use serde_json::de::IgnoredAny;
 use std::time::Duration;
 
 /// What an operator asks to change.
@@ -519,7 +519,11 @@ impl EditContext<'_> {
             .seal(route, with_replay_of(properties, d.id), &copy.body);
         let owner = uuid::Uuid::now_v7().to_string();
         let lease = claim_lease(self.publish_timeout);
-        if !self.store.dead_letter_claim_edit(d.id, &owner, lease).await? {
+        if !self
+            .store
+            .dead_letter_claim_edit(d.id, &owner, lease)
+            .await?
+        {
             return Err(EditError::Busy { id: d.id });
         }
         let published = self
@@ -537,7 +541,10 @@ impl EditContext<'_> {
             .await;
         if let Err(e) = published {
             // Best effort: an unreleased claim expires on its own.
-            let _ = self.store.dead_letter_release_replay(Some(d.id), &owner).await;
+            let _ = self
+                .store
+                .dead_letter_release_replay(Some(d.id), &owner)
+                .await;
             return Err(EditError::NotSent {
                 id: d.id,
                 route: route.clone(),
@@ -668,7 +675,12 @@ mod tests {
     #[test]
     fn carteiro_property_and_broker_headers_are_refused() {
         let d = letter(b"{}", None);
-        for name in ["x-carteiro-attempt", "X-Carteiro-Seal", ":message-id", "x-death"] {
+        for name in [
+            "x-carteiro-attempt",
+            "X-Carteiro-Seal",
+            ":message-id",
+            "x-death",
+        ] {
             let set = EditRequest {
                 set: vec![(name.into(), "1".into())],
                 ..Default::default()
@@ -710,7 +722,10 @@ mod tests {
         assert!(err.to_string().contains("content type"), "{err}");
         let by_body = letter(b"[1, 2]", None);
         let err = prepare(&by_body, body("[1,\n 2")).unwrap_err();
-        assert!(err.to_string().contains("the archived body was JSON"), "{err}");
+        assert!(
+            err.to_string().contains("the archived body was JSON"),
+            "{err}"
+        );
         assert!(err.to_string().contains("line 2"), "{err}");
         let text = letter(b"plain", Some("text/plain"));
         assert!(prepare(&text, body("{ still not json")).is_ok());

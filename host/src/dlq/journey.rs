@@ -135,8 +135,7 @@ impl Outcome {
                  purged after the retention); key `{key}`"
             ),
             Outcome::Sent { key: None } => {
-                "sent; whether it was applied is unknown (no idempotency key to look up)"
-                    .to_owned()
+                "sent; whether it was applied is unknown (no idempotency key to look up)".to_owned()
             }
         }
     }
@@ -160,7 +159,11 @@ pub struct MessageJourney {
 impl MessageJourney {
     /// The journey as lines of text (what `carteiro dlq show ID --journey` prints).
     pub fn lines(&self) -> Vec<String> {
-        let ids: Vec<String> = self.dead_letters.iter().map(|id| format!("#{id}")).collect();
+        let ids: Vec<String> = self
+            .dead_letters
+            .iter()
+            .map(|id| format!("#{id}"))
+            .collect();
         let mut out = vec![format!(
             "journey of message {} on route {} (dead letters {})",
             self.message_id.as_deref().unwrap_or("(no message id)"),

@@ -391,7 +391,9 @@ impl Apply<'_> {
             now_ms(),
         );
         record.headers.retain(|(name, _)| name != h::JOURNEY);
-        record.headers.push((h::JOURNEY.to_owned(), journey.to_owned()));
+        record
+            .headers
+            .push((h::JOURNEY.to_owned(), journey.to_owned()));
         match ctx.deps.store.dead_letter_insert(&record).await {
             Ok(id) => {
                 ctx.deps.metrics.dead_letter_archived(&ctx.settings.queue);

@@ -60,7 +60,9 @@ impl OutputStream for Capture {
     fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
         let mut buffer = self.buffer();
         if bytes.len() > self.capacity.saturating_sub(buffer.len()) {
-            return Err(StreamError::trap("write beyond the captured output's capacity"));
+            return Err(StreamError::trap(
+                "write beyond the captured output's capacity",
+            ));
         }
         buffer.extend_from_slice(&bytes);
         Ok(())
@@ -117,10 +119,17 @@ mod tests {
         let mut stream = capture.clone();
         stream.write(Bytes::from_static(b"12345")).expect("fits");
         assert_eq!(stream.check_write().expect("room"), 3);
-        assert!(stream.write(Bytes::from_static(b"6789")).is_err(), "past capacity");
+        assert!(
+            stream.write(Bytes::from_static(b"6789")).is_err(),
+            "past capacity"
+        );
         assert_eq!(&capture.take()[..], b"12345");
         assert!(capture.take().is_empty(), "taken once");
-        assert_eq!(stream.check_write().expect("room"), 8, "a delivery gets it all");
+        assert_eq!(
+            stream.check_write().expect("room"),
+            8,
+            "a delivery gets it all"
+        );
         stream.write(Bytes::from_static(b"12345678")).expect("fits");
         assert!(matches!(stream.check_write(), Err(StreamError::Closed)));
     }

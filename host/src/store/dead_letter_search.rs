@@ -173,7 +173,7 @@ impl SearchTerms {
         self.message_id.is_none() && self.correlation_id.is_none() && self.body.is_empty()
     }
 
-    /// What a filter's query reads, from after `FROM` up to and including its first `WHERE`
+    /// What a filter's query reads (its `FROM` clause), from after `FROM` up to and including its first `WHERE`
     /// condition; `bind` binds a text and answers its placeholder number.
     ///
     /// On SQLite the plan is spelled out (its planner has no statistics to go by, and a
@@ -181,7 +181,7 @@ impl SearchTerms {
     /// `dead_letter_fields`' primary key (`CROSS JOIN` keeps that table outside, each dead
     /// letter then read by its id); else a message or correlation id reads its own index
     /// (`INDEXED BY`). PostgreSQL chooses by its statistics.
-    pub(super) fn from_clause(
+    pub(super) fn tables_clause(
         &self,
         backend: Backend,
         bind: &mut dyn FnMut(String) -> usize,
@@ -216,7 +216,7 @@ impl SearchTerms {
         }
     }
 
-    /// ` AND ...` for every term [`SearchTerms::from_clause`] did not apply. Ids are compared
+    /// ` AND ...` for every term [`SearchTerms::tables_clause`] did not apply. Ids are compared
     /// with the stored text, through the columns' stand-in as at archive time.
     pub(super) fn conditions(
         &self,

@@ -555,7 +555,7 @@ impl Store {
     }
 
     /// `{head} FROM dead_letters WHERE ...` with `$n` placeholders; values stay bound. The
-    /// search terms decide what the query starts from (`SearchTerms::from_clause`: on SQLite,
+    /// search terms decide what the query starts from (`SearchTerms::tables_clause`: on SQLite,
     /// a body field's index joined to `dead_letters`). Text filters are compared with the
     /// stored text, so they go through the same stand-in as the columns (a NUL in a filter
     /// matches a stored `\u{0}`).
@@ -567,7 +567,7 @@ impl Store {
         };
         let mut sql = format!(
             "{head} FROM {}",
-            f.search.from_clause(self.backend, &mut bind)
+            f.search.tables_clause(self.backend, &mut bind)
         );
         f.search.conditions(self.backend, &mut sql, &mut bind);
         if let Some(route) = &f.route {
