@@ -384,7 +384,7 @@ mod tests {
         assert_eq!(value(json!(-0.0)), "0");
         assert_eq!(value(json!(1.5)), "1.5");
         assert_eq!(value(json!(u64::MAX)), u64::MAX.to_string());
-        assert_eq!(value(json!(1e300)), "1e300");
+        assert_eq!(value(json!(1e300)), "1e+300");
         assert_eq!(value(json!("123")), r#""123""#);
         assert_eq!(
             value(json!("a\u{0}b")),
