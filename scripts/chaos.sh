@@ -21,4 +21,5 @@ cargo build -q -p carteiro --bin carteiro
 cargo build -q -p carteiro-chaos
 # Both scripts install their server on first use.
 scripts/postgres.sh url >/dev/null
-exec env CARTEIRO_BIN="$repo/target/debug/carteiro" "$repo/target/debug/carteiro-chaos" "$@"
+target_dir="${CARGO_TARGET_DIR:-$repo/target}"
+exec env CARTEIRO_BIN="$target_dir/debug/carteiro" "$target_dir/debug/carteiro-chaos" "$@"
