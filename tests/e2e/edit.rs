@@ -10,7 +10,8 @@
 
 use crate::resilience::{counter_value, delete_queue};
 use crate::support::{
-    Client, Route, counter_config, counter_dead_letter, route_config, unique, wait_for,
+    Client, Route, archived, counter_config, counter_dead_letter, unconsumed_route, unique,
+    wait_for,
 };
 use carteiro::broker::field_table::header_text;
 use carteiro::store::NewDeadLetter;
@@ -79,26 +80,9 @@ fn path(p: &Path) -> &str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edit_and_retry_sends_exactly_one_copy_the_edited_one() {
-    use lapin::options::QueueDeclareOptions;
     let client = Client::connect().await;
-    let queue = unique("editonce");
-    // The route's queue with nobody consuming it: what arrives is what the edit published.
-    let durable = QueueDeclareOptions {
-        durable: true,
-        ..Default::default()
-    };
-    client
-        .channel
-        .queue_declare(queue.as_str().into(), durable, Default::default())
-        .await
-        .expect("declare the route's queue");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let toml = route_config(&queue, "counter", &unique("in"), "", "")
-        .replace("{dir}", &dir.path().display().to_string());
-    let loaded = crate::support::load_config(dir.path(), &toml);
-    let store = carteiro::services::open_store(&loaded)
-        .await
-        .expect("store");
+    // Nobody consumes the route's queue: what arrives is what the edit published.
+    let (queue, dir, store) = unconsumed_route(&client, "editonce").await;
     let original = br#"{"order":7,"qty":"three"}"#;
     let record = NewDeadLetter {
         headers: vec![
@@ -179,7 +163,7 @@ async fn an_edit_and_retry_sends_exactly_one_copy_the_edited_one() {
     assert!(later.is_empty(), "the original never reaches the queue");
 
     // The archive keeps the original, and the edit.
-    let d = store.dead_letter_get(id).await.expect("get").expect("row");
+    let d = archived(&store, id).await;
     assert_eq!(d.letter.body, original, "the original is kept as it was");
     assert!(d.edited_at.is_some());
     let events = store.dead_letter_events(id).await.expect("events");

@@ -9,7 +9,7 @@ use super::browser::{click, shown_text, text};
 use super::driver::Browser;
 use super::{PASSWORD, USER, WAIT, basic, dead_letter, gateway, http, loopback, post_form, runs};
 use crate::resilience::counter_value;
-use crate::support::{unique, wait_for};
+use crate::support::{archived, unique, wait_for};
 use fantoccini::{Client, Locator};
 
 const ORIGINAL: &[u8] = br#"{"order":7,"qty":"three"}"#;
@@ -160,12 +160,7 @@ async fn console_edit_needs_credentials_and_the_console_origin() {
     ];
     let (status, _, _) = http(port, "POST", &path, &cross, form).await;
     assert_eq!(status, 403, "another site's page");
-    let d = gw
-        .store
-        .dead_letter_get(id)
-        .await
-        .expect("get")
-        .expect("row");
+    let d = archived(&gw.store, id).await;
     assert!(d.edited_at.is_none() && d.replay_count == 0, "nothing sent");
 
     // From the console's own page: sent, and recorded as the basic-auth user.
