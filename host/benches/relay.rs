@@ -41,8 +41,8 @@ use carteiro::metrics::Metrics;
 use carteiro::relay::{Relay, event_properties};
 use carteiro::store::{CommitOutcome, CommitRequest, GroupCommitter, NewOutboxRow, Store};
 use common::{
-    CpuBudget, CpuSample, amqp_url, connect_amqp, create_pg_database, delete_queues_and_exchange,
-    drop_pg_database, env_list, env_or, median, postgres_admin, unique,
+    Backend, CpuBudget, CpuSample, amqp_url, backends, connect_amqp, create_pg_database,
+    delete_queues_and_exchange, drop_pg_database, env_list, env_or, median, unique,
 };
 use futures::StreamExt;
 use lapin::options::{
@@ -59,23 +59,6 @@ use tokio_util::sync::CancellationToken;
 
 const POLL_INTERVAL: Duration = Duration::from_secs(1);
 const POLL_LIMIT: i64 = 5_000;
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-impl Backend {
-    /// The backend `name` stands for in `BENCH_BACKENDS`.
-    fn parse(name: &str) -> Option<Backend> {
-        match name {
-            "sqlite" => Some(Backend::Sqlite),
-            "postgres" => Some(Backend::Postgres),
-            _ => None,
-        }
-    }
-}
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Publisher {
@@ -123,8 +106,7 @@ struct Settings {
 
 fn settings() -> Settings {
     let amqp = amqp_url();
-    let mut backends = env_list("BENCH_BACKENDS", "sqlite,postgres", Backend::parse);
-    let pg_admin = postgres_admin(&mut backends, |backend| *backend == Backend::Postgres);
+    let (backends, pg_admin) = backends();
     Settings {
         amqp,
         pg_admin,
