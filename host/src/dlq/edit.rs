@@ -572,7 +572,6 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use crate::store::NewDeadLetter;
 
     fn letter(body: &[u8], content_type: Option<&str>) -> DeadLetter {
         let mut headers = vec![
@@ -588,25 +587,7 @@ mod tests {
         if let Some(ct) = content_type {
             headers.push((":content-type".to_owned(), ct.to_owned()));
         }
-        DeadLetter {
-            id: 7,
-            letter: NewDeadLetter {
-                route: "orders".into(),
-                queue: "orders".into(),
-                reason: "boom".into(),
-                plugin: Some("p".into()),
-                attempts: 1,
-                headers,
-                body: body.to_vec(),
-                first_failed_at: None,
-                dead_lettered_at: 1,
-            },
-            replayed_at: None,
-            replay_count: 0,
-            stored_encoded: false,
-            replay_of: None,
-            edited_at: None,
-        }
+        DeadLetter::fixture(7, headers, body)
     }
 
     fn body(text: &str) -> EditRequest {

@@ -46,6 +46,33 @@ impl DeadLetter {
     }
 }
 
+#[cfg(test)]
+impl DeadLetter {
+    /// Dead letter `id` with `headers` and `body`, as archived from route `orders` (reason
+    /// `boom`, plugin `p`, one attempt) and never replayed nor edited: for tests.
+    pub(crate) fn fixture(id: i64, headers: Vec<(String, String)>, body: &[u8]) -> DeadLetter {
+        DeadLetter {
+            id,
+            letter: NewDeadLetter {
+                route: "orders".into(),
+                queue: "orders".into(),
+                reason: "boom".into(),
+                plugin: Some("p".into()),
+                attempts: 1,
+                headers,
+                body: body.to_vec(),
+                first_failed_at: None,
+                dead_lettered_at: 1,
+            },
+            replayed_at: None,
+            replay_count: 0,
+            stored_encoded: false,
+            replay_of: None,
+            edited_at: None,
+        }
+    }
+}
+
 /// Which dead letters to list or purge; every field narrows the set.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeadLetterFilter {
