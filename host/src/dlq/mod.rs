@@ -233,3 +233,17 @@ pub async fn replay_publisher(
 ) -> anyhow::Result<ConfirmedPublisher> {
     Ok(ConfirmedPublisher::open(conn, PublisherOptions { lanes: 8 }).await?)
 }
+
+/// What a command that sends dead letters again opens: a [`replay_publisher`] on a broker
+/// connection of its own, named `name`, and the header-seal key.
+pub async fn open_replay_sender(
+    config: &crate::config::Config,
+    store: &Store,
+    name: &str,
+) -> anyhow::Result<(ConfirmedPublisher, SealKey)> {
+    let settings = crate::services::broker_settings(config, name);
+    let conn = crate::broker::connect_any(&settings.urls, &settings.connect).await?;
+    let publisher = replay_publisher(std::sync::Arc::new(conn)).await?;
+    let seal = crate::services::seal_key(store).await?;
+    Ok((publisher, seal))
+}
