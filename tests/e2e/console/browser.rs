@@ -24,6 +24,19 @@ pub(super) async fn shown_text(c: &Client, locator: Locator<'_>) -> Option<Strin
     c.find(locator).await.ok()?.text().await.ok()
 }
 
+/// The text of the element with id `id` once the page shows it; `what` names it in a timeout.
+pub(super) async fn wait_shown(c: &Client, what: &str, id: &str) -> String {
+    wait_for(what, WAIT, || shown_text(c, Locator::Id(id))).await
+}
+
+/// Logs in to the console at `listen` as [`USER`]: the credentials in the URL answer
+/// `/login`'s challenge, and the browser sends them with this origin's later requests.
+pub(super) async fn log_in(c: &Client, listen: &str) {
+    c.goto(&format!("http://{USER}:{PASSWORD}@{listen}/login"))
+        .await
+        .expect("log in");
+}
+
 /// Clicks the element with id `id`.
 pub(super) async fn click(c: &Client, id: &str) {
     c.find(Locator::Id(id))
@@ -110,11 +123,8 @@ async fn console_in_a_browser() {
     let browser = Browser::start().await;
     let c = &browser.client;
     let base = format!("http://{listen}");
-    // Log in (credentials in the URL answer /login's challenge; the browser then sends them
-    // with this origin's later requests), which lands on the routes page.
-    c.goto(&format!("http://{USER}:{PASSWORD}@{listen}/login"))
-        .await
-        .expect("log in");
+    // Log in, which lands on the routes page.
+    log_in(c, &listen).await;
 
     // Routes.
     let route_row = c
@@ -263,10 +273,7 @@ async fn console_in_a_browser() {
     let path = crate::support::plugin("counter").display().to_string();
     type_into(c, "shadow-path", &path).await;
     click(c, "shadow-submit").await;
-    let report = wait_for("the shadow report", WAIT, || async {
-        shown_text(c, Locator::Id("shadow-summary")).await
-    })
-    .await;
+    let report = wait_shown(c, "the shadow report", "shadow-summary").await;
     let report = report.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(report.contains("dead-letter → ack 1"), "{report}");
     assert!(text(c, "#shadow-lines").await.contains("→ ack"));

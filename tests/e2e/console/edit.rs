@@ -5,7 +5,7 @@
 //! `CARTEIRO_CONSOLE_SCREENSHOTS=docs/console` the browser test writes `edit-and-retry.png`,
 //! `edit-refused.png` and `journey.png`.
 
-use super::browser::{click, shown_text, text};
+use super::browser::{click, log_in, text, wait_shown};
 use super::driver::Browser;
 use super::{PASSWORD, USER, WAIT, basic, dead_letter, gateway, http, loopback, post_form, runs};
 use crate::resilience::counter_value;
@@ -65,9 +65,7 @@ async fn console_edit_and_retry_in_a_browser() {
 
     let browser = Browser::start().await;
     let c = &browser.client;
-    c.goto(&format!("http://{USER}:{PASSWORD}@{listen}/login"))
-        .await
-        .expect("log in");
+    log_in(c, &listen).await;
     let page = format!("http://{listen}/dead-letters/message/{id}");
     c.goto(&page).await.expect("message page");
     let note = text(c, "#inbox-note").await;
@@ -88,10 +86,7 @@ async fn console_edit_and_retry_in_a_browser() {
     type_body(c, r#"{"order":7,"qty":3}"#).await;
     add_header(c, "x-fixed-in", "console").await;
     click(c, "edit-submit").await;
-    let record = wait_for("the edit on the page", WAIT, || async {
-        shown_text(c, Locator::Id("edits")).await
-    })
-    .await;
+    let record = wait_shown(c, "the edit on the page", "edits").await;
     assert!(record.contains("body changed (25 → 19 bytes)"), "{record}");
     assert!(record.contains("set x-fixed-in = \"console\""), "{record}");
     assert_eq!(text(c, "#edits td.actor").await, USER);
@@ -122,10 +117,7 @@ async fn console_edit_and_retry_in_a_browser() {
 
     // The journey: the dead-lettering and both edits, and the outcome.
     click(c, "journey-link").await;
-    let outcome = wait_for("the journey page", WAIT, || async {
-        shown_text(c, Locator::Id("journey-outcome")).await
-    })
-    .await;
+    let outcome = wait_shown(c, "the journey page", "journey-outcome").await;
     assert!(outcome.contains("applied"), "{outcome}");
     let edits = c
         .find_all(Locator::Css("#journey tr[data-kind=edited]"))
