@@ -14,7 +14,7 @@ use crate::support::{
     wait_for,
 };
 use carteiro::broker::field_table::header_text;
-use carteiro::store::NewDeadLetter;
+use carteiro::store::{NewDeadLetter, Store};
 use lapin::message::BasicGetMessage;
 use std::path::Path;
 use std::sync::Arc;
@@ -76,6 +76,18 @@ fn header(m: &BasicGetMessage, name: &str) -> Option<String> {
 
 fn path(p: &Path) -> &str {
     p.to_str().expect("a UTF-8 path")
+}
+
+/// Runs `carteiro dlq ARGS` with `env` on `config`, which must send the edited copy, then waits
+/// until the `counter` handler has run `runs` times in all.
+async fn sent(config: &Path, args: &[&str], env: &[(&str, &str)], store: &Store, runs: u64) -> Ran {
+    let ran = dlq_with(config, args, env).await;
+    assert_eq!(ran.code, 0, "{ran:?}");
+    wait_for(&format!("{runs} handler runs"), WAIT, || async {
+        (counter_value(store, "runs").await >= runs).then_some(())
+    })
+    .await;
+    ran
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -201,12 +213,6 @@ async fn dlq_edit_through_a_running_gateway() {
     let id_arg = id_text.as_str();
     let dir = tempfile::tempdir().expect("tempdir");
     let body = dir.path().join("body.json");
-    let runs = |n: u64| async move {
-        wait_for(&format!("{n} handler runs"), WAIT, || async {
-            (counter_value(store, "runs").await >= n).then_some(())
-        })
-        .await;
-    };
 
     // --body-file and --set-header: the handler runs on the edited copy.
     std::fs::write(&body, br#"{"n":2}"#).expect("body file");
@@ -218,9 +224,7 @@ async fn dlq_edit_through_a_running_gateway() {
         "--set-header",
         "x-counter-key=fixed",
     ];
-    let ran = dlq(&config, &edit).await;
-    assert_eq!(ran.code, 0, "{ran:?}");
-    runs(1).await;
+    sent(&config, &edit, &[], store, 1).await;
     assert_eq!(counter_value(store, "counter/fixed").await, 1);
     let broken = counter_value(store, "counter/broken").await;
     assert_eq!(broken, 0, "the original never ran");
@@ -241,17 +245,13 @@ async fn dlq_edit_through_a_running_gateway() {
         "x-counter-key=again",
         "--new-id",
     ];
-    let ran = dlq(&config, &fresh).await;
-    assert_eq!(ran.code, 0, "{ran:?}");
-    runs(2).await;
+    sent(&config, &fresh, &[], store, 2).await;
     assert_eq!(counter_value(store, "counter/again").await, 1);
 
     // Without --body-file or header changes the body opens in $EDITOR.
     let editor = [("VISUAL", ""), ("EDITOR", "sed -i s/1/4/")];
-    let ran = dlq_with(&config, &["edit", id_arg, "--new-id"], &editor).await;
-    assert_eq!(ran.code, 0, "{ran:?}");
+    let ran = sent(&config, &["edit", id_arg, "--new-id"], &editor, store, 3).await;
     assert!(ran.stdout.contains("body changed (7 → 7 bytes)"), "{ran:?}");
-    runs(3).await;
     let edits = store.dead_letter_events(id).await.expect("events");
     assert_eq!(edits.len(), 3, "no refusal recorded: {edits:?}");
     let sent = edits[2].body.clone().unwrap_or_default();
