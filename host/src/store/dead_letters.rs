@@ -306,26 +306,32 @@ impl Store {
 
     /// One dead letter by id.
     pub async fn dead_letter_get(&self, id: i64) -> Result<Option<DeadLetter>, StoreError> {
-        self.bounded("dead letter get", async {
-            let sql = format!("SELECT {COLUMNS} FROM dead_letters WHERE id = $1");
-            let row = sqlx::query(AssertSqlSafe(sql))
-                .bind(id)
-                .fetch_optional(self.pool())
-                .await?;
-            row.as_ref().map(dead_letter).transpose()
-        })
-        .await
+        let found = self
+            .dead_letters_where("dead letter get", "id = $1", id)
+            .await?;
+        Ok(found.into_iter().next())
     }
 
     /// The dead letters that replays (or edited copies) of dead letter `id` became again,
     /// oldest first (at most 100): the rows whose `replay_of` is `id`.
     pub async fn dead_letters_replaying(&self, id: i64) -> Result<Vec<DeadLetter>, StoreError> {
-        self.bounded("dead letters replaying", async {
-            let sql = format!(
-                "SELECT {COLUMNS} FROM dead_letters WHERE replay_of = $1 ORDER BY id LIMIT 100"
-            );
+        let condition = "replay_of = $1 ORDER BY id LIMIT 100";
+        self.dead_letters_where("dead letters replaying", condition, id)
+            .await
+    }
+
+    /// The dead letters `condition` (what follows `WHERE`, `$1` bound to `value`) selects;
+    /// `what` names the operation in a timeout error.
+    async fn dead_letters_where(
+        &self,
+        what: &str,
+        condition: &str,
+        value: i64,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        self.bounded(what, async {
+            let sql = format!("SELECT {COLUMNS} FROM dead_letters WHERE {condition}");
             let rows = sqlx::query(AssertSqlSafe(sql))
-                .bind(id)
+                .bind(value)
                 .fetch_all(self.pool())
                 .await?;
             rows.iter().map(dead_letter).collect()
