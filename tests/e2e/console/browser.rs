@@ -1,8 +1,8 @@
 //! The console in headless Chromium, as an operator uses it.
 
 use super::driver::Browser;
-use super::{PASSWORD, USER, WAIT, count, dead_letter, gateway, loopback, runs};
-use crate::support::{unique, wait_for};
+use super::{PASSWORD, USER, WAIT, console, count, dead_letter, runs};
+use crate::support::wait_for;
 use fantoccini::{Client, Locator};
 
 const MISSING: &str = "missing field `…` at line <n> column <n>";
@@ -102,9 +102,7 @@ async fn open_group(c: &Client, base: &str, reason: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_in_a_browser() {
-    let queue = unique("console");
-    let (_, listen) = loopback();
-    let gw = gateway(&queue, &listen, true).await;
+    let (queue, _, listen, gw) = console("console").await;
     let store = &gw.store;
     // The known mix: 6 "missing field" variants, 3 unknown orders, 1 hostile message.
     for i in 0..6 {

@@ -7,9 +7,9 @@
 
 use super::browser::{click, log_in, text, wait_shown};
 use super::driver::Browser;
-use super::{PASSWORD, USER, WAIT, basic, dead_letter, gateway, http, loopback, post_form, runs};
+use super::{PASSWORD, USER, WAIT, basic, console, dead_letter, http, post_form, runs};
 use crate::resilience::counter_value;
-use crate::support::{archived, unique, wait_for};
+use crate::support::{archived, wait_for};
 use fantoccini::{Client, Locator};
 
 const ORIGINAL: &[u8] = br#"{"order":7,"qty":"three"}"#;
@@ -57,9 +57,7 @@ async fn submit_until(c: &Client, expected: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_edit_and_retry_in_a_browser() {
-    let queue = unique("consoleedit");
-    let (_, listen) = loopback();
-    let gw = gateway(&queue, &listen, true).await;
+    let (queue, _, listen, gw) = console("consoleedit").await;
     let store = &gw.store;
     let id = dead_letter(store, &queue, "qty is not a number", "ed-1", ORIGINAL).await;
 
@@ -137,9 +135,7 @@ async fn console_edit_and_retry_in_a_browser() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_edit_needs_credentials_and_the_console_origin() {
-    let queue = unique("editauth");
-    let (port, listen) = loopback();
-    let gw = gateway(&queue, &listen, true).await;
+    let (queue, port, _, gw) = console("editauth").await;
     let id = dead_letter(&gw.store, &queue, "boom", "ea-1", b"{}").await;
     let path = format!("/dead-letters/message/{id}/edit");
     let form = "body=%7B%22a%22%3A1%7D";

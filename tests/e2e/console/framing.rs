@@ -7,7 +7,7 @@
 
 use super::browser::log_in;
 use super::driver::Browser;
-use super::{PASSWORD, TOKEN, WAIT, dead_letter, gateway, gateway_with, http, loopback};
+use super::{PASSWORD, TOKEN, WAIT, console, dead_letter, gateway_with, http};
 use crate::support::{unique, wait_for};
 
 /// Frames `path` of the page's own origin (same origin: only the headers can refuse it)
@@ -29,9 +29,7 @@ const FRAMED: &str = r#"
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_refuses_to_render_in_a_frame() {
-    let queue = unique("console-frame");
-    let (port, listen) = loopback();
-    let gw = gateway(&queue, &listen, true).await;
+    let (queue, port, listen, gw) = console("console-frame").await;
     let id = dead_letter(
         &gw.store,
         &queue,
