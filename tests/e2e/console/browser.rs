@@ -26,7 +26,22 @@ pub(super) async fn shown_text(c: &Client, locator: Locator<'_>) -> Option<Strin
 
 /// The text of the element with id `id` once the page shows it; `what` names it in a timeout.
 pub(super) async fn wait_shown(c: &Client, what: &str, id: &str) -> String {
-    wait_for(what, WAIT, || shown_text(c, Locator::Id(id))).await
+    wait_text(c, what, Locator::Id(id), |_| true).await
+}
+
+/// The text of the element `locator` finds once the page shows it with a text `done`
+/// accepts; `what` names it in a timeout.
+async fn wait_text(
+    c: &Client,
+    what: &str,
+    locator: Locator<'_>,
+    done: impl Fn(&str) -> bool,
+) -> String {
+    wait_for(what, WAIT, || async {
+        let text = shown_text(c, locator).await?;
+        done(&text).then_some(text)
+    })
+    .await
 }
 
 /// Logs in to the console at `listen` as [`USER`]: the credentials in the URL answer
@@ -94,10 +109,7 @@ async fn open_group(c: &Client, base: &str, reason: &str) {
         .await
         .unwrap_or_else(|e| panic!("no link to group {reason}: {e}"));
     link.click().await.expect("open the group");
-    wait_for("the group page", WAIT, || async {
-        c.find(Locator::Id("group-summary")).await.ok().map(|_| ())
-    })
-    .await;
+    wait_shown(c, "the group page", "group-summary").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,9 +192,8 @@ async fn console_in_a_browser() {
         .await
         .expect("a message link");
     first.click().await.expect("open the message");
-    wait_for("the message page", WAIT, || async {
-        let body = shown_text(c, Locator::Id("body")).await?;
-        body.contains("\"items\": [").then_some(())
+    wait_text(c, "the message page", Locator::Id("body"), |body| {
+        body.contains("\"items\": [")
     })
     .await;
 
@@ -195,20 +206,21 @@ async fn console_in_a_browser() {
     rate.clear().await.expect("clear");
     rate.send_keys("3").await.expect("rate");
     click(c, "replay-group-submit").await;
-    wait_for("the job page", WAIT, || async {
-        c.find(Locator::Id("job")).await.ok().map(|_| ())
-    })
-    .await;
-    wait_for("the first replays on the page", WAIT, || async {
-        let done = shown_text(c, Locator::Css("[data-field=done]")).await?;
-        (done.trim().parse::<u64>().ok()? >= 1).then_some(())
-    })
+    wait_shown(c, "the job page", "job").await;
+    wait_text(
+        c,
+        "the first replays on the page",
+        Locator::Css("[data-field=done]"),
+        |done| done.trim().parse::<u64>().is_ok_and(|n| n >= 1),
+    )
     .await;
     Browser::screenshot(c, "replay-in-progress").await;
-    wait_for("the replay to finish on the page", WAIT, || async {
-        let state = shown_text(c, Locator::Id("job-state")).await?;
-        state.contains("done").then_some(())
-    })
+    wait_text(
+        c,
+        "the replay to finish on the page",
+        Locator::Id("job-state"),
+        |state| state.contains("done"),
+    )
     .await;
     let progress = text(c, "#job").await;
     assert!(progress.contains("6 of 6 replayed"), "{progress}");
@@ -229,10 +241,7 @@ async fn console_in_a_browser() {
     // Purge with a confirmation: a wrong count deletes nothing; the right one deletes.
     open_group(c, &base, ORDER).await;
     click(c, "purge-group-submit").await;
-    wait_for("the confirmation page", WAIT, || async {
-        c.find(Locator::Id("purge-count")).await.ok().map(|_| ())
-    })
-    .await;
+    wait_shown(c, "the confirmation page", "purge-count").await;
     assert_eq!(text(c, "#purge-count").await, "3");
     Browser::screenshot(c, "purge-confirm").await;
     let confirm_url = c.current_url().await.expect("url");
@@ -253,9 +262,8 @@ async fn console_in_a_browser() {
         .expect("confirm page again");
     type_into(c, "confirm", "3").await;
     click(c, "purge-submit").await;
-    wait_for("the purge", WAIT, || async {
-        let done = shown_text(c, Locator::Id("purged")).await?;
-        done.contains("3 dead letters deleted").then_some(())
+    wait_text(c, "the purge", Locator::Id("purged"), |done| {
+        done.contains("3 dead letters deleted")
     })
     .await;
     assert_eq!(count(store, &queue, "not found", None).await, 0);
