@@ -50,21 +50,23 @@ fn is_bidi_control(c: char) -> bool {
 pub(crate) mod testing {
     use std::sync::{Arc, Mutex};
 
-    /// Pass [`LogBuffer::writer`] to a subscriber's `with_writer`, read what it wrote with
+    /// Pass a clone to a subscriber's `with_writer`, read what it wrote with
     /// [`LogBuffer::text`].
     #[derive(Clone, Default)]
     pub(crate) struct LogBuffer(Arc<Mutex<Vec<u8>>>);
 
     impl LogBuffer {
-        /// A `MakeWriter` that appends to this buffer.
-        pub(crate) fn writer(&self) -> impl Fn() -> LogBuffer + Send + Sync + 'static {
-            let buffer = self.clone();
-            move || buffer.clone()
-        }
-
         /// What was written so far.
         pub(crate) fn text(&self) -> String {
             String::from_utf8(self.0.lock().expect("lock").clone()).expect("utf-8")
+        }
+    }
+
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
+        type Writer = LogBuffer;
+
+        fn make_writer(&'a self) -> Self::Writer {
+            self.clone()
         }
     }
 
@@ -113,7 +115,7 @@ mod tests {
         let subscriber = tracing_subscriber::fmt()
             .fmt_fields(escaped_fields())
             .with_ansi(false)
-            .with_writer(buffer.writer())
+            .with_writer(buffer.clone())
             .finish();
         let forged = "ok\n2099-01-01T00:00:00Z ERROR carteiro: forged";
         tracing::subscriber::with_default(subscriber, || {

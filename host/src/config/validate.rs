@@ -482,7 +482,7 @@ plugin = "p"
         let buffer = LogBuffer::default();
         let subscriber = tracing_subscriber::fmt()
             .with_ansi(false)
-            .with_writer(buffer.writer())
+            .with_writer(buffer.clone())
             .finish();
         let parsed = tracing::subscriber::with_default(subscriber, || parse(text));
         (parsed, buffer.text())
