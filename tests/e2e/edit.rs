@@ -80,7 +80,13 @@ fn path(p: &Path) -> &str {
 
 /// Runs `carteiro dlq ARGS` with `env` on `config`, which must send the edited copy, then waits
 /// until the `counter` handler has run `runs` times in all.
-async fn sent(config: &Path, args: &[&str], env: &[(&str, &str)], store: &Store, runs: u64) -> Ran {
+async fn send_edit(
+    config: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    store: &Store,
+    runs: u64,
+) -> Ran {
     let ran = dlq_with(config, args, env).await;
     assert_eq!(ran.code, 0, "{ran:?}");
     wait_for(&format!("{runs} handler runs"), WAIT, || async {
@@ -224,7 +230,7 @@ async fn dlq_edit_through_a_running_gateway() {
         "--set-header",
         "x-counter-key=fixed",
     ];
-    sent(&config, &edit, &[], store, 1).await;
+    send_edit(&config, &edit, &[], store, 1).await;
     assert_eq!(counter_value(store, "counter/fixed").await, 1);
     let broken = counter_value(store, "counter/broken").await;
     assert_eq!(broken, 0, "the original never ran");
@@ -245,12 +251,12 @@ async fn dlq_edit_through_a_running_gateway() {
         "x-counter-key=again",
         "--new-id",
     ];
-    sent(&config, &fresh, &[], store, 2).await;
+    send_edit(&config, &fresh, &[], store, 2).await;
     assert_eq!(counter_value(store, "counter/again").await, 1);
 
     // Without --body-file or header changes the body opens in $EDITOR.
     let editor = [("VISUAL", ""), ("EDITOR", "sed -i s/1/4/")];
-    let ran = sent(&config, &["edit", id_arg, "--new-id"], &editor, store, 3).await;
+    let ran = send_edit(&config, &["edit", id_arg, "--new-id"], &editor, store, 3).await;
     assert!(ran.stdout.contains("body changed (7 → 7 bytes)"), "{ran:?}");
     let edits = store.dead_letter_events(id).await.expect("events");
     assert_eq!(edits.len(), 3, "no refusal recorded: {edits:?}");
