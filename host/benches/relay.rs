@@ -41,7 +41,7 @@ use carteiro::metrics::Metrics;
 use carteiro::relay::{Relay, event_properties};
 use carteiro::store::{CommitOutcome, CommitRequest, GroupCommitter, NewOutboxRow, Store};
 use common::{
-    Backend, CpuBudget, CpuSample, amqp_url, backends, connect_amqp, create_pg_database,
+    Backend, CpuBudget, CpuSample, Named, amqp_url, backends, connect_amqp, create_pg_database,
     delete_queues_and_exchange, drop_pg_database, env_list, env_or, median, unique,
 };
 use futures::StreamExt;
@@ -68,17 +68,14 @@ enum Publisher {
     Pipelined,
 }
 
-impl Publisher {
-    /// The publisher `name` stands for in `BENCH_DRAIN_SYSTEMS` (its [`Publisher::name`]).
-    fn parse(name: &str) -> Option<Publisher> {
-        let all = [
-            Publisher::Relay,
-            Publisher::Lanes,
-            Publisher::Poller,
-            Publisher::Pipelined,
-        ];
-        all.into_iter().find(|publisher| publisher.name() == name)
-    }
+/// The publishers of `BENCH_DRAIN_SYSTEMS`.
+impl Named for Publisher {
+    const ALL: &'static [Publisher] = &[
+        Publisher::Relay,
+        Publisher::Lanes,
+        Publisher::Poller,
+        Publisher::Pipelined,
+    ];
 
     fn name(self) -> &'static str {
         match self {

@@ -38,7 +38,7 @@ mod common;
 use carteiro::store::{
     BodyField, DeadLetterFilter, NewDeadLetter, SearchTerms, Store, body_fields,
 };
-use common::{Backend, backends, create_pg_database, drop_pg_database, env_or};
+use common::{Backend, Named, backends, create_pg_database, drop_pg_database, env_or};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};

@@ -48,6 +48,23 @@ pub fn postgres_admin<T>(systems: &mut Vec<T>, on_postgres: impl Fn(&T) -> bool)
     admin
 }
 
+/// A choice a benchmark reads from a `BENCH_*` list ([`env_list`]) and names in its output.
+pub trait Named: Copy + 'static {
+    /// Every choice.
+    const ALL: &'static [Self];
+
+    /// Its name in the list and in the output.
+    fn name(self) -> &'static str;
+
+    /// The choice `name` stands for.
+    fn parse(name: &str) -> Option<Self> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|choice| choice.name() == name)
+    }
+}
+
 /// A database a benchmark runs on.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Backend {
@@ -55,18 +72,10 @@ pub enum Backend {
     Postgres,
 }
 
-impl Backend {
-    /// The backend `name` stands for in `BENCH_BACKENDS`.
-    pub fn parse(name: &str) -> Option<Backend> {
-        match name {
-            "sqlite" => Some(Backend::Sqlite),
-            "postgres" => Some(Backend::Postgres),
-            _ => None,
-        }
-    }
+impl Named for Backend {
+    const ALL: &'static [Backend] = &[Backend::Sqlite, Backend::Postgres];
 
-    /// Its name in `BENCH_BACKENDS` and in the output.
-    pub fn name(self) -> &'static str {
+    fn name(self) -> &'static str {
         match self {
             Backend::Sqlite => "sqlite",
             Backend::Postgres => "postgres",
