@@ -24,8 +24,8 @@ use carteiro::metrics::Metrics;
 use carteiro::runtime::native::NativeHandler;
 use carteiro::topology::{self, DeclaredRoute, QueueType, RouteTopology};
 use common::{
-    CpuBudget, CpuSample, amqp_url, connect_amqp, create_pg_database, delete_queues_and_exchange,
-    drop_pg_database, env_list, env_or, median, postgres_admin, unique,
+    CpuBudget, CpuSample, Named, amqp_url, connect_amqp, create_pg_database,
+    delete_queues_and_exchange, drop_pg_database, env_list, env_or, median, postgres_admin, unique,
 };
 use futures::StreamExt;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions};
@@ -54,18 +54,17 @@ impl System {
     fn native(self) -> bool {
         matches!(self, System::SqliteNative | System::PostgresNative)
     }
+}
 
-    /// The system `name` stands for in `BENCH_SYSTEMS` (its [`System::name`]).
-    fn parse(name: &str) -> Option<System> {
-        let all = [
-            System::Sqlite,
-            System::Postgres,
-            System::SqliteNative,
-            System::PostgresNative,
-            System::Baseline,
-        ];
-        all.into_iter().find(|system| system.name() == name)
-    }
+/// The systems of `BENCH_SYSTEMS`.
+impl Named for System {
+    const ALL: &'static [System] = &[
+        System::Sqlite,
+        System::Postgres,
+        System::SqliteNative,
+        System::PostgresNative,
+        System::Baseline,
+    ];
 
     fn name(self) -> &'static str {
         match self {

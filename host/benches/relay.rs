@@ -41,8 +41,8 @@ use carteiro::metrics::Metrics;
 use carteiro::relay::{Relay, event_properties};
 use carteiro::store::{CommitOutcome, CommitRequest, GroupCommitter, NewOutboxRow, Store};
 use common::{
-    CpuBudget, CpuSample, amqp_url, connect_amqp, create_pg_database, delete_queues_and_exchange,
-    drop_pg_database, env_list, env_or, median, postgres_admin, unique,
+    Backend, CpuBudget, CpuSample, Named, amqp_url, backends, connect_amqp, create_pg_database,
+    delete_queues_and_exchange, drop_pg_database, env_list, env_or, median, unique,
 };
 use futures::StreamExt;
 use lapin::options::{
@@ -61,23 +61,6 @@ const POLL_INTERVAL: Duration = Duration::from_secs(1);
 const POLL_LIMIT: i64 = 5_000;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-impl Backend {
-    /// The backend `name` stands for in `BENCH_BACKENDS`.
-    fn parse(name: &str) -> Option<Backend> {
-        match name {
-            "sqlite" => Some(Backend::Sqlite),
-            "postgres" => Some(Backend::Postgres),
-            _ => None,
-        }
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Publisher {
     Relay,
     Lanes,
@@ -85,17 +68,14 @@ enum Publisher {
     Pipelined,
 }
 
-impl Publisher {
-    /// The publisher `name` stands for in `BENCH_DRAIN_SYSTEMS` (its [`Publisher::name`]).
-    fn parse(name: &str) -> Option<Publisher> {
-        let all = [
-            Publisher::Relay,
-            Publisher::Lanes,
-            Publisher::Poller,
-            Publisher::Pipelined,
-        ];
-        all.into_iter().find(|publisher| publisher.name() == name)
-    }
+/// The publishers of `BENCH_DRAIN_SYSTEMS`.
+impl Named for Publisher {
+    const ALL: &'static [Publisher] = &[
+        Publisher::Relay,
+        Publisher::Lanes,
+        Publisher::Poller,
+        Publisher::Pipelined,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -123,8 +103,7 @@ struct Settings {
 
 fn settings() -> Settings {
     let amqp = amqp_url();
-    let mut backends = env_list("BENCH_BACKENDS", "sqlite,postgres", Backend::parse);
-    let pg_admin = postgres_admin(&mut backends, |backend| *backend == Backend::Postgres);
+    let (backends, pg_admin) = backends();
     Settings {
         amqp,
         pg_admin,

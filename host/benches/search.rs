@@ -38,35 +38,12 @@ mod common;
 use carteiro::store::{
     BodyField, DeadLetterFilter, NewDeadLetter, SearchTerms, Store, body_fields,
 };
-use common::{create_pg_database, drop_pg_database, env_list, env_or, postgres_admin};
+use common::{Backend, Named, backends, create_pg_database, drop_pg_database, env_or};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 use sqlx::{AnyConnection, AssertSqlSafe, Connection, Executor};
 use std::time::{Duration, Instant};
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-impl Backend {
-    fn parse(name: &str) -> Option<Backend> {
-        match name {
-            "sqlite" => Some(Backend::Sqlite),
-            "postgres" => Some(Backend::Postgres),
-            _ => None,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Backend::Sqlite => "sqlite",
-            Backend::Postgres => "postgres",
-        }
-    }
-}
 
 struct Settings {
     pg_admin: Option<String>,
@@ -81,8 +58,7 @@ struct Settings {
 }
 
 fn settings() -> Settings {
-    let mut backends = env_list("BENCH_BACKENDS", "sqlite,postgres", Backend::parse);
-    let pg_admin = postgres_admin(&mut backends, |b| *b == Backend::Postgres);
+    let (backends, pg_admin) = backends();
     Settings {
         pg_admin,
         backends,

@@ -45,8 +45,48 @@ fn is_bidi_control(c: char) -> bool {
     matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
+/// Log output kept in memory, for tests that check what was logged.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::sync::{Arc, Mutex};
+
+    /// Pass a clone to a subscriber's `with_writer`, read what it wrote with
+    /// [`LogBuffer::text`].
+    #[derive(Clone, Default)]
+    pub(crate) struct LogBuffer(Arc<Mutex<Vec<u8>>>);
+
+    impl LogBuffer {
+        /// What was written so far.
+        pub(crate) fn text(&self) -> String {
+            String::from_utf8(self.0.lock().expect("lock").clone()).expect("utf-8")
+        }
+    }
+
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
+        type Writer = LogBuffer;
+
+        fn make_writer(&'a self) -> Self::Writer {
+            self.clone()
+        }
+    }
+
+    impl std::io::Write for LogBuffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .map_err(|_| std::io::Error::other("poisoned"))?
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::testing::LogBuffer;
     use super::*;
 
     fn escaped(text: &str) -> String {
@@ -71,33 +111,17 @@ mod tests {
 
     #[test]
     fn a_forged_line_stays_inside_its_entry() {
-        use std::sync::{Arc, Mutex};
-        #[derive(Clone, Default)]
-        struct Buffer(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Buffer {
-            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                self.0
-                    .lock()
-                    .map_err(|_| std::io::Error::other("poisoned"))?
-                    .extend_from_slice(bytes);
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let buffer = Buffer::default();
-        let writer = buffer.clone();
+        let buffer = LogBuffer::default();
         let subscriber = tracing_subscriber::fmt()
             .fmt_fields(escaped_fields())
             .with_ansi(false)
-            .with_writer(move || writer.clone())
+            .with_writer(buffer.clone())
             .finish();
         let forged = "ok\n2099-01-01T00:00:00Z ERROR carteiro: forged";
         tracing::subscriber::with_default(subscriber, || {
             tracing::info!(plugin = "p", reason = %forged, "{forged}");
         });
-        let text = String::from_utf8(buffer.0.lock().expect("lock").clone()).expect("utf-8");
+        let text = buffer.text();
         assert_eq!(text.lines().count(), 1, "{text}");
         assert!(
             text.contains("ok\\n2099-01-01T00:00:00Z ERROR carteiro: forged"),

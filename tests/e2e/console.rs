@@ -102,6 +102,15 @@ pub async fn gateway_on(queue: &str, listen: &str, toml: &str) -> Gateway {
     gw
 }
 
+/// A [`gateway`] with both kinds of credentials on a fresh queue named after `prefix`, its
+/// admin server on a free loopback port: the queue, the port, its address and the gateway.
+pub async fn console(prefix: &str) -> (String, u16, String, Gateway) {
+    let queue = unique(prefix);
+    let (port, listen) = loopback();
+    let gw = gateway(&queue, &listen, true).await;
+    (queue, port, listen, gw)
+}
+
 /// Waits for the route's consumer and the admin server of a gateway just started.
 pub async fn wait_ready(queue: &str, listen: &str) {
     crate::support::Client::connect()
@@ -147,9 +156,7 @@ pub struct Console {
 
 impl Console {
     pub async fn with_dead_letters(prefix: &str, reason: &str, id: &str, n: i64) -> Self {
-        let queue = unique(prefix);
-        let (port, listen) = loopback();
-        let gw = gateway(&queue, &listen, true).await;
+        let (queue, port, _, gw) = console(prefix).await;
         let mut ids = Vec::new();
         for i in 0..n {
             let reason = format!("{reason} {i}");

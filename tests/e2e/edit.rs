@@ -10,10 +10,11 @@
 
 use crate::resilience::{counter_value, delete_queue};
 use crate::support::{
-    Client, Route, counter_config, counter_dead_letter, route_config, unique, wait_for,
+    Client, Route, archived, counter_config, counter_dead_letter, unconsumed_route, unique,
+    wait_for,
 };
 use carteiro::broker::field_table::header_text;
-use carteiro::store::NewDeadLetter;
+use carteiro::store::{NewDeadLetter, Store};
 use lapin::message::BasicGetMessage;
 use std::path::Path;
 use std::sync::Arc;
@@ -77,28 +78,29 @@ fn path(p: &Path) -> &str {
     p.to_str().expect("a UTF-8 path")
 }
 
+/// Runs `carteiro dlq ARGS` with `env` on `config`, which must send the edited copy, then waits
+/// until the `counter` handler has run `runs` times in all.
+async fn send_edit(
+    config: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    store: &Store,
+    runs: u64,
+) -> Ran {
+    let ran = dlq_with(config, args, env).await;
+    assert_eq!(ran.code, 0, "{ran:?}");
+    wait_for(&format!("{runs} handler runs"), WAIT, || async {
+        (counter_value(store, "runs").await >= runs).then_some(())
+    })
+    .await;
+    ran
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edit_and_retry_sends_exactly_one_copy_the_edited_one() {
-    use lapin::options::QueueDeclareOptions;
     let client = Client::connect().await;
-    let queue = unique("editonce");
-    // The route's queue with nobody consuming it: what arrives is what the edit published.
-    let durable = QueueDeclareOptions {
-        durable: true,
-        ..Default::default()
-    };
-    client
-        .channel
-        .queue_declare(queue.as_str().into(), durable, Default::default())
-        .await
-        .expect("declare the route's queue");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let toml = route_config(&queue, "counter", &unique("in"), "", "")
-        .replace("{dir}", &dir.path().display().to_string());
-    let loaded = crate::support::load_config(dir.path(), &toml);
-    let store = carteiro::services::open_store(&loaded)
-        .await
-        .expect("store");
+    // Nobody consumes the route's queue: what arrives is what the edit published.
+    let (queue, dir, store) = unconsumed_route(&client, "editonce").await;
     let original = br#"{"order":7,"qty":"three"}"#;
     let record = NewDeadLetter {
         headers: vec![
@@ -179,7 +181,7 @@ async fn an_edit_and_retry_sends_exactly_one_copy_the_edited_one() {
     assert!(later.is_empty(), "the original never reaches the queue");
 
     // The archive keeps the original, and the edit.
-    let d = store.dead_letter_get(id).await.expect("get").expect("row");
+    let d = archived(&store, id).await;
     assert_eq!(d.letter.body, original, "the original is kept as it was");
     assert!(d.edited_at.is_some());
     let events = store.dead_letter_events(id).await.expect("events");
@@ -217,12 +219,6 @@ async fn dlq_edit_through_a_running_gateway() {
     let id_arg = id_text.as_str();
     let dir = tempfile::tempdir().expect("tempdir");
     let body = dir.path().join("body.json");
-    let runs = |n: u64| async move {
-        wait_for(&format!("{n} handler runs"), WAIT, || async {
-            (counter_value(store, "runs").await >= n).then_some(())
-        })
-        .await;
-    };
 
     // --body-file and --set-header: the handler runs on the edited copy.
     std::fs::write(&body, br#"{"n":2}"#).expect("body file");
@@ -234,9 +230,7 @@ async fn dlq_edit_through_a_running_gateway() {
         "--set-header",
         "x-counter-key=fixed",
     ];
-    let ran = dlq(&config, &edit).await;
-    assert_eq!(ran.code, 0, "{ran:?}");
-    runs(1).await;
+    send_edit(&config, &edit, &[], store, 1).await;
     assert_eq!(counter_value(store, "counter/fixed").await, 1);
     let broken = counter_value(store, "counter/broken").await;
     assert_eq!(broken, 0, "the original never ran");
@@ -257,17 +251,13 @@ async fn dlq_edit_through_a_running_gateway() {
         "x-counter-key=again",
         "--new-id",
     ];
-    let ran = dlq(&config, &fresh).await;
-    assert_eq!(ran.code, 0, "{ran:?}");
-    runs(2).await;
+    send_edit(&config, &fresh, &[], store, 2).await;
     assert_eq!(counter_value(store, "counter/again").await, 1);
 
     // Without --body-file or header changes the body opens in $EDITOR.
     let editor = [("VISUAL", ""), ("EDITOR", "sed -i s/1/4/")];
-    let ran = dlq_with(&config, &["edit", id_arg, "--new-id"], &editor).await;
-    assert_eq!(ran.code, 0, "{ran:?}");
+    let ran = send_edit(&config, &["edit", id_arg, "--new-id"], &editor, store, 3).await;
     assert!(ran.stdout.contains("body changed (7 → 7 bytes)"), "{ran:?}");
-    runs(3).await;
     let edits = store.dead_letter_events(id).await.expect("events");
     assert_eq!(edits.len(), 3, "no refusal recorded: {edits:?}");
     let sent = edits[2].body.clone().unwrap_or_default();

@@ -9,7 +9,6 @@ use crate::support::{
 };
 use carteiro::common::labels::Outcome;
 use carteiro::metrics::Metrics;
-use carteiro::store::DeadLetter;
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use std::sync::Arc;
@@ -40,14 +39,6 @@ impl Route {
 
 fn text(value: &[u8]) -> AMQPValue {
     AMQPValue::LongString(LongString::from(value.to_vec()))
-}
-
-fn header(d: &DeadLetter, name: &str) -> Option<String> {
-    d.letter
-        .headers
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.clone())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,17 +74,14 @@ async fn forged_carteiro_headers_are_kept_renamed_and_never_believed() {
         "{}",
         d.letter.reason
     );
+    assert_eq!(d.header("x-untrusted-carteiro-attempt"), Some("99"));
     assert_eq!(
-        header(d, "x-untrusted-carteiro-attempt").as_deref(),
-        Some("99")
-    );
-    assert_eq!(
-        header(d, "x-untrusted-carteiro-original-exchange").as_deref(),
+        d.header("x-untrusted-carteiro-original-exchange"),
         Some("forged-exchange")
     );
     // Carteiro's own story is its own: the original exchange is where it was published.
     assert_eq!(
-        header(d, "x-carteiro-original-exchange").as_deref(),
+        d.header("x-carteiro-original-exchange"),
         Some(route.exchange.as_str())
     );
     assert_ne!(
@@ -188,7 +176,7 @@ async fn a_copy_too_large_for_the_frame_is_archived_directly() {
     let rows = route.dead_letters(1).await;
     assert_any_reason(&rows, &["plugin trapped", "archived directly"]);
     let d = &rows[0];
-    assert_eq!(header(d, "x-padding").map(|v| v.len()), Some(130_500));
+    assert_eq!(d.header("x-padding").map(str::len), Some(130_500));
     route.gw.stop().await;
 }
 

@@ -40,6 +40,22 @@ fn load(runtime: &Arc<Runtime>, name: &str, limits: PluginLimits) -> Plugin {
     Plugin::load(runtime, name, &path, None, limits, BTreeMap::new()).expect("loads")
 }
 
+/// Plugin `name` with `limits`, on a [`counted_runtime`] of `slots` instance slots.
+fn load_counted(
+    slots: u32,
+    name: &str,
+    limits: PluginLimits,
+) -> (Arc<Runtime>, Arc<Metrics>, Plugin) {
+    let (runtime, metrics) = counted_runtime(slots);
+    let plugin = load(&runtime, name, limits);
+    (runtime, metrics, plugin)
+}
+
+/// Instances of `plugin` made, and deliveries they served after their first.
+fn instances(metrics: &Metrics, plugin: &Plugin) -> (u64, u64) {
+    metrics.plugin_instances(plugin.name(), plugin.version())
+}
+
 fn message(id: &str, body: &str) -> Message {
     Message {
         id: Some(id.into()),
@@ -75,15 +91,14 @@ async fn remember(plugin: &Plugin) -> String {
 
 #[tokio::test]
 async fn guest_state_survives_on_a_reused_instance_until_it_served_reuse_deliveries() {
-    let (runtime, metrics) = counted_runtime(4);
     let limits = per_batch(3, Duration::from_secs(1));
-    let plugin = load(&runtime, "fixture-mixed", limits);
+    let (_, metrics, plugin) = load_counted(4, "fixture-mixed", limits);
     for (delivery, runs) in [1, 2, 3, 1, 2, 3, 1].into_iter().enumerate() {
         let report = remember(&plugin).await;
         assert_eq!(report, format!("runs {runs} {runs}"), "run {delivery}");
     }
     assert_eq!(
-        metrics.plugin_instances("fixture-mixed", plugin.version()),
+        instances(&metrics, &plugin),
         (3, 4),
         "instances made, deliveries on a reused one"
     );
@@ -91,24 +106,19 @@ async fn guest_state_survives_on_a_reused_instance_until_it_served_reuse_deliver
 
 #[tokio::test]
 async fn the_default_makes_a_fresh_instance_for_every_delivery() {
-    let (runtime, metrics) = counted_runtime(4);
     let limits = plugin_limits(Duration::from_secs(1), 32 << 20, 1_000, 10);
     assert_eq!(limits.isolation, Isolation::PerDelivery);
-    let plugin = load(&runtime, "fixture-mixed", limits);
+    let (_, metrics, plugin) = load_counted(4, "fixture-mixed", limits);
     for round in 0..5 {
         assert_eq!(remember(&plugin).await, "runs 1 1", "run {round}");
     }
-    assert_eq!(
-        metrics.plugin_instances("fixture-mixed", plugin.version()),
-        (5, 0)
-    );
+    assert_eq!(instances(&metrics, &plugin), (5, 0));
 }
 
 #[tokio::test]
 async fn verdicts_keep_the_instance_and_a_trap_drops_it() {
-    let (runtime, metrics) = counted_runtime(4);
     let limits = per_batch(100, Duration::from_secs(1));
-    let plugin = load(&runtime, "fixture-mixed", limits);
+    let (_, metrics, plugin) = load_counted(4, "fixture-mixed", limits);
     assert_eq!(remember(&plugin).await, "runs 1 1");
     // A retry verdict (attempt 1 of 5) and an ack are verdicts like any other.
     let out = verdict(&plugin, "m-retry", "retry-until-5").await;
@@ -125,10 +135,7 @@ async fn verdicts_keep_the_instance_and_a_trap_drops_it() {
         "runs 1 1",
         "an instance that trapped is never used again"
     );
-    assert_eq!(
-        metrics.plugin_instances("fixture-mixed", plugin.version()),
-        (2, 4)
-    );
+    assert_eq!(instances(&metrics, &plugin), (2, 4));
 }
 
 /// Runs enrollment `i` (ids `M{i}`, message `m-{i}`) and checks that its effects, and only
@@ -157,14 +164,13 @@ async fn enroll(plugin: &Plugin, i: u32) {
 
 #[tokio::test]
 async fn effects_of_one_delivery_never_reach_the_next_on_the_same_instance() {
-    let (runtime, metrics) = counted_runtime(4);
     let limits = per_batch(10, Duration::from_secs(1));
-    let plugin = load(&runtime, "enrollment", limits);
+    let (runtime, metrics, plugin) = load_counted(4, "enrollment", limits);
     for i in 1..=3 {
         enroll(&plugin, i).await;
     }
     assert_eq!(
-        metrics.plugin_instances("enrollment", plugin.version()),
+        instances(&metrics, &plugin),
         (1, 2),
         "all three on one instance"
     );
@@ -181,10 +187,7 @@ async fn effects_of_one_delivery_never_reach_the_next_on_the_same_instance() {
     assert!(out.effects.writes.is_empty());
     assert!(out.effects.reads.is_empty());
     assert!(out.effects.events.is_empty());
-    assert_eq!(
-        metrics.plugin_instances("fixture-mixed", mixed.version()),
-        (1, 1)
-    );
+    assert_eq!(instances(&metrics, &mixed), (1, 1));
 }
 
 /// The point of it: a Python or JavaScript interpreter keeps running between deliveries. Each
@@ -204,8 +207,7 @@ async fn python_and_javascript_instances_serve_several_deliveries() {
         for i in 1..=4 {
             enroll(&plugin, i).await;
         }
-        let counts = metrics.plugin_instances(name, plugin.version());
-        assert_eq!(counts, (2, 2), "{name}: made, reused");
+        assert_eq!(instances(&metrics, &plugin), (2, 2), "{name}: made, reused");
     }
 }
 
@@ -257,9 +259,8 @@ async fn per_delivery_limits_apply_afresh_on_a_reused_instance() {
 
 #[tokio::test]
 async fn idle_instances_never_starve_another_plugin_of_instance_slots() {
-    let (runtime, metrics) = counted_runtime(1);
     let limits = per_batch(100, Duration::from_secs(1));
-    let reusing = load(&runtime, "fixture-mixed", limits);
+    let (runtime, metrics, reusing) = load_counted(1, "fixture-mixed", limits);
     assert_eq!(remember(&reusing).await, "runs 1 1");
     // The runtime's only slot is held by that idle instance; another plugin still runs.
     let limits = plugin_limits(Duration::from_secs(1), 32 << 20, 1_000, 10);
@@ -274,17 +275,14 @@ async fn idle_instances_never_starve_another_plugin_of_instance_slots() {
         "runs 1 1",
         "the idle instance gave its slot up"
     );
-    assert_eq!(
-        metrics.plugin_instances("fixture-mixed", reusing.version()),
-        (2, 0)
-    );
+    assert_eq!(instances(&metrics, &reusing), (2, 0));
 }
 
 #[tokio::test]
 async fn concurrent_deliveries_never_share_an_instance() {
-    let (runtime, metrics) = counted_runtime(8);
     let limits = per_batch(1_000, Duration::from_secs(5));
-    let plugin = Arc::new(load(&runtime, "fixture-mixed", limits));
+    let (_, metrics, plugin) = load_counted(8, "fixture-mixed", limits);
+    let plugin = Arc::new(plugin);
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..32 {
         let plugin = plugin.clone();
@@ -306,7 +304,7 @@ async fn concurrent_deliveries_never_share_an_instance() {
         assert_eq!(counts[0], counts[1], "{report}");
         runs.push(counts[0]);
     }
-    let (created, reused) = metrics.plugin_instances("fixture-mixed", plugin.version());
+    let (created, reused) = instances(&metrics, &plugin);
     assert_eq!(created + reused, 32);
     // Each instance counted 1, 2, .. its deliveries: as many 1s as instances made.
     let firsts = runs.iter().filter(|&&n| n == 1).count();

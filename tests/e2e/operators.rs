@@ -11,6 +11,7 @@ use crate::support::{
 };
 use carteiro::runtime::short_version;
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -53,6 +54,38 @@ async fn scrape(port: u16) -> String {
     body
 }
 
+/// What a test of the gateway binary starts from: a fresh queue named after `prefix`, a
+/// fresh exchange with a sink, the client that declared it, a free port for the admin server
+/// and a folder for the config and the database.
+async fn setup(prefix: &str) -> (String, String, Client, u16, tempfile::TempDir) {
+    let (queue, exchange) = (unique(prefix), unique("in"));
+    let client = Client::connect().await;
+    client.sink(&exchange).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    (queue, exchange, client, free_port(), dir)
+}
+
+/// `toml` with the admin server on `127.0.0.1:port`.
+fn admin_on(toml: &str, port: u16) -> String {
+    toml.replace(
+        "[admin]\nlisten = \"\"",
+        &format!("[admin]\nlisten = \"127.0.0.1:{port}\""),
+    )
+}
+
+/// The gateway binary (`carteiro run -c`) on `toml` with its `{dir}` in `dir`, written as
+/// `dir/carteiro.toml`; returned once the gateway runs.
+async fn run_binary(dir: &Path, toml: &str) -> Running {
+    let config = dir.join("carteiro.toml");
+    let toml = toml.replace("{dir}", &dir.display().to_string());
+    std::fs::write(&config, toml).expect("config");
+    let mut cmd = carteiro();
+    cmd.args(["run", "-c"]).arg(&config);
+    let mut gw = Running::spawn(cmd);
+    gw.wait_stderr("gateway running", WAIT).await;
+    gw
+}
+
 #[tokio::test]
 async fn metrics_move_by_exactly_a_known_batch() {
     let (mixed, enroll) = (unique("ops-mixed"), unique("ops-enroll"));
@@ -61,23 +94,22 @@ async fn metrics_move_by_exactly_a_known_batch() {
     client.sink(&exchange).await;
     client.sink(&events).await;
     let port = free_port();
-    let toml = route_config(
+    let mixed_route = route_config(
         &mixed,
         "fixture-mixed",
         &exchange,
         "",
         "on_plugin_failure = \"dead-letter\"\nretry = { max_attempts = 3, backoff = [\"200ms\"] }",
-    )
-    .replace(
-        "[admin]\nlisten = \"\"",
-        &format!("[admin]\nlisten = \"127.0.0.1:{port}\""),
-    ) + &plugin_route(
-        "enrollment",
-        "enrollment",
-        &format!("events_exchange = \"{events}\""),
-        &enroll,
-        &exchange,
-    ) + "routing_key = \"enroll\"\n";
+    );
+    let toml = admin_on(&mixed_route, port)
+        + &plugin_route(
+            "enrollment",
+            "enrollment",
+            &format!("events_exchange = \"{events}\""),
+            &enroll,
+            &exchange,
+        )
+        + "routing_key = \"enroll\"\n";
     // The mixed route takes every key but `enroll`.
     let toml = toml.replace("routing_key = \"#\"", "routing_key = \"m\"");
     let gw = Gateway::start(&toml).await;
@@ -211,29 +243,15 @@ async fn metrics_move_by_exactly_a_known_batch() {
 /// when the window passes it clears; three more raise it again.
 #[tokio::test]
 async fn a_dead_letter_alert_is_raised_once_per_window_and_clears() {
-    let (queue, exchange) = (unique("ops-alert"), unique("in"));
-    let client = Client::connect().await;
-    client.sink(&exchange).await;
-    let port = free_port();
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (queue, exchange, client, port, dir) = setup("ops-alert").await;
     let toml = route_config(
         &queue,
         "fixture-mixed",
         &exchange,
         "",
         "on_plugin_failure = \"dead-letter\"\ndead_letter_alert = { count = 3, window = \"8s\" }",
-    )
-    .replace(
-        "[admin]\nlisten = \"\"",
-        &format!("[admin]\nlisten = \"127.0.0.1:{port}\""),
-    )
-    .replace("{dir}", &dir.path().display().to_string());
-    let config = dir.path().join("carteiro.toml");
-    std::fs::write(&config, toml).expect("config");
-    let mut cmd = carteiro();
-    cmd.args(["run", "-c"]).arg(&config);
-    let mut gw = Running::spawn(cmd);
-    gw.wait_stderr("gateway running", WAIT).await;
+    );
+    let mut gw = run_binary(dir.path(), &admin_on(&toml, port)).await;
     client.wait_for_consumer(&queue).await;
     let errors = |gw: &Running| {
         gw.stderr()
@@ -304,11 +322,7 @@ async fn a_dead_letter_alert_is_raised_once_per_window_and_clears() {
 /// and what the last purge removed.
 #[tokio::test]
 async fn retention_purges_show_in_metrics_and_the_console() {
-    let (queue, exchange) = (unique("ops-retain"), unique("in"));
-    let client = Client::connect().await;
-    client.sink(&exchange).await;
-    let port = free_port();
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (queue, exchange, _client, port, dir) = setup("ops-retain").await;
     let url = format!("sqlite://{}/carteiro.db", dir.path().display());
     let store = migrated_store(&url).await;
     let now = carteiro::common::now_ms();
@@ -341,23 +355,15 @@ async fn retention_purges_show_in_metrics_and_the_console() {
         .await
         .expect("published");
 
-    let toml = route_config(&queue, "fixture-mixed", &exchange, "", "")
-        .replace(
-            "[admin]\nlisten = \"\"",
-            &format!("[admin]\nlisten = \"127.0.0.1:{port}\""),
-        )
-        .replace(
-            "poll_interval = \"200ms\"",
-            "poll_interval = \"200ms\"\nretention = \"2h\"",
-        )
-        .replace("{dir}", &dir.path().display().to_string())
-        + "[dead_letters]\nretain = \"1d\"\n";
-    let config = dir.path().join("carteiro.toml");
-    std::fs::write(&config, toml).expect("config");
-    let mut cmd = carteiro();
-    cmd.args(["run", "-c"]).arg(&config);
-    let mut gw = Running::spawn(cmd);
-    gw.wait_stderr("gateway running", WAIT).await;
+    let toml = admin_on(
+        &route_config(&queue, "fixture-mixed", &exchange, "", ""),
+        port,
+    )
+    .replace(
+        "poll_interval = \"200ms\"",
+        "poll_interval = \"200ms\"\nretention = \"2h\"",
+    ) + "[dead_letters]\nretain = \"1d\"\n";
+    let mut gw = run_binary(dir.path(), &toml).await;
     assert!(
         gw.stderr().contains("`relay.retention`: deprecated"),
         "{}",

@@ -5,8 +5,8 @@
 //! purged runs the handler again.
 
 use crate::support::{
-    Client, Gateway, counter_config, counter_dead_letter, dead_letter_route, pg_database,
-    route_config, unique, wait_for, with_store,
+    Client, Gateway, archived, counter_config, counter_dead_letter, dead_letter_route, pg_database,
+    unconsumed_route, unique, wait_for, with_store,
 };
 use carteiro::common::labels::Outcome;
 use carteiro::metrics::Metrics;
@@ -439,13 +439,7 @@ async fn a_replay_after_the_inbox_retention_runs_the_handler_again() {
     assert!(code == 0 && out.contains("1 replayed"), "{out}");
     runs(2).await;
     assert_eq!(kv_number(&gw.store, "seen/m-1").await, 2, "effects twice");
-    let d = gw
-        .store
-        .dead_letter_get(id)
-        .await
-        .expect("get")
-        .expect("row");
-    assert_eq!(d.replay_count, 3);
+    assert_eq!(archived(&gw.store, id).await.replay_count, 3);
     gw.stop().await;
 }
 
@@ -454,27 +448,10 @@ async fn a_replay_after_the_inbox_retention_runs_the_handler_again() {
 /// queue once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replays_at_once_split_the_rows_and_publish_each_once() {
-    use lapin::options::QueueDeclareOptions;
     const ROWS: usize = 100;
     let client = Client::connect().await;
-    let queue = unique("twice");
-    // The route's queue with nobody consuming it: what arrives is what the replays published.
-    let durable = QueueDeclareOptions {
-        durable: true,
-        ..Default::default()
-    };
-    client
-        .channel
-        .queue_declare(queue.as_str().into(), durable, Default::default())
-        .await
-        .expect("declare the route's queue");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let toml = route_config(&queue, "counter", &unique("in"), "", "")
-        .replace("{dir}", &dir.path().display().to_string());
-    let config = crate::support::load_config(dir.path(), &toml);
-    let store = carteiro::services::open_store(&config)
-        .await
-        .expect("store");
+    // Nobody consumes the route's queue: what arrives is what the replays published.
+    let (queue, dir, store) = unconsumed_route(&client, "twice").await;
     for i in 0..ROWS {
         let record = NewDeadLetter {
             route: queue.clone(),

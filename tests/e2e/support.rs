@@ -521,21 +521,22 @@ impl Client {
     /// Declares a durable exchange of `kind` and a durable queue bound to nothing yet (see
     /// [`Client::bind`]); returns the queue name.
     pub async fn unbound_sink(&self, exchange: &str, kind: lapin::ExchangeKind) -> String {
-        use lapin::options::QueueDeclareOptions;
         self.exchange(exchange, kind, true).await;
         let queue = unique("sink");
-        self.channel
-            .queue_declare(
-                queue.as_str().into(),
-                QueueDeclareOptions {
-                    durable: true,
-                    ..Default::default()
-                },
-                Default::default(),
-            )
-            .await
-            .expect("declare sink");
+        self.durable_queue(&queue).await;
         queue
+    }
+
+    /// Declares a durable queue `queue`, bound to nothing.
+    pub async fn durable_queue(&self, queue: &str) {
+        let options = lapin::options::QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        self.channel
+            .queue_declare(queue.into(), options, Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("declare queue {queue}: {e}"));
     }
 
     /// Declares an exchange of `kind` and no queue.
@@ -837,6 +838,30 @@ pub async fn seed_outbox(store: &carteiro::store::Store, exchange: &str, keys: u
             batch.clear();
         }
     }
+}
+
+/// A `counter` route on a fresh queue named after `prefix`, declared (durable) with nobody
+/// consuming it, so what arrives there is what a `carteiro dlq` command published: the queue,
+/// the folder holding the route's `carteiro.toml` and database, and its store.
+pub async fn unconsumed_route(
+    client: &Client,
+    prefix: &str,
+) -> (String, tempfile::TempDir, carteiro::store::Store) {
+    let queue = unique(prefix);
+    client.durable_queue(&queue).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let toml = route_config(&queue, "counter", &unique("in"), "", "")
+        .replace("{dir}", &dir.path().display().to_string());
+    let config = load_config(dir.path(), &toml);
+    let store = carteiro::services::open_store(&config)
+        .await
+        .expect("store");
+    (queue, dir, store)
+}
+
+/// Dead letter `id`, which must be archived.
+pub async fn archived(store: &carteiro::store::Store, id: i64) -> carteiro::store::DeadLetter {
+    store.dead_letter_get(id).await.expect("get").expect("row")
 }
 
 /// Waits (30 s at most) until `route` has at least `at_least` archived dead letters.

@@ -1,6 +1,6 @@
-//! Helpers shared by the `pipeline` and `relay` benchmarks (each includes this file with
-//! `mod common;`; not a benchmark of its own): settings, statistics, throw-away PostgreSQL
-//! databases, and the CPU budget of a timed window.
+//! Helpers shared by the benchmarks (each includes this file with `mod common;`; not a
+//! benchmark of its own): settings, the backends to run on, statistics, throw-away
+//! PostgreSQL databases, and the CPU budget of a timed window.
 //!
 //! The CPU budget answers "where did the two cores go?" for one window: this process, the
 //! broker (`beam.smp`), the PostgreSQL server (every `postgres` process) and the whole box,
@@ -46,6 +46,49 @@ pub fn postgres_admin<T>(systems: &mut Vec<T>, on_postgres: impl Fn(&T) -> bool)
         systems.retain(|system| !on_postgres(system));
     }
     admin
+}
+
+/// A choice a benchmark reads from a `BENCH_*` list ([`env_list`]) and names in its output.
+pub trait Named: Copy + 'static {
+    /// Every choice.
+    const ALL: &'static [Self];
+
+    /// Its name in the list and in the output.
+    fn name(self) -> &'static str;
+
+    /// The choice `name` stands for.
+    fn parse(name: &str) -> Option<Self> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|choice| choice.name() == name)
+    }
+}
+
+/// A database a benchmark runs on.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Named for Backend {
+    const ALL: &'static [Backend] = &[Backend::Sqlite, Backend::Postgres];
+
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
+/// The backends `BENCH_BACKENDS` names (default `sqlite,postgres`), and the PostgreSQL
+/// server to make databases on: without one, PostgreSQL is left out ([`postgres_admin`]).
+pub fn backends() -> (Vec<Backend>, Option<String>) {
+    let mut backends = env_list("BENCH_BACKENDS", "sqlite,postgres", Backend::parse);
+    let pg_admin = postgres_admin(&mut backends, |backend| *backend == Backend::Postgres);
+    (backends, pg_admin)
 }
 
 /// A connection to the broker at `url`.

@@ -284,32 +284,14 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::store::NewDeadLetter;
 
     fn letter(body: &[u8]) -> DeadLetter {
-        DeadLetter {
-            id: 3,
-            letter: NewDeadLetter {
-                route: "orders".into(),
-                queue: "orders".into(),
-                reason: "boom".into(),
-                plugin: None,
-                attempts: 1,
-                headers: vec![
-                    ("x-tenant".into(), "acme".into()),
-                    ("x-region".into(), "eu".into()),
-                    (":message-id".into(), "m-1".into()),
-                ],
-                body: body.to_vec(),
-                first_failed_at: None,
-                dead_lettered_at: 1,
-            },
-            replayed_at: None,
-            replay_count: 0,
-            stored_encoded: false,
-            replay_of: None,
-            edited_at: None,
-        }
+        let headers = vec![
+            ("x-tenant".into(), "acme".into()),
+            ("x-region".into(), "eu".into()),
+            (":message-id".into(), "m-1".into()),
+        ];
+        DeadLetter::fixture(3, headers, body)
     }
 
     #[test]

@@ -300,10 +300,8 @@ async fn replay(
         }
         return Ok(0);
     }
-    let settings = broker_settings(config, "carteiro dlq replay");
-    let conn = std::sync::Arc::new(connect_any(&settings.urls, &settings.connect).await?);
-    let publisher = crate::dlq::replay_publisher(conn).await?;
-    let seal = services::seal_key(store).await?;
+    let (publisher, seal) =
+        crate::dlq::open_replay_sender(config, store, "carteiro dlq replay").await?;
     let timeout = config.broker.publish_timeout;
     if let Some(id) = id {
         let Some(d) = store.dead_letter_get(id).await? else {
@@ -507,10 +505,8 @@ async fn replay_acked_by(
     if let Some(limit) = options.limit {
         acked.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
     }
-    let settings = broker_settings(config, "carteiro dlq replay");
-    let conn = std::sync::Arc::new(connect_any(&settings.urls, &settings.connect).await?);
-    let publisher = crate::dlq::replay_publisher(conn).await?;
-    let seal = services::seal_key(store).await?;
+    let (publisher, seal) =
+        crate::dlq::open_replay_sender(config, store, "carteiro dlq replay").await?;
     let (mut replayed, mut failed) = (0u64, 0u64);
     for id in acked {
         let Some(d) = store.dead_letter_get(id).await? else {

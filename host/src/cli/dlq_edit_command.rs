@@ -1,10 +1,8 @@
 //! `carteiro dlq edit ID` (edit and retry: only the edited copy is sent) and
 //! `carteiro dlq show ID --journey` (every attempt, replay and edit of the message).
 
-use crate::broker::connect_any;
 use crate::config::Config;
 use crate::dlq::edit::{Dedup, EditContext, EditError, EditRequest, prepare};
-use crate::services::{self, broker_settings};
 use crate::store::Store;
 use anyhow::Context;
 use std::io::Write;
@@ -73,10 +71,8 @@ pub async fn edit(config: &Config, store: &Store, args: EditArgs) -> anyhow::Res
             return Ok(1);
         }
     };
-    let settings = broker_settings(config, "carteiro dlq edit");
-    let conn = std::sync::Arc::new(connect_any(&settings.urls, &settings.connect).await?);
-    let publisher = crate::dlq::replay_publisher(conn).await?;
-    let seal = services::seal_key(store).await?;
+    let (publisher, seal) =
+        crate::dlq::open_replay_sender(config, store, "carteiro dlq edit").await?;
     let context = EditContext {
         store,
         publisher: &publisher,

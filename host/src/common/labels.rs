@@ -7,6 +7,23 @@
 use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
 use std::fmt::{self, Write};
 
+/// `Display` and the metric label value of a type with a `label()`: that text.
+macro_rules! label_text {
+    ($name:ident) => {
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.label())
+            }
+        }
+
+        impl EncodeLabelValue for $name {
+            fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), fmt::Error> {
+                encoder.write_str(self.label())
+            }
+        }
+    };
+}
+
 /// Text for each variant, and the same text as a metric label value and in `Display`.
 macro_rules! labelled {
     ($name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
@@ -22,17 +39,7 @@ macro_rules! labelled {
             }
         }
 
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.label())
-            }
-        }
-
-        impl EncodeLabelValue for $name {
-            fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), fmt::Error> {
-                encoder.write_str(self.label())
-            }
-        }
+        label_text!($name);
     };
 }
 
@@ -141,17 +148,7 @@ impl ReasonClass {
     }
 }
 
-impl fmt::Display for ReasonClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.label())
-    }
-}
-
-impl EncodeLabelValue for ReasonClass {
-    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), fmt::Error> {
-        encoder.write_str(self.label())
-    }
-}
+label_text!(ReasonClass);
 
 /// A table retention purges (`housekeeping`): `table` of the `carteiro_retention_*` metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -306,6 +306,7 @@ fn find_line(text: &str, needle: &str) -> Option<usize> {
 mod tests {
     use super::*;
     use crate::housekeeping::Expire;
+    use crate::logfmt::testing::LogBuffer;
     use std::time::Duration;
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
@@ -478,30 +479,13 @@ plugin = "p"
 
     /// [`parse`], with what it logged.
     fn parse_logged(text: &str) -> (Result<Config, ConfigError>, String) {
-        use std::sync::{Arc, Mutex};
-        #[derive(Clone, Default)]
-        struct Buffer(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Buffer {
-            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                self.0
-                    .lock()
-                    .map_err(|_| std::io::Error::other("poisoned"))?
-                    .extend_from_slice(bytes);
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let buffer = Buffer::default();
-        let writer = buffer.clone();
+        let buffer = LogBuffer::default();
         let subscriber = tracing_subscriber::fmt()
             .with_ansi(false)
-            .with_writer(move || writer.clone())
+            .with_writer(buffer.clone())
             .finish();
         let parsed = tracing::subscriber::with_default(subscriber, || parse(text));
-        let logged = String::from_utf8(buffer.0.lock().expect("lock").clone()).expect("utf-8");
-        (parsed, logged)
+        (parsed, buffer.text())
     }
 
     #[test]

@@ -247,15 +247,6 @@ pub fn header_changes(
     (set, unset)
 }
 
-/// An archived pseudo-header (an AMQP property) of `d`.
-fn property(d: &DeadLetter, name: &str) -> Option<String> {
-    d.letter
-        .headers
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.clone())
-}
-
 /// `application/json`, or a structured `*+json` type (parameters ignored).
 fn is_json_content_type(content_type: &str) -> bool {
     let media = content_type
@@ -345,8 +336,8 @@ pub fn prepare(d: &DeadLetter, request: EditRequest) -> Result<EditedCopy, EditE
         set.retain(|(n, _)| n != name);
         set.push((name.clone(), value.clone()));
     }
-    let archived_id = property(d, PROP_MESSAGE_ID);
-    let content_type = property(d, PROP_CONTENT_TYPE);
+    let archived_id = d.header(PROP_MESSAGE_ID).map(str::to_owned);
+    let content_type = d.header(PROP_CONTENT_TYPE).map(str::to_owned);
     let before = &d.letter.body;
     let body = request.body.unwrap_or_else(|| before.clone());
     let body_changed = body != *before;
@@ -390,7 +381,7 @@ pub fn prepare(d: &DeadLetter, request: EditRequest) -> Result<EditedCopy, EditE
         body,
         message_id,
         content_type,
-        correlation_id: property(d, PROP_CORRELATION_ID),
+        correlation_id: d.header(PROP_CORRELATION_ID).map(str::to_owned),
         changes,
     })
 }
@@ -441,8 +432,8 @@ impl Dedup {
 
     /// The key a replay of `d` (the archived message) has on its route.
     pub fn key_of(&self, d: &DeadLetter) -> Result<String, MissingKey> {
-        let message_id = property(d, PROP_MESSAGE_ID);
-        self.key(message_id.as_deref(), &replay_headers(d), &d.letter.body)
+        let message_id = d.header(PROP_MESSAGE_ID);
+        self.key(message_id, &replay_headers(d), &d.letter.body)
     }
 
     /// Checks `copy` against `route`'s inbox; its key (`None`: it has none, and the route
@@ -581,7 +572,6 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use crate::store::NewDeadLetter;
 
     fn letter(body: &[u8], content_type: Option<&str>) -> DeadLetter {
         let mut headers = vec![
@@ -597,25 +587,7 @@ mod tests {
         if let Some(ct) = content_type {
             headers.push((":content-type".to_owned(), ct.to_owned()));
         }
-        DeadLetter {
-            id: 7,
-            letter: NewDeadLetter {
-                route: "orders".into(),
-                queue: "orders".into(),
-                reason: "boom".into(),
-                plugin: Some("p".into()),
-                attempts: 1,
-                headers,
-                body: body.to_vec(),
-                first_failed_at: None,
-                dead_lettered_at: 1,
-            },
-            replayed_at: None,
-            replay_count: 0,
-            stored_encoded: false,
-            replay_of: None,
-            edited_at: None,
-        }
+        DeadLetter::fixture(7, headers, body)
     }
 
     fn body(text: &str) -> EditRequest {

@@ -266,24 +266,16 @@ pub async fn read(
     let first = chain.first().unwrap_or(last);
     Ok(Some(MessageJourney {
         route: first.letter.route.clone(),
-        message_id: header(first, PROP_MESSAGE_ID),
+        message_id: first.header(PROP_MESSAGE_ID).map(str::to_owned),
         dead_letters: chain.iter().map(|d| d.id).collect(),
         steps,
         outcome,
     }))
 }
 
-fn header(d: &DeadLetter, name: &str) -> Option<String> {
-    d.letter
-        .headers
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.clone())
-}
-
 /// The attempts a dead letter's copy carried, then its dead-lettering.
 fn letter_steps(d: &DeadLetter) -> Vec<Step> {
-    let carried = Carried::parse(header(d, JOURNEY).as_deref());
+    let carried = Carried::parse(d.header(JOURNEY));
     let mut steps = Vec::new();
     if carried.dropped > 0 {
         let at = carried
@@ -308,10 +300,10 @@ fn letter_steps(d: &DeadLetter) -> Vec<Step> {
         dead_letter: d.id,
         what: What::DeadLettered {
             reason: d.letter.reason.clone(),
-            kind: header(d, FAILURE_KIND),
+            kind: d.header(FAILURE_KIND).map(str::to_owned),
             attempts: d.letter.attempts,
             plugin: d.letter.plugin.clone(),
-            sha256: header(d, PLUGIN_SHA256),
+            sha256: d.header(PLUGIN_SHA256).map(str::to_owned),
         },
     });
     steps

@@ -89,13 +89,6 @@ fn is_failure_header(name: &str) -> bool {
 /// The properties a replay of `d` is published with (unsealed): its headers without the
 /// failure story, and its archived message id, content type and correlation id.
 pub fn replay_properties_of(d: &DeadLetter) -> anyhow::Result<lapin::BasicProperties> {
-    let prop = |name: &str| {
-        d.letter
-            .headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-    };
     let pairs: Vec<(String, String)> = d
         .letter
         .headers
@@ -105,9 +98,9 @@ pub fn replay_properties_of(d: &DeadLetter) -> anyhow::Result<lapin::BasicProper
         .collect();
     replay_properties(
         &pairs,
-        prop(PROP_MESSAGE_ID).as_deref(),
-        prop(PROP_CONTENT_TYPE).as_deref(),
-        prop(PROP_CORRELATION_ID).as_deref(),
+        d.header(PROP_MESSAGE_ID),
+        d.header(PROP_CONTENT_TYPE),
+        d.header(PROP_CORRELATION_ID),
     )
     .map_err(|e| anyhow::anyhow!("dead letter {} cannot be replayed: {e}", d.id))
 }
@@ -239,4 +232,18 @@ pub async fn replay_publisher(
     conn: std::sync::Arc<lapin::Connection>,
 ) -> anyhow::Result<ConfirmedPublisher> {
     Ok(ConfirmedPublisher::open(conn, PublisherOptions { lanes: 8 }).await?)
+}
+
+/// What a command that sends dead letters again opens: a [`replay_publisher`] on a broker
+/// connection of its own, named `name`, and the header-seal key.
+pub async fn open_replay_sender(
+    config: &crate::config::Config,
+    store: &Store,
+    name: &str,
+) -> anyhow::Result<(ConfirmedPublisher, SealKey)> {
+    let settings = crate::services::broker_settings(config, name);
+    let conn = crate::broker::connect_any(&settings.urls, &settings.connect).await?;
+    let publisher = replay_publisher(std::sync::Arc::new(conn)).await?;
+    let seal = crate::services::seal_key(store).await?;
+    Ok((publisher, seal))
 }

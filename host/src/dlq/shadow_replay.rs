@@ -127,13 +127,6 @@ impl KvSource for DirectKv {
 /// The message a replay of `d` would deliver to its route.
 pub fn message_of(d: &DeadLetter) -> anyhow::Result<Message> {
     let properties = super::replay_properties_of(d)?;
-    let header = |name: &str| {
-        d.letter
-            .headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-    };
     let headers = properties
         .headers()
         .as_ref()
@@ -144,8 +137,10 @@ pub fn message_of(d: &DeadLetter) -> anyhow::Result<Message> {
             .message_id()
             .as_ref()
             .map(|s| s.as_str().to_owned()),
-        exchange: header(ORIGINAL_EXCHANGE).unwrap_or_default(),
-        routing_key: header(ORIGINAL_ROUTING_KEY).unwrap_or_else(|| d.letter.route.clone()),
+        exchange: d.header(ORIGINAL_EXCHANGE).unwrap_or_default().to_owned(),
+        routing_key: d
+            .header(ORIGINAL_ROUTING_KEY)
+            .map_or_else(|| d.letter.route.clone(), str::to_owned),
         headers: headers
             .into_iter()
             .map(|(name, value)| Header { name, value })

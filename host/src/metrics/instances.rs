@@ -1,27 +1,10 @@
 //! The wasm runtime's plugin instances: made, and reused for another delivery (plugins with
 //! `isolation = "per-batch"`), per plugin version. Their ratio is the reuse an operator sees.
 
-use super::{Metrics, RegisterExt};
-use prometheus_client::encoding::EncodeLabelSet;
+use super::{Metrics, PluginVersion, RegisterExt};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
-
-/// A plugin and one of its versions (12 hex digits of its sha256).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PluginVersion {
-    plugin: String,
-    version: String,
-}
-
-impl PluginVersion {
-    fn of(plugin: &str, version: &str) -> Self {
-        Self {
-            plugin: plugin.into(),
-            version: version.into(),
-        }
-    }
-}
 
 /// Plugin instances made and reused.
 pub struct InstanceMetrics {

@@ -79,6 +79,23 @@ impl Route {
     }
 }
 
+/// The `plugin` and `version` labels (12 hex digits of the plugin's sha256), shared by the
+/// families counted per plugin version.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginVersion {
+    plugin: String,
+    version: String,
+}
+
+impl PluginVersion {
+    fn of(plugin: &str, version: &str) -> Self {
+        Self {
+            plugin: plugin.into(),
+            version: version.into(),
+        }
+    }
+}
+
 /// `route`'s metric in a per-route `family`, created at first use.
 fn per_route<M>(family: &Family<Route, M>, route: &str) -> impl Deref<Target = M> {
     family.get_or_create(&Route::of(route))

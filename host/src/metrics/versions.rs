@@ -1,7 +1,7 @@
 //! Which plugin versions run: deliveries per version, the version new deliveries run on,
 //! live-shadow comparisons and canaries (the pipeline's `canary` and `shadow`, and reloads).
 
-use super::{Metrics, RegisterExt};
+use super::{Metrics, PluginVersion, RegisterExt};
 use crate::common::labels::Outcome as DeliveryOutcome;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -33,21 +33,6 @@ struct ShadowRun {
     route: String,
     version: String,
     result: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PluginVersion {
-    plugin: String,
-    version: String,
-}
-
-impl PluginVersion {
-    fn of(plugin: &str, version: &str) -> Self {
-        Self {
-            plugin: plugin.into(),
-            version: version.into(),
-        }
-    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

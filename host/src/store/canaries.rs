@@ -19,8 +19,7 @@ impl Store {
     pub async fn canary_decide(&self, d: &CanaryDecision) -> Result<(), StoreError> {
         self.bounded("canary decision", async {
             nul_free::text("plugin", &d.plugin)?;
-            let mut tx = self.begin_write().await?;
-            sqlx::query(
+            let insert = sqlx::query(
                 "INSERT INTO canary_decisions (plugin, canary_digest, decision, reason, decided_at) \
                  VALUES ($1, $2, $3, $4, $5) ON CONFLICT (plugin, canary_digest) DO NOTHING",
             )
@@ -28,10 +27,8 @@ impl Store {
             .bind(&d.canary_digest)
             .bind(&d.decision)
             .bind(nul_free::lossy(&d.reason))
-            .bind(now_ms())
-            .execute(&mut *tx)
-            .await?;
-            tx.commit().await?;
+            .bind(now_ms());
+            self.execute_write(insert).await?;
             Ok(())
         })
         .await

@@ -5,10 +5,9 @@
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::{Arguments, AssertSqlSafe, Row};
 
-use super::dead_letter_history::EVENT_REPLAY;
 use super::dead_letter_search::{self, SearchTerms};
 use super::dead_letter_text::{self, NewDeadLetter, SHORT_MAX, TEXT_MAX, stand_in};
-use super::{Backend, PURGE_CHUNK, Store, StoreError, headers_from_json, now_ms, nul_free};
+use super::{Backend, PURGE_CHUNK, Store, StoreError, headers_from_json};
 use crate::common::header_names::REPLAY_OF;
 
 mod hours;
@@ -44,6 +43,33 @@ impl DeadLetter {
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
+    }
+}
+
+#[cfg(test)]
+impl DeadLetter {
+    /// Dead letter `id` with `headers` and `body`, as archived from route `orders` (reason
+    /// `boom`, plugin `p`, one attempt) and never replayed nor edited: for tests.
+    pub(crate) fn fixture(id: i64, headers: Vec<(String, String)>, body: &[u8]) -> DeadLetter {
+        DeadLetter {
+            id,
+            letter: NewDeadLetter {
+                route: "orders".into(),
+                queue: "orders".into(),
+                reason: "boom".into(),
+                plugin: Some("p".into()),
+                attempts: 1,
+                headers,
+                body: body.to_vec(),
+                first_failed_at: None,
+                dead_lettered_at: 1,
+            },
+            replayed_at: None,
+            replay_count: 0,
+            stored_encoded: false,
+            replay_of: None,
+            edited_at: None,
+        }
     }
 }
 
@@ -280,26 +306,32 @@ impl Store {
 
     /// One dead letter by id.
     pub async fn dead_letter_get(&self, id: i64) -> Result<Option<DeadLetter>, StoreError> {
-        self.bounded("dead letter get", async {
-            let sql = format!("SELECT {COLUMNS} FROM dead_letters WHERE id = $1");
-            let row = sqlx::query(AssertSqlSafe(sql))
-                .bind(id)
-                .fetch_optional(self.pool())
-                .await?;
-            row.as_ref().map(dead_letter).transpose()
-        })
-        .await
+        let found = self
+            .dead_letters_where("dead letter get", "id = $1", id)
+            .await?;
+        Ok(found.into_iter().next())
     }
 
     /// The dead letters that replays (or edited copies) of dead letter `id` became again,
     /// oldest first (at most 100): the rows whose `replay_of` is `id`.
     pub async fn dead_letters_replaying(&self, id: i64) -> Result<Vec<DeadLetter>, StoreError> {
-        self.bounded("dead letters replaying", async {
-            let sql = format!(
-                "SELECT {COLUMNS} FROM dead_letters WHERE replay_of = $1 ORDER BY id LIMIT 100"
-            );
+        let condition = "replay_of = $1 ORDER BY id LIMIT 100";
+        self.dead_letters_where("dead letters replaying", condition, id)
+            .await
+    }
+
+    /// The dead letters `condition` (what follows `WHERE`, `$1` bound to `value`) selects;
+    /// `what` names the operation in a timeout error.
+    async fn dead_letters_where(
+        &self,
+        what: &str,
+        condition: &str,
+        value: i64,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        self.bounded(what, async {
+            let sql = format!("SELECT {COLUMNS} FROM dead_letters WHERE {condition}");
             let rows = sqlx::query(AssertSqlSafe(sql))
-                .bind(id)
+                .bind(value)
                 .fetch_all(self.pool())
                 .await?;
             rows.iter().map(dead_letter).collect()
@@ -404,96 +436,6 @@ impl Store {
         rows.into_iter().map(|r| r.3).collect()
     }
 
-    /// Records a replay of `id` (after the copy was republished and confirmed), and the
-    /// replay in its history (`dead_letter_events`), in one transaction.
-    pub async fn dead_letter_mark_replayed(&self, id: i64) -> Result<(), StoreError> {
-        self.bounded("dead letter mark replayed", async {
-            let now = now_ms();
-            let mut tx = self.begin_write().await?;
-            let done = sqlx::query(
-                "UPDATE dead_letters SET replayed_at = $2, replay_count = replay_count + 1, \
-                 replaying_by = NULL, replaying_until = NULL WHERE id = $1",
-            )
-            .bind(id)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-            if done.rows_affected() == 0 {
-                return Err(StoreError::Invalid(format!("no dead letter with id {id}")));
-            }
-            sqlx::query(
-                "INSERT INTO dead_letter_events (dead_letter_id, kind, happened_at, actor, detail) \
-                 VALUES ($1, $2, $3, NULL, '{}')",
-            )
-            .bind(id)
-            .bind(EVENT_REPLAY)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            Ok(())
-        })
-        .await
-    }
-
-    /// Claims dead letter `id` for one replay by `owner` for `lease_ms` (the database's
-    /// clock): only if no live claim of another replay (or edit) holds it, only if it was not
-    /// replayed yet, or (`replayed_before`) was replayed before that moment only, and never
-    /// once it was edited (only its edited copy is sent: `dead_letter_claim_edit`). False: a
-    /// concurrent replay has it or has replayed it, or it was edited; skip it.
-    pub async fn dead_letter_claim_replay(
-        &self,
-        id: i64,
-        owner: &str,
-        lease_ms: i64,
-        replayed_before: Option<i64>,
-    ) -> Result<bool, StoreError> {
-        self.bounded("dead letter claim for replay", async {
-            nul_free::text("replay owner", owner)?;
-            let clock = super::outbox::db_clock_ms(self.backend);
-            let sql = format!(
-                "UPDATE dead_letters SET replaying_by = $2, replaying_until = {clock} + $3 \
-                 WHERE id = $1 \
-                 AND (replaying_by IS NULL OR replaying_by = $2 OR replaying_until < {clock}) \
-                 AND (replayed_at IS NULL OR replayed_at < $4) AND edited_at IS NULL"
-            );
-            let mut tx = self.begin_write().await?;
-            let done = sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(id)
-                .bind(owner)
-                .bind(lease_ms)
-                .bind(replayed_before.unwrap_or(i64::MIN))
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok(done.rows_affected() == 1)
-        })
-        .await
-    }
-
-    /// Gives up `owner`'s claims (its replay failed or was stopped), so another run may take
-    /// those rows at once: on dead letter `id`, or on every row when `id` is `None`.
-    pub async fn dead_letter_release_replay(
-        &self,
-        id: Option<i64>,
-        owner: &str,
-    ) -> Result<(), StoreError> {
-        self.bounded("dead letter release replay claim", async {
-            let mut tx = self.begin_write().await?;
-            sqlx::query(
-                "UPDATE dead_letters SET replaying_by = NULL, replaying_until = NULL \
-                 WHERE replaying_by = $1 AND ($2 IS NULL OR id = $2)",
-            )
-            .bind(owner)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            Ok(())
-        })
-        .await
-    }
-
     /// Deletes the dead letters matching `filter` (its `limit` is ignored), in chunks of
     /// [`PURGE_CHUNK`] rows, one short transaction each.
     pub async fn dead_letters_purge(&self, filter: &DeadLetterFilter) -> Result<u64, StoreError> {
@@ -506,10 +448,7 @@ impl Store {
                         "DELETE FROM dead_letters WHERE id IN ({select} LIMIT {PURGE_CHUNK})"
                     );
                     let query = sqlx::query_with(AssertSqlSafe(sql), arguments(args)?);
-                    let mut tx = self.begin_write().await?;
-                    let purged = query.execute(&mut *tx).await?.rows_affected();
-                    tx.commit().await?;
-                    Ok(purged)
+                    self.execute_write(query).await
                 })
                 .await?;
             total += purged;

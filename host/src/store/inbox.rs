@@ -11,18 +11,9 @@ impl Store {
     /// Has a delivery with this (route, idempotency key) already committed its effects?
     /// A fast pre-check for the pipeline; `commit_batch` re-checks inside its transaction.
     pub async fn inbox_contains(&self, route: &str, key: &str) -> Result<bool, StoreError> {
-        self.bounded("inbox contains", async {
-            nul_free::text("route", route)?;
-            nul_free::text("inbox key", key)?;
-            let found: Option<i64> =
-                sqlx::query_scalar("SELECT 1 FROM inbox WHERE route = $1 AND key = $2")
-                    .bind(route)
-                    .bind(key)
-                    .fetch_optional(self.pool())
-                    .await?;
-            Ok(found.is_some())
-        })
-        .await
+        let sql = "SELECT 1 FROM inbox WHERE route = $1 AND key = $2";
+        let found = self.inbox_record("inbox contains", sql, route, key).await?;
+        Ok(found.is_some())
     }
 
     /// When the delivery with this (route, idempotency key) committed its effects, if one
@@ -32,16 +23,29 @@ impl Store {
         route: &str,
         key: &str,
     ) -> Result<Option<i64>, StoreError> {
-        self.bounded("inbox processed at", async {
+        let sql = "SELECT processed_at FROM inbox WHERE route = $1 AND key = $2";
+        self.inbox_record("inbox processed at", sql, route, key)
+            .await
+    }
+
+    /// The number `sql` selects from the record of (`route`, `key`), if there is one; `what`
+    /// names the operation in a timeout error.
+    async fn inbox_record(
+        &self,
+        what: &str,
+        sql: &'static str,
+        route: &str,
+        key: &str,
+    ) -> Result<Option<i64>, StoreError> {
+        self.bounded(what, async {
             nul_free::text("route", route)?;
             nul_free::text("inbox key", key)?;
-            let at: Option<i64> =
-                sqlx::query_scalar("SELECT processed_at FROM inbox WHERE route = $1 AND key = $2")
-                    .bind(route)
-                    .bind(key)
-                    .fetch_optional(self.pool())
-                    .await?;
-            Ok(at)
+            let number: Option<i64> = sqlx::query_scalar(sql)
+                .bind(route)
+                .bind(key)
+                .fetch_optional(self.pool())
+                .await?;
+            Ok(number)
         })
         .await
     }

@@ -15,9 +15,10 @@
 //!   `purge`: the batched delete every retention purge of them uses;
 //!   `dead_letter_text`: [`NewDeadLetter`] and the lossless encoding that lets any of
 //!   them be archived; `dead_letter_history`: each replay and edit of a dead letter
-//!   ([`DeadLetterEvent`]) and the claim an edit takes; `dead_letter_search`: what a dead
-//!   letter is found by (message and correlation ids, a JSON body's fields: [`BodyField`]),
-//!   worked out when it is archived, and the indexed [`SearchTerms`] of a filter.
+//!   ([`DeadLetterEvent`]), the claims they take and the marks they leave;
+//!   `dead_letter_search`: what a dead letter is found by (message and correlation ids, a
+//!   JSON body's fields: [`BodyField`]), worked out when it is archived, and the indexed
+//!   [`SearchTerms`] of a filter.
 //! - `reads`: [`BatchedReads`], the pipeline's inbox and kv point reads, batched.
 //! - `sql`: placeholder lists for statements built per batch.
 //! - `nul_free`: the text check shared by every write (no NUL bytes on either backend).
@@ -73,7 +74,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::any::{AnyArguments, AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyConnection, AnyPool, AssertSqlSafe, ConnectOptions, Connection};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
@@ -283,15 +284,12 @@ impl Store {
     pub async fn probe_write(&self) -> Result<(), StoreError> {
         self.ping().await?;
         self.bounded("write probe", async {
-            let mut tx = self.begin_write().await?;
-            sqlx::query(
+            let probe = sqlx::query(
                 "INSERT INTO carteiro_write_probe (id, probed_at) VALUES (1, $1) \
                  ON CONFLICT (id) DO UPDATE SET probed_at = excluded.probed_at",
             )
-            .bind(crate::common::now_ms())
-            .execute(&mut *tx)
-            .await?;
-            tx.commit().await?;
+            .bind(crate::common::now_ms());
+            self.execute_write(probe).await?;
             Ok(())
         })
         .await
@@ -347,6 +345,18 @@ impl Store {
                 _writer: None,
             },
         })
+    }
+
+    /// Runs one statement in a write transaction of its own ([`Store::begin_write`]) and
+    /// commits it; returns how many rows it changed.
+    pub(crate) async fn execute_write(
+        &self,
+        statement: sqlx::query::Query<'_, sqlx::Any, AnyArguments>,
+    ) -> Result<u64, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let done = statement.execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
     }
 
     pub(crate) fn pool(&self) -> &AnyPool {

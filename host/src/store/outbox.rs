@@ -238,22 +238,18 @@ impl Store {
     ) -> Result<bool, StoreError> {
         self.bounded("outbox mark failed", async {
             nul_free::text("lease owner", owner)?;
-            let mut tx = self.begin_write().await?;
             let sql = format!(
                 "UPDATE outbox SET attempts = attempts + 1, last_error = $2, \
                  next_attempt_at = {} + $3, lease_owner = NULL, lease_until = NULL \
                  WHERE id = $1 AND published_at IS NULL AND lease_owner = $4",
                 db_clock_ms(self.backend)
             );
-            let done = sqlx::query(sqlx::AssertSqlSafe(sql))
+            let update = sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(id)
                 .bind(nul_free::lossy(error))
                 .bind(retry_after_ms)
-                .bind(owner)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok(done.rows_affected() == 1)
+                .bind(owner);
+            Ok(self.execute_write(update).await? == 1)
         })
         .await
     }
@@ -263,16 +259,12 @@ impl Store {
     pub async fn outbox_release(&self, owner: &str) -> Result<u64, StoreError> {
         self.bounded("outbox release", async {
             nul_free::text("lease owner", owner)?;
-            let mut tx = self.begin_write().await?;
-            let done = sqlx::query(
+            let release = sqlx::query(
                 "UPDATE outbox SET lease_owner = NULL, lease_until = NULL \
                  WHERE lease_owner = $1 AND published_at IS NULL",
             )
-            .bind(owner)
-            .execute(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            Ok(done.rows_affected())
+            .bind(owner);
+            self.execute_write(release).await
         })
         .await
     }

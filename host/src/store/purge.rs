@@ -58,15 +58,10 @@ impl Store {
         let mut total = 0;
         loop {
             let deleted = self
-                .bounded("retention purge", async {
-                    let mut tx = self.begin_write().await?;
-                    let done = sqlx::query(AssertSqlSafe(sql.as_str()))
-                        .bind(arg)
-                        .execute(&mut *tx)
-                        .await?;
-                    tx.commit().await?;
-                    Ok(done.rows_affected())
-                })
+                .bounded(
+                    "retention purge",
+                    self.execute_write(sqlx::query(AssertSqlSafe(sql.as_str())).bind(arg)),
+                )
                 .await?;
             total += deleted;
             if deleted < RETENTION_BATCH {

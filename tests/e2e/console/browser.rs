@@ -1,8 +1,8 @@
 //! The console in headless Chromium, as an operator uses it.
 
 use super::driver::Browser;
-use super::{PASSWORD, USER, WAIT, count, dead_letter, gateway, loopback, runs};
-use crate::support::{unique, wait_for};
+use super::{PASSWORD, USER, WAIT, console, count, dead_letter, runs};
+use crate::support::wait_for;
 use fantoccini::{Client, Locator};
 
 const MISSING: &str = "missing field `…` at line <n> column <n>";
@@ -22,6 +22,34 @@ pub(super) async fn text(c: &Client, css: &str) -> String {
 /// The text of the element `locator` finds, or `None` while the page does not show it (yet).
 pub(super) async fn shown_text(c: &Client, locator: Locator<'_>) -> Option<String> {
     c.find(locator).await.ok()?.text().await.ok()
+}
+
+/// The text of the element with id `id` once the page shows it; `what` names it in a timeout.
+pub(super) async fn wait_shown(c: &Client, what: &str, id: &str) -> String {
+    wait_text(c, what, Locator::Id(id), |_| true).await
+}
+
+/// The text of the element `locator` finds once the page shows it with a text `done`
+/// accepts; `what` names it in a timeout.
+async fn wait_text(
+    c: &Client,
+    what: &str,
+    locator: Locator<'_>,
+    done: impl Fn(&str) -> bool,
+) -> String {
+    wait_for(what, WAIT, || async {
+        let text = shown_text(c, locator).await?;
+        done(&text).then_some(text)
+    })
+    .await
+}
+
+/// Logs in to the console at `listen` as [`USER`]: the credentials in the URL answer
+/// `/login`'s challenge, and the browser sends them with this origin's later requests.
+pub(super) async fn log_in(c: &Client, listen: &str) {
+    c.goto(&format!("http://{USER}:{PASSWORD}@{listen}/login"))
+        .await
+        .expect("log in");
 }
 
 /// Clicks the element with id `id`.
@@ -81,17 +109,12 @@ async fn open_group(c: &Client, base: &str, reason: &str) {
         .await
         .unwrap_or_else(|e| panic!("no link to group {reason}: {e}"));
     link.click().await.expect("open the group");
-    wait_for("the group page", WAIT, || async {
-        c.find(Locator::Id("group-summary")).await.ok().map(|_| ())
-    })
-    .await;
+    wait_shown(c, "the group page", "group-summary").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_in_a_browser() {
-    let queue = unique("console");
-    let (_, listen) = loopback();
-    let gw = gateway(&queue, &listen, true).await;
+    let (queue, _, listen, gw) = console("console").await;
     let store = &gw.store;
     // The known mix: 6 "missing field" variants, 3 unknown orders, 1 hostile message.
     for i in 0..6 {
@@ -110,11 +133,8 @@ async fn console_in_a_browser() {
     let browser = Browser::start().await;
     let c = &browser.client;
     let base = format!("http://{listen}");
-    // Log in (credentials in the URL answer /login's challenge; the browser then sends them
-    // with this origin's later requests), which lands on the routes page.
-    c.goto(&format!("http://{USER}:{PASSWORD}@{listen}/login"))
-        .await
-        .expect("log in");
+    // Log in, which lands on the routes page.
+    log_in(c, &listen).await;
 
     // Routes.
     let route_row = c
@@ -172,9 +192,8 @@ async fn console_in_a_browser() {
         .await
         .expect("a message link");
     first.click().await.expect("open the message");
-    wait_for("the message page", WAIT, || async {
-        let body = shown_text(c, Locator::Id("body")).await?;
-        body.contains("\"items\": [").then_some(())
+    wait_text(c, "the message page", Locator::Id("body"), |body| {
+        body.contains("\"items\": [")
     })
     .await;
 
@@ -187,20 +206,21 @@ async fn console_in_a_browser() {
     rate.clear().await.expect("clear");
     rate.send_keys("3").await.expect("rate");
     click(c, "replay-group-submit").await;
-    wait_for("the job page", WAIT, || async {
-        c.find(Locator::Id("job")).await.ok().map(|_| ())
-    })
-    .await;
-    wait_for("the first replays on the page", WAIT, || async {
-        let done = shown_text(c, Locator::Css("[data-field=done]")).await?;
-        (done.trim().parse::<u64>().ok()? >= 1).then_some(())
-    })
+    wait_shown(c, "the job page", "job").await;
+    wait_text(
+        c,
+        "the first replays on the page",
+        Locator::Css("[data-field=done]"),
+        |done| done.trim().parse::<u64>().is_ok_and(|n| n >= 1),
+    )
     .await;
     Browser::screenshot(c, "replay-in-progress").await;
-    wait_for("the replay to finish on the page", WAIT, || async {
-        let state = shown_text(c, Locator::Id("job-state")).await?;
-        state.contains("done").then_some(())
-    })
+    wait_text(
+        c,
+        "the replay to finish on the page",
+        Locator::Id("job-state"),
+        |state| state.contains("done"),
+    )
     .await;
     let progress = text(c, "#job").await;
     assert!(progress.contains("6 of 6 replayed"), "{progress}");
@@ -221,10 +241,7 @@ async fn console_in_a_browser() {
     // Purge with a confirmation: a wrong count deletes nothing; the right one deletes.
     open_group(c, &base, ORDER).await;
     click(c, "purge-group-submit").await;
-    wait_for("the confirmation page", WAIT, || async {
-        c.find(Locator::Id("purge-count")).await.ok().map(|_| ())
-    })
-    .await;
+    wait_shown(c, "the confirmation page", "purge-count").await;
     assert_eq!(text(c, "#purge-count").await, "3");
     Browser::screenshot(c, "purge-confirm").await;
     let confirm_url = c.current_url().await.expect("url");
@@ -245,9 +262,8 @@ async fn console_in_a_browser() {
         .expect("confirm page again");
     type_into(c, "confirm", "3").await;
     click(c, "purge-submit").await;
-    wait_for("the purge", WAIT, || async {
-        let done = shown_text(c, Locator::Id("purged")).await?;
-        done.contains("3 dead letters deleted").then_some(())
+    wait_text(c, "the purge", Locator::Id("purged"), |done| {
+        done.contains("3 dead letters deleted")
     })
     .await;
     assert_eq!(count(store, &queue, "not found", None).await, 0);
@@ -263,10 +279,7 @@ async fn console_in_a_browser() {
     let path = crate::support::plugin("counter").display().to_string();
     type_into(c, "shadow-path", &path).await;
     click(c, "shadow-submit").await;
-    let report = wait_for("the shadow report", WAIT, || async {
-        shown_text(c, Locator::Id("shadow-summary")).await
-    })
-    .await;
+    let report = wait_shown(c, "the shadow report", "shadow-summary").await;
     let report = report.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(report.contains("dead-letter → ack 1"), "{report}");
     assert!(text(c, "#shadow-lines").await.contains("→ ack"));

@@ -5,11 +5,11 @@
 //! `CARTEIRO_CONSOLE_SCREENSHOTS=docs/console` the browser test writes `edit-and-retry.png`,
 //! `edit-refused.png` and `journey.png`.
 
-use super::browser::{click, shown_text, text};
+use super::browser::{click, log_in, text, wait_shown};
 use super::driver::Browser;
-use super::{PASSWORD, USER, WAIT, basic, dead_letter, gateway, http, loopback, post_form, runs};
+use super::{PASSWORD, USER, WAIT, basic, console, dead_letter, http, post_form, runs};
 use crate::resilience::counter_value;
-use crate::support::{unique, wait_for};
+use crate::support::{archived, wait_for};
 use fantoccini::{Client, Locator};
 
 const ORIGINAL: &[u8] = br#"{"order":7,"qty":"three"}"#;
@@ -57,17 +57,13 @@ async fn submit_until(c: &Client, expected: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_edit_and_retry_in_a_browser() {
-    let queue = unique("consoleedit");
-    let (_, listen) = loopback();
-    let gw = gateway(&queue, &listen, true).await;
+    let (queue, _, listen, gw) = console("consoleedit").await;
     let store = &gw.store;
     let id = dead_letter(store, &queue, "qty is not a number", "ed-1", ORIGINAL).await;
 
     let browser = Browser::start().await;
     let c = &browser.client;
-    c.goto(&format!("http://{USER}:{PASSWORD}@{listen}/login"))
-        .await
-        .expect("log in");
+    log_in(c, &listen).await;
     let page = format!("http://{listen}/dead-letters/message/{id}");
     c.goto(&page).await.expect("message page");
     let note = text(c, "#inbox-note").await;
@@ -88,10 +84,7 @@ async fn console_edit_and_retry_in_a_browser() {
     type_body(c, r#"{"order":7,"qty":3}"#).await;
     add_header(c, "x-fixed-in", "console").await;
     click(c, "edit-submit").await;
-    let record = wait_for("the edit on the page", WAIT, || async {
-        shown_text(c, Locator::Id("edits")).await
-    })
-    .await;
+    let record = wait_shown(c, "the edit on the page", "edits").await;
     assert!(record.contains("body changed (25 → 19 bytes)"), "{record}");
     assert!(record.contains("set x-fixed-in = \"console\""), "{record}");
     assert_eq!(text(c, "#edits td.actor").await, USER);
@@ -122,10 +115,7 @@ async fn console_edit_and_retry_in_a_browser() {
 
     // The journey: the dead-lettering and both edits, and the outcome.
     click(c, "journey-link").await;
-    let outcome = wait_for("the journey page", WAIT, || async {
-        shown_text(c, Locator::Id("journey-outcome")).await
-    })
-    .await;
+    let outcome = wait_shown(c, "the journey page", "journey-outcome").await;
     assert!(outcome.contains("applied"), "{outcome}");
     let edits = c
         .find_all(Locator::Css("#journey tr[data-kind=edited]"))
@@ -145,9 +135,7 @@ async fn console_edit_and_retry_in_a_browser() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_edit_needs_credentials_and_the_console_origin() {
-    let queue = unique("editauth");
-    let (port, listen) = loopback();
-    let gw = gateway(&queue, &listen, true).await;
+    let (queue, port, _, gw) = console("editauth").await;
     let id = dead_letter(&gw.store, &queue, "boom", "ea-1", b"{}").await;
     let path = format!("/dead-letters/message/{id}/edit");
     let form = "body=%7B%22a%22%3A1%7D";
@@ -160,12 +148,7 @@ async fn console_edit_needs_credentials_and_the_console_origin() {
     ];
     let (status, _, _) = http(port, "POST", &path, &cross, form).await;
     assert_eq!(status, 403, "another site's page");
-    let d = gw
-        .store
-        .dead_letter_get(id)
-        .await
-        .expect("get")
-        .expect("row");
+    let d = archived(&gw.store, id).await;
     assert!(d.edited_at.is_none() && d.replay_count == 0, "nothing sent");
 
     // From the console's own page: sent, and recorded as the basic-auth user.

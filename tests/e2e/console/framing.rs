@@ -5,8 +5,9 @@
 //! every kind of response, and `/readyz` off loopback shows only its status line unless the
 //! caller is authenticated.
 
+use super::browser::log_in;
 use super::driver::Browser;
-use super::{PASSWORD, TOKEN, USER, WAIT, dead_letter, gateway, gateway_with, http, loopback};
+use super::{PASSWORD, TOKEN, WAIT, console, dead_letter, gateway_with, http};
 use crate::support::{unique, wait_for};
 
 /// Frames `path` of the page's own origin (same origin: only the headers can refuse it)
@@ -28,9 +29,7 @@ const FRAMED: &str = r#"
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_refuses_to_render_in_a_frame() {
-    let queue = unique("console-frame");
-    let (port, listen) = loopback();
-    let gw = gateway(&queue, &listen, true).await;
+    let (queue, port, listen, gw) = console("console-frame").await;
     let id = dead_letter(
         &gw.store,
         &queue,
@@ -67,9 +66,7 @@ async fn console_refuses_to_render_in_a_frame() {
 
     let browser = Browser::start().await;
     let c = &browser.client;
-    c.goto(&format!("http://{USER}:{PASSWORD}@{listen}/login"))
-        .await
-        .expect("log in");
+    log_in(c, &listen).await;
     // Its own stylesheet applies under the CSP (the header is a flex box).
     let display = c
         .execute(

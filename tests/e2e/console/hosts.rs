@@ -2,15 +2,13 @@
 //! 127.0.0.1 (DNS rebinding) sends its own name in `Host`, and is refused before anything
 //! is read; `[admin] allowed_hosts` adds names, `require_auth = "all"` closes the reads.
 
-use super::{TOKEN, WAIT, gateway, gateway_with, http, loopback};
+use super::{TOKEN, WAIT, console, gateway_with, http, loopback};
 use crate::support::{counter_dead_letter, unique};
 use carteiro::store::NewDeadLetter;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_refuses_foreign_hosts() {
-    let queue = unique("console-hosts");
-    let (port, listen) = loopback();
-    let gw = gateway(&queue, &listen, true).await;
+    let (queue, port, _, gw) = console("console-hosts").await;
     let leaked = NewDeadLetter {
         headers: vec![("authorization".into(), "Bearer leaked-upstream".into())],
         body: br#"{"card":"4111-secret"}"#.to_vec(),

@@ -2,8 +2,7 @@
 //! deletes in chunks of 10,000, one transaction each) are kept, also for the JSON purge,
 //! which sends no `max_id`.
 
-use super::{gateway, loopback, post_json};
-use crate::support::unique;
+use super::{console, post_json};
 use sqlx::AssertSqlSafe;
 
 const ROWS: i64 = 25_000;
@@ -11,9 +10,7 @@ const LATE: &str = "archived while the purge ran";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_purge_deletes_only_what_it_counted() {
-    let queue = unique("console-purge");
-    let (port, listen) = loopback();
-    let gw = gateway(&queue, &listen, true).await;
+    let (queue, port, _, gw) = console("console-purge").await;
     sqlx::any::install_default_drivers();
     let db = gw.dir.path().join("carteiro.db");
     let pool = sqlx::AnyPool::connect(&format!("sqlite://{}", db.display()))

@@ -2,7 +2,7 @@
 //! replays each dead letter exactly once, oldest first, at the rate asked.
 
 use super::{Console, count, http, post_json, runs};
-use crate::support::wait_for;
+use crate::support::{archived, wait_for};
 use std::time::{Duration, Instant};
 
 const N: i64 = 30;
@@ -25,8 +25,7 @@ async fn finished(port: u16, location: &str, what: &str) -> serde_json::Value {
 async fn replay_counts(store: &carteiro::store::Store, ids: &[i64]) -> Vec<i64> {
     let mut counts = Vec::with_capacity(ids.len());
     for id in ids {
-        let d = store.dead_letter_get(*id).await.expect("get").expect("row");
-        counts.push(d.replay_count);
+        counts.push(archived(store, *id).await.replay_count);
     }
     counts
 }

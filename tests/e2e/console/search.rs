@@ -8,10 +8,10 @@
 //! - `search_over_http_and_the_command_line`: `GET /dlq?q=` (400 with the column for a bad
 //!   query) and `carteiro dlq list --search` find the same dead letter.
 
-use super::browser::{click, shown_text, text, type_into};
+use super::browser::{click, log_in, text, type_into, wait_shown};
 use super::driver::Browser;
-use super::{PASSWORD, USER, WAIT, dead_letter, gateway, http, loopback};
-use crate::support::{Gateway, unique, wait_for};
+use super::{dead_letter, gateway, http, loopback};
+use crate::support::{Gateway, unique};
 use fantoccini::{Client, Locator};
 
 /// The archive both tests search, and its dead letters' ids.
@@ -62,10 +62,7 @@ async fn search(c: &Client, base: &str, query: &str) -> Vec<i64> {
         .expect("dead-letters page");
     type_into(c, "search-query", query).await;
     click(c, "search-submit").await;
-    wait_for(&format!("the results of {query:?}"), WAIT, || async {
-        shown_text(c, Locator::Id("search-summary")).await
-    })
-    .await;
+    wait_shown(c, &format!("the results of {query:?}"), "search-summary").await;
     let rows = c
         .find_all(Locator::Css("#search-results tr.result"))
         .await
@@ -84,9 +81,7 @@ async fn console_search_in_a_browser() {
     let a = Archive::start("consolesearch", &listen).await;
     let browser = Browser::start().await;
     let c = &browser.client;
-    c.goto(&format!("http://{USER}:{PASSWORD}@{listen}/login"))
-        .await
-        .expect("log in");
+    log_in(c, &listen).await;
     let base = format!("http://{listen}");
 
     // A string value, newest first; then the number, which neither the string "123", the
@@ -146,10 +141,7 @@ async fn console_search_in_a_browser() {
         .click()
         .await
         .expect("open the journey");
-    let journey = wait_for("the journey page", WAIT, || async {
-        shown_text(c, Locator::Id("journey-summary")).await
-    })
-    .await;
+    let journey = wait_shown(c, "the journey page", "journey-summary").await;
     assert!(journey.contains("se-1"), "{journey}");
 
     // A query that does not parse: where, and why.
@@ -158,10 +150,7 @@ async fn console_search_in_a_browser() {
         .expect("dead-letters page");
     type_into(c, "search-query", "body.status = late").await;
     click(c, "search-submit").await;
-    let refusal = wait_for("the refusal", WAIT, || async {
-        shown_text(c, Locator::Id("search-error")).await
-    })
-    .await;
+    let refusal = wait_shown(c, "the refusal", "search-error").await;
     assert!(refusal.contains("column 15"), "{refusal}");
     assert!(refusal.contains("double quotes"), "{refusal}");
     let pointer = text(c, "#search-pointer").await;

@@ -1,23 +1,9 @@
 //! Dead letters per hour (the console's charts): one grouped query, the same on both backends.
 
-use super::{TestDb, both_backends};
-use crate::store::{DeadLetterFilter, DeadLetterHour, HOUR_MS, NewDeadLetter};
+use super::{TestDb, both_backends, dl};
+use crate::store::{DeadLetterFilter, DeadLetterHour, HOUR_MS};
 
 both_backends!(hours_count_each_reason_within_the_window);
-
-fn dl(route: &str, reason: &str, at: i64) -> NewDeadLetter {
-    NewDeadLetter {
-        route: route.into(),
-        queue: format!("{route}.dlq"),
-        reason: reason.into(),
-        plugin: Some("handler".into()),
-        attempts: 1,
-        headers: Vec::new(),
-        body: b"{}".to_vec(),
-        first_failed_at: None,
-        dead_lettered_at: at,
-    }
-}
 
 fn hour(route: &str, reason: &str, hour: i64, count: i64) -> DeadLetterHour {
     DeadLetterHour {

@@ -1,6 +1,6 @@
 //! Dead-letter archive: insert, filters, stats, replay bookkeeping, purge.
 
-use super::{TestDb, both_backends};
+use super::{TestDb, both_backends, dl};
 use crate::store::{DeadLetter, DeadLetterFilter, NewDeadLetter, Store, StoreError};
 
 both_backends!(
@@ -14,20 +14,6 @@ both_backends!(
 /// The ids of `rows`, in order.
 fn ids(rows: Vec<DeadLetter>) -> Vec<i64> {
     rows.into_iter().map(|d| d.id).collect()
-}
-
-fn dl(route: &str, reason: &str, at: i64) -> NewDeadLetter {
-    NewDeadLetter {
-        route: route.into(),
-        queue: format!("{route}.dlq"),
-        reason: reason.into(),
-        plugin: Some("handler".into()),
-        attempts: 5,
-        headers: vec![("x-carteiro-attempt".into(), "5".into())],
-        body: vec![0, 159, 146, 150, 0],
-        first_failed_at: Some(at - 10),
-        dead_lettered_at: at,
-    }
 }
 
 async fn archive_query_replay_purge(db: &TestDb) {

@@ -7,9 +7,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::{TestDb, both_backends, event, request, write};
+use super::{TestDb, both_backends, dl, event, request, write};
 use crate::housekeeping::{Expire, KV_TOMBSTONE_RETENTION, Policy, Swept, sweep};
-use crate::store::{NewDeadLetter, RETENTION_BATCH, RETENTION_PAUSE, Store, now_ms};
+use crate::store::{RETENTION_BATCH, RETENTION_PAUSE, Store, now_ms};
 
 both_backends!(
     sweep_purges_what_is_old_enough,
@@ -39,18 +39,9 @@ fn days(n: u64) -> Option<Duration> {
 
 /// Archives a dead letter dead-lettered at `at` (unix ms); returns its id.
 async fn archive(s: &Store, at: i64) -> i64 {
-    let dead_letter = NewDeadLetter {
-        route: "r".into(),
-        queue: "r.dlq".into(),
-        reason: "bad input".into(),
-        plugin: Some("p".into()),
-        attempts: 1,
-        headers: vec![],
-        body: b"{}".to_vec(),
-        first_failed_at: None,
-        dead_lettered_at: at,
-    };
-    s.dead_letter_insert(&dead_letter).await.unwrap()
+    s.dead_letter_insert(&dl("r", "bad input", at))
+        .await
+        .unwrap()
 }
 
 /// Archives `n` dead letters dead-lettered at `at`, replayed at `replayed_at`, in one

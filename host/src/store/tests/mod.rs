@@ -206,6 +206,22 @@ pub(super) fn event(routing_key: &str, payload: &[u8]) -> NewOutboxRow {
     }
 }
 
+/// A dead letter of `route` (to `route.dlq`) for `reason`, dead-lettered at `at` (unix ms)
+/// after 5 attempts, with a binary body.
+pub(super) fn dl(route: &str, reason: &str, at: i64) -> NewDeadLetter {
+    NewDeadLetter {
+        route: route.into(),
+        queue: format!("{route}.dlq"),
+        reason: reason.into(),
+        plugin: Some("handler".into()),
+        attempts: 5,
+        headers: vec![("x-carteiro-attempt".into(), "5".into())],
+        body: vec![0, 159, 146, 150, 0],
+        first_failed_at: Some(at - 10),
+        dead_lettered_at: at,
+    }
+}
+
 /// The routing keys of `rows`, in order.
 pub(super) fn keys(rows: &[OutboxRow]) -> Vec<&str> {
     rows.iter().map(|r| r.event.routing_key.as_str()).collect()

@@ -46,35 +46,34 @@ fn field(keys: &[&str], value: Value) -> BodyField {
     BodyField::new(keys, &value).expect("a scalar")
 }
 
-/// A filter of these body fields.
-fn body(fields: Vec<BodyField>) -> DeadLetterFilter {
+/// A filter of these search terms only.
+fn search(terms: SearchTerms) -> DeadLetterFilter {
     DeadLetterFilter {
-        search: SearchTerms {
-            body: fields,
-            ..Default::default()
-        },
+        search: terms,
         ..Default::default()
     }
+}
+
+/// A filter of these body fields.
+fn body(fields: Vec<BodyField>) -> DeadLetterFilter {
+    search(SearchTerms {
+        body: fields,
+        ..Default::default()
+    })
 }
 
 fn message(id: &str) -> DeadLetterFilter {
-    DeadLetterFilter {
-        search: SearchTerms {
-            message_id: Some(id.into()),
-            ..Default::default()
-        },
+    search(SearchTerms {
+        message_id: Some(id.into()),
         ..Default::default()
-    }
+    })
 }
 
 fn correlation(id: &str) -> DeadLetterFilter {
-    DeadLetterFilter {
-        search: SearchTerms {
-            correlation_id: Some(id.into()),
-            ..Default::default()
-        },
+    search(SearchTerms {
+        correlation_id: Some(id.into()),
         ..Default::default()
-    }
+    })
 }
 
 async fn each_search_finds_exactly_its_dead_letters(db: &TestDb) {
@@ -283,20 +282,21 @@ async fn searches_read_an_index_not_the_table(db: &TestDb) {
         assert_eq!(found[0].letter.dead_lettered_at, 7_777, "{what}");
         let plan = s.page_plan(&filter).await;
         let shown = plan.join("\n");
+        // The body fields' index has its own name on each backend.
+        let expected = match (s.backend(), index) {
+            (Backend::Sqlite, "fields") => "USING PRIMARY KEY (path=? AND value=?",
+            (Backend::Postgres, "fields") => "dead_letters_search_fields",
+            _ => index,
+        };
+        assert!(
+            shown.contains(expected),
+            "{what}: no {expected} in\n{shown}"
+        );
         match s.backend() {
             Backend::Sqlite => {
                 assert!(
                     plan.iter().all(|line| !line.starts_with("SCAN")),
                     "{what}: a scan in\n{shown}"
-                );
-                let expected = if index == "fields" {
-                    "USING PRIMARY KEY (path=? AND value=?"
-                } else {
-                    index
-                };
-                assert!(
-                    shown.contains(expected),
-                    "{what}: no {expected} in\n{shown}"
                 );
                 assert!(
                     shown.contains("dead_letters USING INTEGER PRIMARY KEY")
@@ -305,15 +305,6 @@ async fn searches_read_an_index_not_the_table(db: &TestDb) {
                 );
             }
             Backend::Postgres => {
-                let expected = if index == "fields" {
-                    "dead_letters_search_fields"
-                } else {
-                    index
-                };
-                assert!(
-                    shown.contains(expected),
-                    "{what}: no {expected} in\n{shown}"
-                );
                 assert!(!shown.contains("Seq Scan"), "{what}: a scan in\n{shown}");
             }
         }
