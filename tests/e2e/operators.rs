@@ -363,7 +363,7 @@ async fn retention_purges_show_in_metrics_and_the_console() {
         "poll_interval = \"200ms\"",
         "poll_interval = \"200ms\"\nretention = \"2h\"",
     ) + "[dead_letters]\nretain = \"1d\"\n";
-    let mut gw = run_binary(dir.path(), &toml).await;
+    let gw = run_binary(dir.path(), &toml).await;
     assert!(
         gw.stderr().contains("`relay.retention`: deprecated"),
         "{}",
