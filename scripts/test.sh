@@ -16,6 +16,17 @@ stage() {
   stage_start=$SECONDS
   if [[ -n "$1" ]]; then echo "== $1"; fi
 }
+# Runs "$@" for at most $1 seconds: a hung test fails the run with a clear line instead of
+# spending all of CI's 90 minutes (libtest names it: "has been running for over 60 seconds").
+bounded() {
+  local limit="$1"; shift
+  local rc=0
+  timeout -k 30 "$limit" "$@" || rc=$?
+  if [[ $rc -eq 124 || $rc -eq 137 ]]; then
+    echo "error: '$*' did not finish within ${limit}s; a test hangs (look for 'has been running for over 60 seconds' above)" >&2
+  fi
+  return "$rc"
+}
 # A cold CI build gains nothing from incremental compilation and pays for writing its state.
 if [[ "${CI:-}" == "true" ]]; then export CARGO_INCREMENTAL=0; fi
 
@@ -58,7 +69,7 @@ stage "tests: plugins (native)"
 stage "tests: Python and JavaScript SDKs"
 scripts/test-lang-sdks.sh 2>&1 | tee -a "$log"
 stage "tests: workspace (unit, e2e, chaos, SDK)"
-cargo test --workspace 2>&1 | tee -a "$log"
+bounded "${CARTEIRO_TEST_LIMIT:-2400}" cargo test --workspace 2>&1 | tee -a "$log"
 # The fault campaign's smoke on both backends (its own broker and PostgreSQL, random seed):
 # any lost or duplicated effect fails the run and prints the seed that replays it.
 stage "fault campaign (smoke)"

@@ -20,7 +20,8 @@
 //! - `console_shadow_runs_only_plugin_folder_files`: a shadow run of `/etc/passwd`, a
 //!   `../` path, a symlink out or a non-wasm file is refused without quoting it; a sha256 pin.
 //! - `console_replay_stops_and_resumes_once`: a rate-limited replay stopped half-way, then
-//!   started again, replays each message exactly once (JSON API).
+//!   started again, replays each message exactly once (JSON API);
+//!   `a_running_replay_stops_with_its_gateway`: nothing is replayed once the gateway stopped.
 //! - `console_edit_and_retry_in_a_browser`: a dead letter's edit form (the inbox rule it
 //!   states, refusals, the edit record, a new id) and the journey page;
 //!   `console_edit_needs_credentials_and_the_console_origin`: the edit's form post over HTTP.

@@ -95,6 +95,8 @@ pub struct Job {
     pub started_ms: i64,
     state: Mutex<State>,
     stop: CancellationToken,
+    /// Cancelled when the job's thread has ended.
+    ended: CancellationToken,
 }
 
 impl Job {
@@ -110,7 +112,8 @@ impl Job {
         change(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner));
     }
 
-    /// Asks a running job to stop (a replay stops between two rows' publishes).
+    /// Asks a running job to stop: a replay between two rows' publishes or while one awaits
+    /// its confirm, a shadow run between two messages.
     pub fn stop(&self) {
         self.stop.cancel();
     }
@@ -168,6 +171,7 @@ impl Drop for FinishOnDrop {
                 s.error = Some("the job ended unexpectedly (see the gateway's log)".into());
             }
         });
+        self.0.ended.cancel();
     }
 }
 
@@ -194,6 +198,26 @@ impl Jobs {
     pub fn list(&self) -> Vec<Arc<Job>> {
         let jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
         jobs.values().rev().cloned().collect()
+    }
+
+    /// Stops every running job and waits up to `grace` for their threads to end. The
+    /// gateway calls it on shutdown: a job must not outlive it, replaying on through a
+    /// connection and a store nobody watches any more (or holding its runtime's shutdown).
+    pub async fn stop_all(&self, grace: std::time::Duration) {
+        let running: Vec<_> = self
+            .list()
+            .into_iter()
+            .filter(|j| !j.ended.is_cancelled())
+            .collect();
+        for job in &running {
+            job.stop();
+        }
+        let ended = futures::future::join_all(running.iter().map(|j| j.ended.cancelled()));
+        if tokio::time::timeout(grace, ended).await.is_err() {
+            for job in running.iter().filter(|j| !j.ended.is_cancelled()) {
+                tracing::warn!(job = job.id, title = %job.title, ?grace, "a console job did not stop within its grace period; it ends with the process");
+            }
+        }
     }
 
     /// A place for one more purge, or 429.
@@ -238,6 +262,7 @@ impl Jobs {
             started_ms: crate::common::now_ms(),
             state: Mutex::default(),
             stop: CancellationToken::new(),
+            ended: CancellationToken::new(),
         });
         jobs.insert(id, job.clone());
         while jobs.len() > KEPT {
@@ -329,14 +354,21 @@ impl Jobs {
                         }
                     });
                 };
-                let outcome = shadow_replay::run(
+                let run = shadow_replay::run(
                     &config, &runtime, &store, &file.path, &filter, &options, &mut each,
-                )
-                .await;
+                );
+                // Nothing is committed or published: stopping between messages is safe.
+                let outcome = tokio::select! {
+                    outcome = run => Some(outcome),
+                    () = running.stop.cancelled() => None,
+                };
                 running.update(|s| {
                     match outcome {
-                        Ok(summary) => s.summary = Some(shadow_replay::summary_json(&summary)),
-                        Err(e) => s.error = Some(format!("{e:#}")),
+                        Some(Ok(summary)) => {
+                            s.summary = Some(shadow_replay::summary_json(&summary));
+                        }
+                        Some(Err(e)) => s.error = Some(format!("{e:#}")),
+                        None => s.stopped = true,
                     }
                     s.finished = true;
                 });

@@ -184,7 +184,10 @@ pub fn router(handle: GatewayHandle, admin: &AdminConfig) -> (Router, AdminState
     (app, state)
 }
 
-/// Serves until `stop`.
+/// How long a shutdown waits for the console's running jobs to stop.
+const JOBS_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Serves the console and the JSON API until `stop`, then stops the jobs they started.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     handle: GatewayHandle,
@@ -209,6 +212,7 @@ pub async fn serve(
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await;
     sampler.abort();
+    state.jobs.stop_all(JOBS_GRACE).await;
     served?;
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! A console replay is the `dlq replay` engine: stopped half-way and started again, it
-//! replays each dead letter exactly once, oldest first, at the rate asked.
+//! replays each dead letter exactly once, oldest first, at the rate asked; and it stops with
+//! its gateway.
 
 use super::{Console, count, http, post_json, runs};
 use crate::support::{archived, wait_for};
@@ -94,4 +95,32 @@ async fn console_replay_stops_and_resumes_once() {
     let done = finished(port, &location, "the third run to finish").await;
     assert_eq!(done["done"], 0, "{done}");
     gw.stop().await;
+}
+
+/// A replay still running when its gateway stops is stopped with it: nothing is replayed
+/// once the gateway's `stop` has returned. (It used to go on at its rate, through the
+/// console's broker connection, and a runtime dropped under it waited for it for ever: a CI
+/// run hung on it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_replay_stops_with_its_gateway() {
+    let Console {
+        gw, queue, port, ..
+    } = Console::with_dead_letters("console-shutdown", "slow lane", "z", N).await;
+    let start = format!(r#"{{"route":"{queue}","reason":"slow lane <n>","rate":5}}"#);
+    let (status, _, body) = post_json(port, "/api/dlq/replay", &start).await;
+    assert_eq!(status, 202, "{body}");
+    let started: serde_json::Value = serde_json::from_str(&body).expect("job");
+    let location = format!("/api/jobs/{}", started["id"]);
+    wait_for("two replayed", super::WAIT, || async {
+        (job(port, &location).await["done"].as_i64() >= Some(2)).then_some(())
+    })
+    .await;
+    let store = gw.store.clone();
+    let _dir = gw.stop().await;
+    let at_stop = count(&store, &queue, "slow lane", Some(true)).await;
+    assert!(at_stop < N, "the replay was still running: {at_stop}");
+    // At 5 a second, a replay that outlived its gateway marks 7 more in this time.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let later = count(&store, &queue, "slow lane", Some(true)).await;
+    assert_eq!(later, at_stop, "replayed after the gateway stopped");
 }
