@@ -20,7 +20,9 @@ and every poison message dead-lettered. Any difference fails the run (exit 1).
 Knobs (environment): BENCH_MESSAGES (N, 2000), BENCH_ROUNDS (3), BENCH_PREFETCH (64),
 BENCH_LATENCY_MESSAGES (L, 100), BENCH_LATENCY_RATE (20 msg/s: below the slowest peer's
 throughput on this box, so the figure is latency, not queueing), BENCH_MIX_MESSAGES (M, 400),
-BENCH_SYSTEMS (all), BENCH_SMOKE=1 (= --smoke: N=200, 1 round, L=20, M=200).
+BENCH_SYSTEMS (all; also carteiro-py-sqlite, carteiro-js-sqlite, carteiro-py-postgres,
+carteiro-js-postgres: the Python or JS enrollment handler on reused instances, BENCH_REUSE
+(64) deliveries each), BENCH_SMOKE=1 (= --smoke: N=200, 1 round, L=20, M=200).
 Needed: CARTEIRO_TEST_AMQP_URL, CARTEIRO_TEST_POSTGRES_URL, CARTEIRO_BIN, CARTEIRO_PLUGINS.
 """
 
@@ -308,6 +310,17 @@ def report(chosen, results, mix, started):
             f"| {s.name} | {fmt(m['rate'])} | {fmt(m['cpu'], 2)} | {fmt(m['broker'], 2)} | "
             f"{fmt(m['pg'], 2) if s.backend == 'postgres' else '-'} | {fmt(m['p50'])} | "
             f"{fmt(m['p99'])} | {fmt(m['rss'])} | {fmt(x_rate, 2)} | {fmt(x_cpu, 2)} | {verdict} |")
+    # A Python or JavaScript route against the hand-written Python it would replace.
+    for s in chosen:
+        lang = getattr(s, "lang", "rust")
+        if lang == "rust" or s.name not in med:
+            continue
+        m = med[s.name]
+        for peer in (f"pattern-{s.backend}", f"celery-{s.backend}"):
+            if peer in med and med[peer]["rate"] and m["cpu"]:
+                lines.append(
+                    f"- {s.name} vs {peer}: {m['rate'] / med[peer]['rate']:.2f}x throughput, "
+                    f"{med[peer]['cpu'] / m['cpu']:.2f}x less CPU per message")
     lines += ["", "Per round (msg/s): " + "; ".join(
         f"{name} " + " / ".join(fmt(r["rate"]) for r in rs) for name, rs in results.items())]
     return "\n".join(lines) + "\n"
@@ -332,7 +345,8 @@ async def main():
     seed = int(os.environ.get("BENCH_SEED", random.randrange(1 << 30)))
     print(f"failure mix (seed {seed}, BENCH_SEED replays it)", flush=True)
     for s in chosen:
-        if s.kind == "baseline":
+        # A Python or JS route's failure mix runs the same Rust fixture as carteiro-BACKEND.
+        if s.kind == "baseline" or getattr(s, "lang", "rust") != "rust":
             continue
         try:
             mix[s.name] = await failure_mix(s, seed)

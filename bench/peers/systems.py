@@ -126,9 +126,12 @@ class Carteiro:
 
     kind = "carteiro"
 
-    def __init__(self, backend, binary, plugins):
-        self.backend, self.binary, self.plugins = backend, binary, plugins
-        self.name = f"carteiro-{backend}"
+    def __init__(self, backend, binary, plugins, lang="rust"):
+        """`lang` "py" or "js": the reference Python or JavaScript enrollment handler
+        (plugins/enrollment-py, -js; the same effects) on instances reused for up to
+        BENCH_REUSE (64) deliveries (`isolation = "per-batch"`), as a Python team would run it."""
+        self.backend, self.binary, self.plugins, self.lang = backend, binary, plugins, lang
+        self.name = f"carteiro-{backend}" if lang == "rust" else f"carteiro-{lang}-{backend}"
 
     async def declare(self, channel, run):
         await declare_route(channel, run)
@@ -144,6 +147,10 @@ class Carteiro:
     def start(self, run, mix):
         store = (f"sqlite://{run.sqlite_path}" if self.backend == "sqlite" else run.pg_db_url)
         plugin = "fixture-mixed" if mix else "enrollment"
+        isolation = ""
+        if self.lang != "rust" and not mix:
+            plugin = f"enrollment-{self.lang}"
+            isolation = f'isolation = "per-batch"\nreuse = {os.environ.get("BENCH_REUSE", "64")}'
         config = f"""
 version = 1
 [broker]
@@ -154,6 +161,7 @@ url = "{store}"
 listen = ""
 [plugins.p]
 path = "{self.plugins}/{plugin}.wasm"
+{isolation}
 [plugins.p.variables]
 events_exchange = "{run.events}"
 [[routes]]
@@ -334,6 +342,10 @@ def systems(names, binary, plugins):
     known = {
         "carteiro-sqlite": lambda: Carteiro("sqlite", binary, plugins),
         "carteiro-postgres": lambda: Carteiro("postgres", binary, plugins),
+        "carteiro-py-sqlite": lambda: Carteiro("sqlite", binary, plugins, "py"),
+        "carteiro-js-sqlite": lambda: Carteiro("sqlite", binary, plugins, "js"),
+        "carteiro-py-postgres": lambda: Carteiro("postgres", binary, plugins, "py"),
+        "carteiro-js-postgres": lambda: Carteiro("postgres", binary, plugins, "js"),
         "pattern-sqlite": lambda: Pattern("sqlite", python),
         "pattern-postgres": lambda: Pattern("postgres", python),
         "celery-sqlite": lambda: CeleryPeer("sqlite", python),
