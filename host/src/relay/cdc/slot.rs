@@ -101,6 +101,16 @@ pub async fn retained_bytes(store_url: &str, slot: &str) -> Result<Option<i64>, 
     Ok(lag.flatten())
 }
 
+/// The server's current WAL position (`pg_current_wal_lsn()`), as a number.
+pub async fn current_wal_lsn(store_url: &str) -> Result<u64, sqlx::Error> {
+    let mut conn = sqlx::postgres::PgConnection::connect(store_url).await?;
+    let lsn: i64 = sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint")
+        .fetch_one(&mut conn)
+        .await?;
+    let _ = conn.close().await;
+    Ok(u64::try_from(lsn).unwrap_or(0))
+}
+
 /// What a look at the slot's lag changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LagChange {
