@@ -11,6 +11,10 @@
 #                                             client certificate signed by ca.pem whose CN is the
 #                                             user name (pg_hba `hostssl ... cert`)
 #
+# Every instance runs with wal_level=logical (and room for 32 replication slots and WAL
+# senders) so the CDC relay (`[relay] mode = "cdc"`) can read the outbox from a slot; an
+# instance started before this setting needs a restart (stop, start) to pick it up.
+#
 # Data lives in <repo>/.local/postgres/NAME; the server listens on 127.0.0.1:PORT (default
 # 55432) with its socket inside the data folder and trust auth: for local tests only.
 set -euo pipefail
@@ -83,7 +87,7 @@ start() {
     echo "$PORT" >"$PORT_FILE"
     # Settings on the command line so a restart on another port just works.
     "${RUN[@]}" "$BIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w -t 60 \
-      -o "-p $PORT -k '$DATA' -c listen_addresses=127.0.0.1 -c max_connections=300$EXTRA_OPTS" start >/dev/null \
+      -o "-p $PORT -k '$DATA' -c listen_addresses=127.0.0.1 -c max_connections=300 -c wal_level=logical -c max_replication_slots=32 -c max_wal_senders=32$EXTRA_OPTS" start >/dev/null \
       || { tail -n 20 "$DATA/server.log" >&2; die "could not start PostgreSQL in $DATA on port $PORT"; }
   fi
   local i

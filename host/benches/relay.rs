@@ -8,10 +8,25 @@
 //!     at a steady rate (`BENCH_LATENCY_RATE`/s, default 200, for `BENCH_LATENCY_SECS`,
 //!     default 10); a consumer on a queue bound to the rows' exchange records when each
 //!     `message_id` arrives. Latency = arrival − return of `commit`. p50 / p99 / max.
+//! (c) CDC against polling (part `cdc`, PostgreSQL only, not in the default parts): per round,
+//!     each of `BENCH_CDC_SYSTEMS` (default `cdc,relay,poller`) in turn, alternating:
+//!     - stream drain: the system runs (the CDC relay holds its slot), then
+//!       `BENCH_RELAY_ROWS` rows are committed as fast as `commit_batch` takes batches of 256;
+//!       rows/s from the first commit until no row is pending;
+//!     - the latency run of (b) on it;
+//!     and, for both, the PostgreSQL server's CPU per row: utime + stime from
+//!     `/proc/<pid>/stat` of the postmaster listening on the port of
+//!     `CARTEIRO_TEST_POSTGRES_URL`, its living children, and (its cutime + cstime) the
+//!     children it reaped inside the window; the commits' own cost is in it, the same for
+//!     every system.
 //!
 //! Compared systems:
 //! - `relay`: `carteiro::relay::Relay` (max_in_flight 1,024, the default), woken by the committer's
 //!   `outbox_committed()` notify, 1 s poll backstop (the default).
+//! - `cdc` (PostgreSQL, part `cdc` only): the same `Relay` with `[relay] mode = "cdc"`: rows
+//!   read from a logical replication slot of its own (`bench_cdc_<uuid>`, dropped after the
+//!   run), not polled. It publishes a backlog already in the table through the polling path
+//!   before it reads the slot, so it is measured on rows committed while it runs.
 //! - `lanes` (drain only): no store at all, just the ceiling of the relay's publishing rule on
 //!   this box: one task per ordering key publishing its rows one after another through a
 //!   `ConfirmedPublisher` sized like the relay's, each row awaiting its own confirm before
@@ -32,8 +47,9 @@
 //! `CARTEIRO_TEST_AMQP_URL=... CARTEIRO_TEST_POSTGRES_URL=... cargo bench -p carteiro --bench relay`
 //! Knobs: `BENCH_ROUNDS` (default 3), `BENCH_BACKENDS` (default `sqlite,postgres`),
 //! `BENCH_RELAY_ROWS`, `BENCH_LATENCY_RATE`, `BENCH_LATENCY_SECS`, `BENCH_RELAY_PARTS`
-//! (default `drain,latency`), `BENCH_MAX_IN_FLIGHT` (the relay's window, default 1,024),
-//! `BENCH_DRAIN_SYSTEMS` (default `relay,lanes,poller`; also `pipelined`), `BENCH_RELAY_KEYS`.
+//! (default `drain,latency`; `cdc` for (c)), `BENCH_MAX_IN_FLIGHT` (the relay's window,
+//! default 1,024), `BENCH_DRAIN_SYSTEMS` (default `relay,lanes,poller`; also `pipelined`),
+//! `BENCH_RELAY_KEYS`, `BENCH_CDC_SYSTEMS` (default `cdc,relay,poller`).
 
 mod common;
 
@@ -42,7 +58,8 @@ use carteiro::relay::{Relay, event_properties};
 use carteiro::store::{CommitOutcome, CommitRequest, GroupCommitter, NewOutboxRow, Store};
 use common::{
     Backend, CpuBudget, CpuSample, Named, amqp_url, backends, connect_amqp, create_pg_database,
-    delete_queues_and_exchange, drop_pg_database, env_list, env_or, median, unique,
+    delete_queues_and_exchange, drop_pg_database, env_list, env_or, median,
+    postgres_server_seconds, unique,
 };
 use futures::StreamExt;
 use lapin::options::{
@@ -51,6 +68,7 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::{Connection, ExchangeKind};
+use sqlx::Connection as _;
 use sqlx::Row;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -66,6 +84,7 @@ enum Publisher {
     Lanes,
     Poller,
     Pipelined,
+    Cdc,
 }
 
 /// The publishers of `BENCH_DRAIN_SYSTEMS`.
@@ -75,6 +94,7 @@ impl Named for Publisher {
         Publisher::Lanes,
         Publisher::Poller,
         Publisher::Pipelined,
+        Publisher::Cdc,
     ];
 
     fn name(self) -> &'static str {
@@ -83,6 +103,7 @@ impl Named for Publisher {
             Publisher::Lanes => "lanes",
             Publisher::Poller => "poller",
             Publisher::Pipelined => "pipelined",
+            Publisher::Cdc => "cdc",
         }
     }
 }
@@ -99,14 +120,37 @@ struct Settings {
     max_in_flight: usize,
     keys: usize,
     drain_systems: Vec<Publisher>,
+    /// The systems of part `cdc`.
+    cdc_systems: Vec<Publisher>,
+    /// The port of the PostgreSQL server, to find its processes in `/proc`.
+    pg_port: Option<u16>,
 }
 
 fn settings() -> Settings {
     let amqp = amqp_url();
     let (backends, pg_admin) = backends();
+    let mut drain_systems = env_list(
+        "BENCH_DRAIN_SYSTEMS",
+        "relay,lanes,poller",
+        Publisher::parse,
+    );
+    if drain_systems.contains(&Publisher::Cdc) {
+        // It would publish the backlog through the polling path: not the slot's figure.
+        println!("BENCH_DRAIN_SYSTEMS: cdc left out of the backlog drain; BENCH_RELAY_PARTS=cdc measures it");
+        drain_systems.retain(|p| *p != Publisher::Cdc);
+    }
+    let cdc_systems = env_list("BENCH_CDC_SYSTEMS", "cdc,relay,poller", Publisher::parse)
+        .into_iter()
+        .filter(|p| matches!(p, Publisher::Cdc | Publisher::Relay | Publisher::Poller))
+        .collect();
+    let pg_port = pg_admin
+        .as_deref()
+        .map(|admin| url::Url::parse(admin).ok().and_then(|u| u.port()).unwrap_or(5432));
     Settings {
         amqp,
         pg_admin,
+        cdc_systems,
+        pg_port,
         backends,
         rounds: env_or("BENCH_ROUNDS", 3),
         rows: env_or("BENCH_RELAY_ROWS", 20_000),
@@ -114,11 +158,7 @@ fn settings() -> Settings {
         secs: env_or("BENCH_LATENCY_SECS", 10),
         max_in_flight: env_or("BENCH_MAX_IN_FLIGHT", 1024),
         keys: env_or("BENCH_RELAY_KEYS", 50usize).max(1),
-        drain_systems: env_list(
-            "BENCH_DRAIN_SYSTEMS",
-            "relay,lanes,poller",
-            Publisher::parse,
-        ),
+        drain_systems,
         parts: std::env::var("BENCH_RELAY_PARTS").unwrap_or_else(|_| "drain,latency".into()),
     }
 }
@@ -144,10 +184,25 @@ struct Fixture {
     exchange: String,
     sink: String,
     config: carteiro::config::Config,
+    /// `cdc`: the run's replication slot (and publication), dropped by [`Fixture::close`].
+    slot: Option<String>,
 }
 
 impl Fixture {
     async fn new(s: &Settings, backend: Backend) -> Fixture {
+        Self::open(s, backend, false).await
+    }
+
+    /// The fixture `which` runs on: for `cdc`, a relay config with `mode = "cdc"`.
+    async fn for_publisher(s: &Settings, backend: Backend, which: Publisher) -> Fixture {
+        Self::open(s, backend, which == Publisher::Cdc).await
+    }
+
+    async fn open(s: &Settings, backend: Backend, cdc: bool) -> Fixture {
+        assert!(
+            !cdc || backend == Backend::Postgres,
+            "the CDC relay reads a PostgreSQL slot"
+        );
         let dir = tempfile::tempdir().expect("tempdir");
         let (pg_name, store_url) = match backend {
             Backend::Postgres => {
@@ -162,11 +217,16 @@ impl Fixture {
         let exchange = unique("bench-relay-out");
         let sink = unique("bench-relay-sink");
         declare_sink(&conn, &exchange, &sink).await;
+        let slot = cdc.then(|| format!("bench_cdc_{}", uuid::Uuid::now_v7().simple()));
+        let mode = match &slot {
+            Some(slot) => format!("mode = \"cdc\"\nslot = \"{slot}\"\npublication = \"{slot}\"\n"),
+            None => String::new(),
+        };
         let path = dir.path().join("carteiro.toml");
         std::fs::write(
             &path,
             format!(
-                "version = 1\n[broker]\nurl = \"{}\"\n[store]\nurl = \"{store_url}\"\n[relay]\nmax_in_flight = {}\npoll_interval = \"1s\"\n",
+                "version = 1\n[broker]\nurl = \"{}\"\n[store]\nurl = \"{store_url}\"\n[relay]\nmax_in_flight = {}\npoll_interval = \"1s\"\n{mode}",
                 s.amqp, s.max_in_flight
             ),
         )
@@ -181,6 +241,7 @@ impl Fixture {
             exchange,
             sink,
             config,
+            slot,
         }
     }
 
@@ -216,10 +277,39 @@ impl Fixture {
         delete_queues_and_exchange(&self.conn, &[self.sink.as_str()], &self.exchange).await;
         let _ = self.conn.close(200, "done".into()).await;
         drop(self.store);
+        // Before the database: PostgreSQL refuses to drop a database a slot belongs to.
+        if let Some(slot) = &self.slot {
+            drop_slot(&self.store_url, slot).await;
+        }
         if let (Some(name), Some(admin)) = (self.pg_name, s.pg_admin.as_deref()) {
             drop_pg_database(admin, &name).await;
         }
     }
+}
+
+/// Drops a run's replication slot, retrying while its WAL sender is still going away after
+/// the relay stopped: a slot left behind holds the server's WAL (and its database).
+async fn drop_slot(store_url: &str, slot: &str) {
+    for _ in 0..30 {
+        if let Ok(mut conn) = sqlx::PgConnection::connect(store_url).await {
+            let dropped = sqlx::query(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+                 WHERE slot_name = $1",
+            )
+            .bind(slot)
+            .execute(&mut conn)
+            .await;
+            let _ = conn.close().await;
+            if dropped.is_ok() {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    println!(
+        "could not drop replication slot {slot}: run SELECT pg_drop_replication_slot('{slot}') \
+         or it keeps the server's WAL"
+    );
 }
 
 /// Declares `exchange` (durable, topic) and the queue `sink` bound to it with `#`.
@@ -496,22 +586,29 @@ async fn finish_storeless(
     (f.rows_per_second(s, name, elapsed).await, budget)
 }
 
-/// Starts `which` on the fixture; returns its stop token and task.
+/// Starts `which` on the fixture, recording into `metrics`; returns its stop token and task.
 fn start(
     which: Publisher,
     f: &Fixture,
     amqp: &str,
     wake: Option<Arc<tokio::sync::Notify>>,
+    metrics: Arc<Metrics>,
 ) -> (CancellationToken, tokio::task::JoinHandle<()>) {
     let stop = CancellationToken::new();
     let task = match which {
-        Publisher::Relay => {
+        Publisher::Relay | Publisher::Cdc => {
+            // The fixture's `[relay] mode` picks polling or the slot.
+            assert_eq!(
+                f.slot.is_some(),
+                which == Publisher::Cdc,
+                "{which:?} on a fixture made for another system"
+            );
             let relay = Relay::new(
                 &f.config.broker,
                 &f.config.relay,
                 &f.config.store.url,
                 f.store.clone(),
-                Arc::new(Metrics::default()),
+                metrics,
                 wake,
             );
             let stop = stop.clone();
@@ -529,6 +626,35 @@ fn start(
     (stop, task)
 }
 
+/// [`start`], then waits until `which` can publish: a CDC relay holds its slot (made, and the
+/// table's backlog drained); the others get the half second they always had to connect.
+async fn start_ready(
+    which: Publisher,
+    f: &Fixture,
+    amqp: &str,
+    wake: Option<Arc<tokio::sync::Notify>>,
+) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    let metrics = Arc::new(Metrics::default());
+    let publisher = start(which, f, amqp, wake, metrics.clone());
+    if which == Publisher::Cdc {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while metrics.outbox.cdc_active.get() != 1 {
+            assert!(
+                !publisher.1.is_finished(),
+                "the CDC relay ended before it took its slot"
+            );
+            assert!(
+                Instant::now() < deadline,
+                "the CDC relay did not take its slot within 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    } else {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    publisher
+}
+
 async fn finish(publisher: (CancellationToken, tokio::task::JoinHandle<()>)) {
     publisher.0.cancel();
     tokio::time::timeout(Duration::from_secs(30), publisher.1)
@@ -540,7 +666,7 @@ async fn finish(publisher: (CancellationToken, tokio::task::JoinHandle<()>)) {
 // ---------------------------------------------------------------- (a) drain
 
 async fn drain_run(s: &Settings, backend: Backend, which: Publisher) -> (f64, CpuBudget) {
-    let f = Fixture::new(s, backend).await;
+    let f = Fixture::for_publisher(s, backend, which).await;
     let mut batch = Vec::with_capacity(256);
     for i in 0..s.rows {
         batch.push(row(&f.exchange, s.keys, i));
@@ -562,7 +688,7 @@ async fn drain_run(s: &Settings, backend: Backend, which: Publisher) -> (f64, Cp
         .await
         .expect("probe connects to the store");
     let (started, cpu) = (Instant::now(), CpuSample::now());
-    let publisher = start(which, &f, &s.amqp, None);
+    let publisher = start(which, &f, &s.amqp, None, Arc::new(Metrics::default()));
     let deadline = started + Duration::from_secs(600);
     loop {
         let first: Option<i64> =
@@ -596,10 +722,13 @@ struct Latency {
     max: Duration,
     commit_p50: Duration,
     rows: usize,
+    /// The PostgreSQL server's CPU per row, µs, from the first commit until every row
+    /// arrived (NaN on SQLite or when its processes were not found).
+    pg_us: f64,
 }
 
 async fn latency_run(s: &Settings, backend: Backend, which: Publisher) -> Latency {
-    let f = Fixture::new(s, backend).await;
+    let f = Fixture::for_publisher(s, backend, which).await;
     let committer = GroupCommitter::spawn(f.store.clone(), 256);
 
     // Arrival times, recorded by a consumer on the sink.
@@ -629,11 +758,11 @@ async fn latency_run(s: &Settings, backend: Backend, which: Publisher) -> Latenc
         })
     };
 
-    let publisher = start(which, &f, &s.amqp, Some(committer.outbox_committed()));
     // Let the publisher connect before the clock matters.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let publisher = start_ready(which, &f, &s.amqp, Some(committer.outbox_committed())).await;
 
     let total = (s.rate * s.secs) as usize;
+    let pg_before = pg_seconds(s, backend);
     let mut committed: Vec<(String, Instant)> = Vec::with_capacity(total);
     let mut commit_times = Vec::with_capacity(total);
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / s.rate as f64));
@@ -658,6 +787,7 @@ async fn latency_run(s: &Settings, backend: Backend, which: Publisher) -> Latenc
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let pg_us = pg_us_per_row(pg_before, pg_seconds(s, backend), total);
     finish(publisher).await;
     let _ = channel.close(200, "done".into()).await;
     recorder.abort();
@@ -681,6 +811,172 @@ async fn latency_run(s: &Settings, backend: Backend, which: Publisher) -> Latenc
         max: *latencies.last().expect("rows"),
         commit_p50: percentile(&commit_times, 0.5),
         rows: total,
+        pg_us,
+    }
+}
+
+// ---------------------------------------------------------------- (c) cdc against polling
+
+/// CPU seconds of the PostgreSQL server so far ([`postgres_server_seconds`] on the port of
+/// `CARTEIRO_TEST_POSTGRES_URL`); `None` on SQLite or when its postmaster is not found here.
+fn pg_seconds(s: &Settings, backend: Backend) -> Option<f64> {
+    match backend {
+        Backend::Postgres => s.pg_port.and_then(postgres_server_seconds),
+        Backend::Sqlite => None,
+    }
+}
+
+/// µs of server CPU per row between two [`pg_seconds`] readings; NaN when either is missing.
+fn pg_us_per_row(before: Option<f64>, after: Option<f64>, rows: usize) -> f64 {
+    match (before, after) {
+        (Some(a), Some(b)) => (b - a).max(0.0) * 1e6 / rows.max(1) as f64,
+        _ => f64::NAN,
+    }
+}
+
+/// Stream drain: `which` runs (a CDC relay on its slot), then `s.rows` rows are committed as
+/// fast as `commit_batch` takes batches of 256; the clock runs from the first commit until
+/// every row is committed and none is pending. Returns rows/s, the CPU budget and the
+/// PostgreSQL server's µs per row.
+async fn stream_run(s: &Settings, which: Publisher) -> (f64, CpuBudget, f64) {
+    let backend = Backend::Postgres;
+    let f = Fixture::for_publisher(s, backend, which).await;
+    let publisher = start_ready(which, &f, &s.amqp, None).await;
+    // A separate one-connection pool for the cheap "anything pending?" probe, as in (a).
+    let probe = sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(&f.store_url)
+        .await
+        .expect("probe connects to the store");
+    let pg_before = pg_seconds(s, backend);
+    let (started, cpu) = (Instant::now(), CpuSample::now());
+    let writer = {
+        let (store, exchange, rows, keys) = (f.store.clone(), f.exchange.clone(), s.rows, s.keys);
+        tokio::spawn(async move {
+            let mut batch = Vec::with_capacity(256);
+            for i in 0..rows {
+                batch.push(row(&exchange, keys, i));
+                if batch.len() == 256 || i + 1 == rows {
+                    let outcomes = store.commit_batch(&batch).await.expect("commit");
+                    assert!(outcomes.iter().all(|o| *o == CommitOutcome::Committed));
+                    batch.clear();
+                }
+            }
+        })
+    };
+    let deadline = started + Duration::from_secs(600);
+    loop {
+        let written = writer.is_finished();
+        let first: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM outbox WHERE published_at IS NULL LIMIT 1")
+                .fetch_optional(&probe)
+                .await
+                .expect("probe");
+        if written && first.is_none() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{which:?} did not keep up: row {first:?} still pending after 600 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let elapsed = started.elapsed();
+    let budget = cpu.until(&CpuSample::now(), elapsed, s.rows);
+    let pg_us = pg_us_per_row(pg_before, pg_seconds(s, backend), s.rows);
+    writer.await.expect("writer");
+    probe.close().await;
+    assert_eq!(f.store.outbox_status().await.expect("status").pending, 0);
+    finish(publisher).await;
+    let name = format!("{which:?}");
+    (f.rows_per_second(s, &name, elapsed).await, budget, pg_us)
+}
+
+/// The CDC relay needs `wal_level = logical`: say how to get it rather than time out.
+async fn require_logical_wal(admin: &str) {
+    let mut conn = sqlx::PgConnection::connect(admin)
+        .await
+        .expect("connect to PostgreSQL");
+    let level: String = sqlx::query_scalar("SELECT current_setting('wal_level')")
+        .fetch_one(&mut conn)
+        .await
+        .expect("wal_level");
+    let _ = conn.close().await;
+    assert_eq!(
+        level, "logical",
+        "the cdc part needs wal_level = logical: restart the test server \
+         (scripts/postgres.sh stop && scripts/postgres.sh start) to pick up its settings"
+    );
+}
+
+/// (c): per round, each of `s.cdc_systems` in turn on the stream drain, then each on the
+/// latency run, on PostgreSQL; medians of the rounds at the end.
+async fn cdc_against_polling(s: &Settings) {
+    let admin = s.pg_admin.as_deref().expect("PostgreSQL");
+    require_logical_wal(admin).await;
+    if pg_seconds(s, Backend::Postgres).is_none() {
+        println!(
+            "no postgres process listening on port {:?} found in /proc: PostgreSQL CPU per row reads NaN",
+            s.pg_port
+        );
+    }
+    let names: Vec<&str> = s.cdc_systems.iter().map(|p| p.name()).collect();
+    println!(
+        "cdc against polling [postgres]: {}; stream drain of {} rows (batches of 256 committed while the system runs, {} ordering keys), then latency at {} rows/s for {} s; {} alternating rounds",
+        names.join(", "),
+        s.rows,
+        s.keys,
+        s.rate,
+        s.secs,
+        s.rounds
+    );
+    // "system/figure" → one value a round.
+    let mut figures: HashMap<String, Vec<f64>> = HashMap::new();
+    let mut add = |which: Publisher, figure: &str, value: f64| {
+        let key = format!("{}/{figure}", which.name());
+        figures.entry(key).or_default().push(value);
+    };
+    for round in 1..=s.rounds {
+        for which in s.cdc_systems.iter().copied() {
+            let (rate, budget, pg_us) = stream_run(s, which).await;
+            println!(
+                "round {round} stream  {:<7} {rate:>9.0} rows/s  postgresql {pg_us:>6.0} µs/row  ({budget})",
+                which.name()
+            );
+            add(which, "rate", rate);
+            add(which, "drain_pg", pg_us);
+        }
+        for which in s.cdc_systems.iter().copied() {
+            let l = latency_run(s, Backend::Postgres, which).await;
+            println!(
+                "round {round} latency {:<7} p50 {:>8.2} ms  p99 {:>8.2} ms  max {:>8.2} ms  postgresql {:>6.0} µs/row  ({} rows; commit p50 {:.2} ms)",
+                which.name(),
+                ms(l.p50),
+                ms(l.p99),
+                ms(l.max),
+                l.pg_us,
+                l.rows,
+                ms(l.commit_p50),
+            );
+            add(which, "p50", ms(l.p50));
+            add(which, "p99", ms(l.p99));
+            add(which, "latency_pg", l.pg_us);
+        }
+    }
+    let get = |name: &str, figure: &str| {
+        figures
+            .get(&format!("{name}/{figure}"))
+            .map_or(f64::NAN, |v| median(v))
+    };
+    for name in names.iter().copied() {
+        println!(
+            "cdc [postgres] median of rounds: {name:<7} drain {:.0} rows/s, postgresql {:.0} µs/row; latency p50 {:.2} ms, p99 {:.2} ms, postgresql {:.0} µs/row",
+            get(name, "rate"),
+            get(name, "drain_pg"),
+            get(name, "p50"),
+            get(name, "p99"),
+            get(name, "latency_pg"),
+        );
     }
 }
 
@@ -696,6 +992,12 @@ async fn main() {
         if s.parts.contains("latency") {
             latency(&s, backend, &b, &systems).await;
         }
+        if s.parts.contains("cdc") && backend == Backend::Postgres {
+            cdc_against_polling(&s).await;
+        }
+    }
+    if s.parts.contains("cdc") && !s.backends.contains(&Backend::Postgres) {
+        println!("part cdc skipped: it runs on PostgreSQL only (BENCH_BACKENDS=postgres and CARTEIRO_TEST_POSTGRES_URL)");
     }
 }
 
@@ -738,8 +1040,13 @@ async fn latency(s: &Settings, backend: Backend, b: &str, systems: &[Publisher])
     for round in 1..=s.rounds {
         for &which in systems {
             let l = latency_run(s, backend, which).await;
+            let pg = if l.pg_us.is_nan() {
+                String::new()
+            } else {
+                format!("; postgresql {:.0} µs/row", l.pg_us)
+            };
             println!(
-                "round {round} {:<7} p50 {:>8.2} ms  p99 {:>8.2} ms  max {:>8.2} ms  ({} rows; commit p50 {:.2} ms)",
+                "round {round} {:<7} p50 {:>8.2} ms  p99 {:>8.2} ms  max {:>8.2} ms  ({} rows; commit p50 {:.2} ms{pg})",
                 which.name(),
                 ms(l.p50),
                 ms(l.p99),

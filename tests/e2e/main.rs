@@ -2,6 +2,7 @@
 //! Run through `scripts/test.sh`, which builds the plugins and starts the services.
 
 mod blackhole;
+mod cdc;
 mod console;
 mod edit;
 mod exactly_once;

@@ -15,13 +15,13 @@ use std::time::Duration;
 const WAIT: Duration = Duration::from_secs(180);
 
 /// A PostgreSQL instance of this test alone (scripts/postgres.sh), stopped on drop.
-struct Postgres {
+pub(crate) struct Postgres {
     name: String,
     port: u16,
 }
 
 impl Postgres {
-    async fn start() -> (Self, String) {
+    pub(crate) async fn start() -> (Self, String) {
         let port = (0..200)
             .map(|_| 56_000 + rand::random_range(0..900u16))
             .find(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())
@@ -39,14 +39,14 @@ impl Postgres {
         (pg, url)
     }
 
-    async fn stop(&self) {
+    pub(crate) async fn stop(&self) {
         let name = self.name.clone();
         tokio::task::spawn_blocking(move || script("postgres.sh", &["stop", &name], &[]))
             .await
             .expect("stop");
     }
 
-    async fn start_again(&self) {
+    pub(crate) async fn start_again(&self) {
         let (name, port) = (self.name.clone(), self.port.to_string());
         tokio::task::spawn_blocking(move || script("postgres.sh", &["start", &name, &port], &[]))
             .await

@@ -304,3 +304,70 @@ fn box_busy_seconds() -> f64 {
     let idle = values.get(3).copied().unwrap_or(0.0) + values.get(4).copied().unwrap_or(0.0);
     (total - idle) / TICKS_PER_SECOND
 }
+
+/// CPU seconds used so far by the PostgreSQL server listening on `port`, the way
+/// scripts/postgres.sh starts it (`postgres -D DATA -p PORT ...`): its postmaster (found by
+/// `-p PORT` on its command line), every living child (backends, WAL senders, background
+/// workers), and through the postmaster's cutime + cstime every child it has reaped, so a
+/// backend that ends inside a window still counts. Other servers on the box are left out.
+/// `None` when no such postmaster is found (another host, or the port set elsewhere).
+pub fn postgres_server_seconds(port: u16) -> Option<f64> {
+    let port = port.to_string();
+    let mut postmaster = None;
+    let mut stats = Vec::new();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        if postmaster.is_none() && stat_command(&stat) == "postgres" && listens_on(pid, &port) {
+            postmaster = Some(pid.to_owned());
+        }
+        stats.push((pid.to_owned(), stat));
+    }
+    let postmaster = postmaster?;
+    let mut ticks = 0.0;
+    for (pid, stat) in &stats {
+        let fields = stat_fields(stat);
+        let field = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        // After the command: ppid is index 1, utime/stime 11/12, cutime/cstime 13/14.
+        if *pid == postmaster {
+            ticks += field(11) + field(12) + field(13) + field(14);
+        } else if fields.get(1).copied() == Some(postmaster.as_str()) {
+            ticks += field(11) + field(12);
+        }
+    }
+    Some(ticks / TICKS_PER_SECOND)
+}
+
+/// Whether `/proc/<pid>/cmdline` holds `-p PORT` (or `-pPORT`).
+fn listens_on(pid: &str, port: &str) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    args.windows(2).any(|w| w[0] == b"-p" && w[1] == port.as_bytes())
+        || args
+            .iter()
+            .any(|a| a.strip_prefix(b"-p") == Some(port.as_bytes()))
+}
+
+/// The fields of a `/proc/<pid>/stat` line after the command name (state first).
+fn stat_fields(stat: &str) -> Vec<&str> {
+    stat.rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect()
+}

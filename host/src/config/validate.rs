@@ -125,6 +125,10 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
         .relay
         .validate()
         .map_err(|(key, m)| err(line_of_key(key), &format!("relay.{key}"), m))?;
+    config
+        .relay
+        .validate_for_store(&config.store.url)
+        .map_err(|(key, m)| err(find_line_in(text, "relay", key), &format!("relay.{key}"), m))?;
     // `[relay] retention` is the old name of `[outbox] retain_published`: still read, with a
     // warning, and moved there.
     if let Some(retention) = config.relay.retention.take() {

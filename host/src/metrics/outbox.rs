@@ -19,6 +19,12 @@ pub struct OutboxMetrics {
     pub oldest_pending_seconds: Gauge<f64, AtomicU64>,
     /// Unpublished outbox rows whose last publish failed (read at each scrape).
     pub with_errors: Gauge,
+    /// CDC relay: 1 while this relay reads the replication slot, 0 while it stands by.
+    pub cdc_active: Gauge,
+    /// CDC relay: WAL bytes the slot holds back (server position minus confirmed position).
+    pub cdc_slot_lag_bytes: Gauge,
+    /// CDC relay: 1 while the slot holds back more than `[relay] max_slot_lag`.
+    pub cdc_slot_lag_alert: Gauge,
 }
 
 impl OutboxMetrics {
@@ -34,6 +40,18 @@ impl OutboxMetrics {
             with_errors: registry.new_metric(
                 "outbox_failing",
                 "Unpublished outbox rows whose last publish attempt failed",
+            ),
+            cdc_active: registry.new_metric(
+                "relay_cdc_active",
+                "1 while this CDC relay reads the replication slot, 0 while it stands by",
+            ),
+            cdc_slot_lag_bytes: registry.new_metric(
+                "relay_cdc_slot_lag_bytes",
+                "WAL bytes the outbox replication slot holds back",
+            ),
+            cdc_slot_lag_alert: registry.new_metric(
+                "relay_cdc_slot_lag_alert",
+                "1 while the replication slot holds back more than [relay] max_slot_lag",
             ),
         }
     }

@@ -38,6 +38,34 @@ pub struct RelayConfig {
     /// hands its rows to another after this. Never below three publish timeouts.
     #[serde(default = "default_relay_lease", with = "humantime_serde")]
     pub lease: Duration,
+    /// How the relay finds committed rows: `poll` (claim them from the table, any store) or
+    /// `cdc` (read them from a PostgreSQL logical replication slot; needs
+    /// `wal_level = logical`). See docs/relay.md.
+    #[serde(default)]
+    pub mode: RelayMode,
+    /// `cdc`: the replication slot the relays read (created if missing). One relay reads it
+    /// at a time; the others stand by.
+    #[serde(default = "default_slot")]
+    pub slot: String,
+    /// `cdc`: the publication on the outbox table (created if missing, inserts only).
+    #[serde(default = "default_slot")]
+    pub publication: String,
+    /// `cdc`: above this much WAL held back by the slot (the broker down, no relay active),
+    /// the relay logs an ERROR and raises `carteiro_relay_cdc_slot_lag_alert`. Sizes like
+    /// `1GiB`. PostgreSQL's own bound is `max_slot_wal_keep_size`.
+    #[serde(default = "default_max_slot_lag", with = "crate::common::units::size")]
+    pub max_slot_lag: u64,
+}
+
+/// `[relay] mode`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RelayMode {
+    /// Claim unpublished rows from the table (leases, `LISTEN/NOTIFY`, poll interval).
+    #[default]
+    Poll,
+    /// Read inserted rows from a logical replication slot (PostgreSQL only).
+    Cdc,
 }
 
 fn default_true() -> bool {
@@ -55,6 +83,12 @@ fn default_poll_interval() -> Duration {
 fn default_relay_lease() -> Duration {
     Duration::from_secs(30)
 }
+fn default_slot() -> String {
+    "carteiro_outbox".to_owned()
+}
+fn default_max_slot_lag() -> u64 {
+    1 << 30
+}
 
 impl Default for RelayConfig {
     fn default() -> Self {
@@ -65,6 +99,10 @@ impl Default for RelayConfig {
             poll_interval: default_poll_interval(),
             retention: None,
             lease: default_relay_lease(),
+            mode: RelayMode::Poll,
+            slot: default_slot(),
+            publication: default_slot(),
+            max_slot_lag: default_max_slot_lag(),
         }
     }
 }
@@ -78,6 +116,56 @@ impl RelayConfig {
                 "must be at least 1 byte (a claim always takes one row anyway)".into(),
             ));
         }
+        for (key, name) in [("slot", &self.slot), ("publication", &self.publication)] {
+            let valid = !name.is_empty()
+                && name.len() <= 63
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            if !valid {
+                return Err((
+                    key,
+                    format!("`{name}`: use 1 to 63 lower-case letters, digits and `_`"),
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// `mode = "cdc"` needs PostgreSQL. `Err((key, message))` with the key under `relay`.
+    pub fn validate_for_store(&self, store_url: &str) -> Result<(), (&'static str, String)> {
+        let postgres =
+            store_url.starts_with("postgres://") || store_url.starts_with("postgresql://");
+        if self.mode == RelayMode::Cdc && !postgres {
+            return Err((
+                "mode",
+                "\"cdc\" reads a PostgreSQL replication slot and [store] url is not PostgreSQL; \
+                 use mode = \"poll\" with SQLite"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn cdc_needs_postgres_and_plain_slot_names() {
+        let cdc: RelayConfig = toml::from_str("mode = \"cdc\"\nmax_slot_lag = \"2GiB\"").unwrap();
+        assert_eq!(cdc.mode, RelayMode::Cdc);
+        assert_eq!(cdc.max_slot_lag, 2 << 30);
+        assert_eq!(cdc.slot, "carteiro_outbox");
+        let (key, why) = cdc.validate_for_store("sqlite:///tmp/x.db").unwrap_err();
+        assert_eq!(key, "mode");
+        assert!(why.contains("not PostgreSQL"), "{why}");
+        assert!(cdc.validate_for_store("postgres://h/db").is_ok());
+        assert!(RelayConfig::default().validate_for_store("sqlite:///x").is_ok());
+        let bad: RelayConfig = toml::from_str("slot = \"My-Slot\"").unwrap();
+        assert_eq!(bad.validate().unwrap_err().0, "slot");
     }
 }

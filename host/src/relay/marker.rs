@@ -29,9 +29,9 @@ pub(super) struct Marker {
 }
 
 impl Marker {
-    /// Starts the marker; the receiver reports how many rows each committed write marked
-    /// (as handed over, whether or not another relay had marked some already).
-    pub fn spawn(store: Store) -> (Marker, mpsc::UnboundedReceiver<usize>) {
+    /// Starts the marker; the receiver reports the ids of each committed write (as handed
+    /// over, whether or not another relay had marked some already).
+    pub fn spawn(store: Store) -> (Marker, mpsc::UnboundedReceiver<Vec<i64>>) {
         let (ids, rx) = mpsc::unbounded_channel();
         let (done_tx, done) = mpsc::unbounded_channel();
         let task = tokio::spawn(run(store, rx, done_tx));
@@ -69,7 +69,7 @@ impl MarkSender {
 async fn run(
     store: Store,
     mut ids: mpsc::UnboundedReceiver<i64>,
-    done: mpsc::UnboundedSender<usize>,
+    done: mpsc::UnboundedSender<Vec<i64>>,
 ) {
     let mut batch: Vec<i64> = Vec::new();
     let mut open = true;
@@ -93,8 +93,7 @@ async fn run(
         }
         match store.outbox_mark_published_many(&batch).await {
             Ok(_) => {
-                let _ = done.send(batch.len());
-                batch.clear();
+                let _ = done.send(std::mem::take(&mut batch));
                 failures = 0;
             }
             Err(e) => {
@@ -158,7 +157,8 @@ mod tests {
             let n = tokio::time::timeout(std::time::Duration::from_secs(10), done.recv())
                 .await
                 .expect("the marker reports its writes")
-                .expect("marker running");
+                .expect("marker running")
+                .len();
             reported.push(n);
         }
         assert!(

@@ -11,13 +11,16 @@
 //! - `chains`: the per-ordering-key queues of leased rows (in-memory ordering rule).
 //! - `marker`: group commit of "published" marks as confirms arrive.
 //! - `config`: [`RelayConfig`] (`[relay]`) and its check.
+//! - `cdc`: `[relay] mode = "cdc"`: the same publishing, fed by a PostgreSQL logical
+//!   replication slot instead of claims (PostgreSQL only).
 
+mod cdc;
 mod chains;
 mod config;
 mod marker;
 mod session;
 
-pub use config::RelayConfig;
+pub use config::{RelayConfig, RelayMode};
 
 use crate::broker::outgoing::Unpublishable;
 pub use crate::broker::outgoing::event_properties;
@@ -55,6 +58,8 @@ pub struct Relay {
     fault: Option<FaultPoint>,
     /// Publish spans, when `[telemetry]` exports them.
     telemetry: Telemetry,
+    /// `[relay] mode = "cdc"`: read the slot instead of claiming rows.
+    cdc: Option<cdc::CdcSettings>,
 }
 
 impl Relay {
@@ -88,6 +93,11 @@ impl Relay {
             lease: relay.lease.max(broker.publish_timeout * 3),
             fault: FaultPoint::from_env(),
             telemetry: Telemetry::off(),
+            cdc: (relay.mode == RelayMode::Cdc).then(|| cdc::CdcSettings {
+                slot: relay.slot.clone(),
+                publication: relay.publication.clone(),
+                max_slot_lag: relay.max_slot_lag,
+            }),
         }
     }
 
@@ -99,6 +109,15 @@ impl Relay {
 
     /// Runs until `stop`.
     pub async fn run(self, stop: CancellationToken) -> anyhow::Result<()> {
+        match &self.cdc {
+            Some(settings) => cdc::run(&self, settings, &stop).await,
+            None => self.poll(&stop).await,
+        }
+    }
+
+    /// The polling relay, until `stop` (also the CDC relay's backlog drain).
+    async fn poll(&self, stop: &CancellationToken) -> anyhow::Result<()> {
+        let stop = stop.clone();
         if self.store.backend() == Backend::Postgres {
             tokio::spawn(listen_for_commits(
                 self.store_url.clone(),
@@ -125,7 +144,7 @@ impl Relay {
                     }
                 },
             };
-            match session::Session::new(&self, current).run(&stop).await {
+            match session::Session::new(self, current).run(&stop).await {
                 session::End::Stopped => break,
                 session::End::Broker(e) => {
                     tracing::warn!(error = %e, "relay lost the broker; reconnecting");

@@ -159,8 +159,8 @@ impl<'a> Session<'a> {
                         Err(e) => break End::Store(e.to_string()),
                     }
                 }
-                Some(n) = marked.recv() => {
-                    self.window = self.window.saturating_sub(n);
+                Some(ids) = marked.recv() => {
+                    self.window = self.window.saturating_sub(ids.len());
                     want_claim |= self.byte_capped;
                 }
                 () = self.relay.wake.notified() => want_claim = true,

@@ -41,6 +41,7 @@ mod kv;
 mod migrations;
 mod nul_free;
 mod outbox;
+mod outbox_cdc;
 mod purge;
 mod reads;
 mod secrets;

@@ -1,0 +1,244 @@
+//! The CDC relay (`[relay] mode = "cdc"`, PostgreSQL only): reads committed outbox inserts
+//! from a logical replication slot (`pgoutput`, a publication on `outbox`) instead of
+//! polling the table, publishes each row with a confirm exactly as the polling relay would
+//! (same message, same `message_id`), and tells the slot a commit is done only once every
+//! row of it and of every earlier commit is confirmed *and* marked published.
+//!
+//! One relay reads the slot at a time; the others get "replication slot ... is active"
+//! and stand by, retrying every few seconds (`carteiro_relay_cdc_active` 0/1).
+//!
+//! At each start, before reading the slot, the relay drains through the polling path the
+//! unpublished rows already in the table (the backlog from before the slot existed, or rows
+//! a crashed relay left unmarked), then notes the WAL position: rows of commits up to it
+//! that the slot sends again are published only if still unpublished in the table. So after
+//! a crash a row goes out again only if it was confirmed but not yet marked (the window).
+//!
+//! # Layout
+//! - this file: the standby/active loop, the backlog hand-over, the slot-lag watch.
+//! - `session`: one replication session: commits → per-key chains → confirms → marks → slot.
+//! - `pgoutput`, `window`, `slot`, `conn`: decoding, the commit-LSN window, slot setup and
+//!   lag, the replication connection's settings.
+
+mod conn;
+mod pgoutput;
+mod session;
+mod slot;
+mod window;
+
+use std::time::{Duration, Instant};
+
+use pgwire_replication::{PgWireError, ReplicationClient};
+use tokio_util::sync::CancellationToken;
+
+use super::{Relay, sleep_or_stop};
+use crate::broker::JitteredBackoff;
+
+/// How often a standing-by relay tries to take the slot.
+const STANDBY_RETRY: Duration = Duration::from_secs(3);
+/// How often the slot's lag is read.
+const LAG_EVERY: Duration = Duration::from_secs(10);
+/// A raised lag alert is logged again this often.
+const LAG_REMIND: Duration = Duration::from_secs(300);
+
+/// The CDC settings of a relay (`[relay]`).
+#[derive(Debug, Clone)]
+pub(super) struct CdcSettings {
+    pub slot: String,
+    pub publication: String,
+    pub max_slot_lag: u64,
+}
+
+/// Why a replication session could not start.
+enum Opened {
+    Active(ReplicationClient),
+    /// Another relay holds the slot.
+    Standby,
+    Failed(PgWireError),
+}
+
+/// Runs the CDC relay until `stop`.
+pub(super) async fn run(relay: &Relay, cdc: &CdcSettings, stop: &CancellationToken) -> anyhow::Result<()> {
+    // pgwire-replication's TLS installs ring as the process default if none is set; install
+    // aws-lc-rs first, the provider the broker and the store already use.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let settings = conn::replication_config(&relay.store_url, &cdc.slot, &cdc.publication)?;
+    let lag = tokio::spawn(watch_lag(
+        relay.store_url.clone(),
+        cdc.clone(),
+        relay.metrics.clone(),
+        stop.clone(),
+    ));
+    let mut backoff = JitteredBackoff::new(Duration::from_millis(100), relay.reconnect_max);
+    let mut standing_by = false;
+    let result = loop {
+        if stop.is_cancelled() {
+            break Ok(());
+        }
+        if let Err(e) = slot::ensure(&relay.store_url, &cdc.slot, &cdc.publication).await {
+            if e.is_permanent() {
+                tracing::error!(error = %e, "CDC relay cannot start");
+                break Err(e.into());
+            }
+            tracing::warn!(error = %e, "CDC relay cannot set up its slot; retrying");
+            sleep_or_stop(backoff.next_delay(), stop).await;
+            continue;
+        }
+        let publisher = match relay.open_publisher().await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "CDC relay cannot reach the broker; the slot keeps the rows");
+                sleep_or_stop(backoff.next_delay(), stop).await;
+                continue;
+            }
+        };
+        let client = match open(settings.clone()).await {
+            Opened::Active(client) => client,
+            Opened::Standby => {
+                if !standing_by {
+                    tracing::info!(slot = %cdc.slot, "another relay reads the replication slot; standing by");
+                    standing_by = true;
+                }
+                relay.metrics.outbox.cdc_active.set(0);
+                sleep_or_stop(STANDBY_RETRY, stop).await;
+                continue;
+            }
+            Opened::Failed(e) => {
+                tracing::warn!(error = %e, slot = %cdc.slot, "CDC relay cannot open the replication slot; retrying");
+                sleep_or_stop(backoff.next_delay(), stop).await;
+                continue;
+            }
+        };
+        standing_by = false;
+        relay.metrics.outbox.cdc_active.set(1);
+        tracing::info!(slot = %cdc.slot, "CDC relay active: reading the replication slot");
+        // The slot is ours: no other relay publishes while the backlog drains.
+        if let Err(e) = drain_backlog(relay, stop).await {
+            tracing::warn!(error = %e, "CDC relay could not drain the outbox backlog; retrying");
+            relay.metrics.outbox.cdc_active.set(0);
+            drop(client);
+            sleep_or_stop(backoff.next_delay(), stop).await;
+            continue;
+        }
+        let recheck_until = match slot::current_wal_lsn(&relay.store_url).await {
+            Ok(lsn) => lsn,
+            Err(e) => {
+                tracing::warn!(error = %e, "CDC relay cannot read the WAL position; retrying");
+                relay.metrics.outbox.cdc_active.set(0);
+                drop(client);
+                sleep_or_stop(backoff.next_delay(), stop).await;
+                continue;
+            }
+        };
+        backoff.reset();
+        let end = session::Session::new(relay, publisher, client, recheck_until)
+            .run(stop)
+            .await;
+        relay.metrics.outbox.cdc_active.set(0);
+        match end {
+            session::End::Stopped => break Ok(()),
+            session::End::Broker(e) => {
+                tracing::warn!(error = %e, "CDC relay lost the broker; the slot resends what was not confirmed");
+                relay.metrics.broker_reconnect("relay");
+            }
+            session::End::Stream(e) => {
+                tracing::warn!(error = %e, "CDC relay lost the replication stream; reopening");
+            }
+            session::End::Store(e) => {
+                tracing::warn!(error = %e, "CDC relay cannot reach the store; retrying");
+            }
+        }
+        sleep_or_stop(backoff.next_delay(), stop).await;
+    };
+    lag.abort();
+    result
+}
+
+/// Starts replication on the slot and waits until the server accepted it (the slot is then
+/// this session's alone).
+async fn open(settings: pgwire_replication::ReplicationConfig) -> Opened {
+    let mut client = match ReplicationClient::connect(settings).await {
+        Ok(c) => c,
+        Err(e) => return Opened::Failed(e),
+    };
+    match tokio::time::timeout(Duration::from_secs(30), client.wait_started()).await {
+        Ok(Ok(())) => Opened::Active(client),
+        Ok(Err(e)) if slot_in_use(&e) => Opened::Standby,
+        Ok(Err(e)) => Opened::Failed(e),
+        Err(_) => Opened::Failed(PgWireError::Task(
+            "START_REPLICATION not answered within 30s".into(),
+        )),
+    }
+}
+
+/// "replication slot ... is active for PID ..." (SQLSTATE 55006, object_in_use).
+fn slot_in_use(e: &PgWireError) -> bool {
+    matches!(e, PgWireError::Server(text) if text.contains("55006") || text.contains("is active"))
+}
+
+/// Publishes, through the polling path, the unpublished rows already in the table (not
+/// parked), then returns. Rows that keep failing hold it here, as they would hold their
+/// keys in the polling relay; each failure is logged by that path.
+async fn drain_backlog(relay: &Relay, stop: &CancellationToken) -> Result<(), crate::store::StoreError> {
+    let up_to = relay.store.outbox_max_id().await?;
+    let waiting = relay.store.outbox_backlog_up_to(up_to).await?;
+    if waiting == 0 {
+        return Ok(());
+    }
+    tracing::info!(rows = waiting, up_to, "CDC relay publishing the outbox backlog through the polling path first");
+    let poll_stop = stop.child_token();
+    let poll = relay.poll(&poll_stop);
+    tokio::pin!(poll);
+    let started = Instant::now();
+    let result = loop {
+        tokio::select! {
+            _ = &mut poll => break Ok(()),
+            () = tokio::time::sleep(Duration::from_millis(250)) => {}
+        }
+        match relay.store.outbox_backlog_up_to(up_to).await {
+            Ok(0) => break Ok(()),
+            Ok(_) => {}
+            Err(e) => break Err(e),
+        }
+    };
+    poll_stop.cancel();
+    // The poller marks what was confirmed and gives its leases back before it returns.
+    let _ = poll.await;
+    tracing::info!(elapsed = ?started.elapsed(), "outbox backlog drained; reading the slot");
+    result
+}
+
+/// Reads the slot's retained WAL every [`LAG_EVERY`] into the metrics, and raises the
+/// `max_slot_lag` alert (an ERROR log, `carteiro_relay_cdc_slot_lag_alert`) above it.
+async fn watch_lag(
+    store_url: String,
+    cdc: CdcSettings,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+    stop: CancellationToken,
+) {
+    let mut alert = slot::LagAlert::default();
+    while !stop.is_cancelled() {
+        match slot::retained_bytes(&store_url, &cdc.slot).await {
+            Ok(Some(bytes)) => {
+                let bytes = u64::try_from(bytes).unwrap_or(0);
+                metrics.outbox.cdc_slot_lag_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+                let shown = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
+                match alert.observe(bytes, cdc.max_slot_lag, Instant::now(), LAG_REMIND) {
+                    Some(slot::LagChange::Raised | slot::LagChange::Reminder) => tracing::error!(
+                        slot = %cdc.slot,
+                        retained = %shown(bytes),
+                        max_slot_lag = %shown(cdc.max_slot_lag),
+                        "the outbox replication slot holds back more WAL than [relay] max_slot_lag: \
+                         no relay is confirming (broker down, relay stopped or failing). PostgreSQL \
+                         keeps this WAL until the slot advances; bound it with max_slot_wal_keep_size"
+                    ),
+                    Some(slot::LagChange::Cleared) => tracing::warn!(slot = %cdc.slot, retained = %shown(bytes), "replication slot lag back under [relay] max_slot_lag"),
+                    None => {}
+                }
+                metrics.outbox.cdc_slot_lag_alert.set(i64::from(alert.is_raised()));
+            }
+            Ok(None) => {}
+            Err(e) => tracing::debug!(error = %e, "cannot read the replication slot's lag"),
+        }
+        sleep_or_stop(LAG_EVERY, &stop).await;
+    }
+}

@@ -1,0 +1,108 @@
+//! Outbox bookkeeping for the CDC relay (`[relay] mode = "cdc"`), which reads rows from a
+//! replication slot instead of claiming them: it holds no leases, so these statements never
+//! look at `lease_owner`. Marking published is shared with the polling relay
+//! (`outbox_mark_published_many`).
+
+use sqlx::Row;
+
+use super::sql::{Placeholders, shaped_chunks};
+use super::{Store, StoreError, nul_free};
+
+/// `next_attempt_at` of a parked row: it can never be published (see the polling relay's
+/// `record_failure`), and it holds its ordering key.
+const PARKED: i64 = i64::MAX;
+
+impl Store {
+    /// Which of `ids` are still in the outbox unpublished. A row already marked (by a relay
+    /// that died before the slot learnt of it) or purged since is not returned.
+    pub async fn outbox_unpublished_among(&self, ids: &[i64]) -> Result<Vec<i64>, StoreError> {
+        self.bounded("outbox unpublished among", async {
+            let mut out = Vec::new();
+            for chunk in shaped_chunks(ids) {
+                let mut p = Placeholders::new(self.backend);
+                let sql = format!(
+                    "SELECT id FROM outbox WHERE id IN ({}) AND published_at IS NULL",
+                    p.list(chunk.len())
+                );
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for id in chunk {
+                    query = query.bind(*id);
+                }
+                for row in query.fetch_all(self.pool()).await? {
+                    out.push(row.try_get::<i64, _>("id")?);
+                }
+            }
+            out.sort_unstable();
+            Ok(out)
+        })
+        .await
+    }
+
+    /// A CDC publish of row `id` failed: count the attempt and keep `error` (for `carteiro
+    /// outbox status` and the `outbox_failing` gauge). `park`: it can never be published;
+    /// it then holds its ordering key as a parked row of the polling relay does.
+    pub async fn outbox_record_failure(
+        &self,
+        id: i64,
+        error: &str,
+        park: bool,
+    ) -> Result<(), StoreError> {
+        self.bounded("outbox record failure", async {
+            let next = if park { PARKED } else { 0 };
+            let update = sqlx::query(
+                "UPDATE outbox SET attempts = attempts + 1, last_error = $2, \
+                 next_attempt_at = CASE WHEN $3 > next_attempt_at THEN $3 ELSE next_attempt_at END \
+                 WHERE id = $1 AND published_at IS NULL",
+            )
+            .bind(id)
+            .bind(nul_free::lossy(error))
+            .bind(next);
+            self.execute_write(update).await.map(|_| ())
+        })
+        .await
+    }
+
+    /// The highest outbox id so far (0 when empty): the end of the backlog a CDC relay
+    /// drains through the polling path before it reads the slot.
+    pub async fn outbox_max_id(&self) -> Result<i64, StoreError> {
+        self.bounded("outbox max id", async {
+            let max: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM outbox")
+                .fetch_one(self.pool())
+                .await?;
+            Ok(max.unwrap_or(0))
+        })
+        .await
+    }
+
+    /// Unpublished rows up to `max_id` that a relay may still publish (not parked).
+    pub async fn outbox_backlog_up_to(&self, max_id: i64) -> Result<i64, StoreError> {
+        self.bounded("outbox backlog", async {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM outbox \
+                 WHERE id <= $1 AND published_at IS NULL AND next_attempt_at < $2",
+            )
+            .bind(max_id)
+            .bind(PARKED)
+            .fetch_one(self.pool())
+            .await?;
+            Ok(n)
+        })
+        .await
+    }
+
+    /// The ordering keys held by a parked row: their later rows must not go out.
+    pub async fn outbox_parked_keys(&self) -> Result<Vec<String>, StoreError> {
+        self.bounded("outbox parked keys", async {
+            let keys: Vec<String> = sqlx::query_scalar(
+                "SELECT DISTINCT ordering_key FROM outbox \
+                 WHERE published_at IS NULL AND attempts > 0 AND ordering_key <> '' \
+                   AND next_attempt_at = $1",
+            )
+            .bind(PARKED)
+            .fetch_all(self.pool())
+            .await?;
+            Ok(keys)
+        })
+        .await
+    }
+}
