@@ -57,7 +57,11 @@ impl StandardRoute {
     }
 
     /// Everything that reaches the sink within `within` after the first message arrived.
-    async fn sent(&self, within: Duration, first_within: Duration) -> Vec<lapin::message::BasicGetMessage> {
+    async fn sent(
+        &self,
+        within: Duration,
+        first_within: Duration,
+    ) -> Vec<lapin::message::BasicGetMessage> {
         let client = &self.route.client;
         let mut all = wait_for("a relayed send", first_within, || async {
             let got = client.drain(&self.sink).await;
@@ -255,11 +259,11 @@ async fn in_process_the_standard_world_gets_the_same_caps_and_instance_reuse() {
     // Without a standard_exchange the component may not send: its error is the verdict.
     let denied = load(limits(), None);
     let answer = denied.handle(&message(b"ok"), kv()).await.expect("answered");
-    assert!(
-        matches!(&answer.standard_error, Some(StandardError::PermissionDenied(why)) if why.contains("standard_exchange")),
-        "{:?}",
-        answer.standard_error
+    let denied_for_want_of_an_exchange = matches!(
+        &answer.standard_error,
+        Some(StandardError::PermissionDenied(why)) if why.contains("standard_exchange")
     );
+    assert!(denied_for_want_of_an_exchange, "{:?}", answer.standard_error);
     assert!(answer.effects.events.is_empty());
 
     // The host-call cap traps a standard component like any other.
@@ -284,7 +288,8 @@ fn a_component_importing_request_reply_is_refused_naming_the_import() {
     assert!(matches!(err, LoadError::UnsupportedImport { .. }), "{err}");
     let text = err.to_string();
     assert!(
-        text.contains("wasi:messaging/request-reply@0.2.0-draft") && text.contains("messaging-core"),
+        text.contains("wasi:messaging/request-reply@0.2.0-draft")
+            && text.contains("messaging-core"),
         "{text}"
     );
 

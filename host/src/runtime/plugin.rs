@@ -79,7 +79,9 @@ pub enum LoadError {
         path: String,
         detail: String,
     },
-    #[error("plugin `{name}` ({path}) is a wasi:messaging component Carteiro cannot run: {problem}")]
+    #[error(
+        "plugin `{name}` ({path}) is a wasi:messaging component Carteiro cannot run: {problem}"
+    )]
     UnsupportedImport {
         name: String,
         path: String,

@@ -44,8 +44,8 @@ impl std::fmt::Display for WorldProblem {
         match self {
             Self::NoHandler { exports } if exports.is_empty() => write!(
                 f,
-                "it exports nothing; a handler exports `{CARTEIRO_EXPORT}` (carteiro:handler@0.1.0) \
-                 or `{STANDARD_EXPORT}`"
+                "it exports nothing; a handler exports `{CARTEIRO_EXPORT}` \
+                 (carteiro:handler@0.1.0) or `{STANDARD_EXPORT}`"
             ),
             Self::NoHandler { exports } => write!(
                 f,
@@ -116,6 +116,7 @@ mod tests {
 
     const TYPES: &str = "wasi:messaging/types@0.2.0-draft";
     const PRODUCER: &str = "wasi:messaging/producer@0.2.0-draft";
+    const NONE: [&str; 0] = [];
 
     #[test]
     fn a_carteiro_handler_is_recognised_by_its_handle_export() {
@@ -151,17 +152,19 @@ mod tests {
 
     #[test]
     fn another_draft_and_no_handler_are_refused_naming_what_is_missing() {
-        let other = detect(["wasi:messaging/incoming-handler@0.1.0"], [])
+        let other = detect(["wasi:messaging/incoming-handler@0.1.0"], NONE)
             .expect_err("refused");
         assert!(matches!(other, WorldProblem::OtherVersion { .. }));
         assert!(other.to_string().contains(STANDARD_EXPORT), "{other}");
 
-        let none = detect([], []).expect_err("refused");
+        let none = detect(NONE, NONE).expect_err("refused");
         assert!(none.to_string().contains("exports nothing"), "{none}");
-        let wrong = detect(["wasi:http/incoming-handler@0.2.0"], []).expect_err("refused");
+        let wrong = detect(["wasi:http/incoming-handler@0.2.0"], NONE).expect_err("refused");
         let text = wrong.to_string();
         assert!(
-            text.contains("`handle`") && text.contains(STANDARD_EXPORT) && text.contains("wasi:http"),
+            text.contains("`handle`")
+                && text.contains(STANDARD_EXPORT)
+                && text.contains("wasi:http"),
             "{text}"
         );
     }

@@ -15,7 +15,7 @@ mod verdict;
 
 pub(super) use bindings::{MessagingCore, MessagingCorePre};
 pub use detect::{World, WorldProblem, detect};
-pub(super) use host::{MessageData, StandardData, view};
+use host::{MessageData, StandardData, view};
 pub use verdict::{StandardError, StandardErrorPolicy, verdict};
 
 use bindings::types;

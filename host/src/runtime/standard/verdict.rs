@@ -28,7 +28,9 @@ impl StandardError {
         match self {
             Self::Timeout => "wasi:messaging error: timeout".to_owned(),
             Self::Connection(why) => format!("wasi:messaging error: connection: {why}"),
-            Self::PermissionDenied(why) => format!("wasi:messaging error: permission-denied: {why}"),
+            Self::PermissionDenied(why) => {
+                format!("wasi:messaging error: permission-denied: {why}")
+            }
             Self::Other(why) => format!("wasi:messaging error: other: {why}"),
         }
     }
@@ -75,7 +77,8 @@ mod tests {
         }
     }
 
-    const BOTH: [StandardErrorPolicy; 2] = [StandardErrorPolicy::Retry, StandardErrorPolicy::DeadLetter];
+    const BOTH: [StandardErrorPolicy; 2] =
+        [StandardErrorPolicy::Retry, StandardErrorPolicy::DeadLetter];
 
     #[test]
     fn ok_acks_under_either_policy() {
