@@ -152,9 +152,11 @@ async fn other_dead_letters_at_once_when_the_route_says_so_and_retries_by_defaul
     at_once.route.publish(props("s-other-1"), b"other").await;
     let rows = at_once.route.dead_letters(1).await;
     assert_eq!(rows[0].letter.attempts, 1, "dead-lettered on the first attempt");
-    assert_eq!(
-        rows[0].letter.reason,
-        "wasi:messaging error: other: fixture: other failure"
+    let reason = &rows[0].letter.reason;
+    assert!(
+        reason.contains("wasi:messaging error: other: fixture: other failure")
+            && !reason.contains("retries exhausted"),
+        "{reason}"
     );
     at_once.route.gw.stop().await;
 
@@ -246,7 +248,8 @@ async fn in_process_the_standard_world_gets_the_same_caps_and_instance_reuse() {
         let [event] = done.effects.events.as_slice() else {
             panic!("one send per delivery: {:?}", done.effects.events);
         };
-        assert_eq!((event.exchange.as_str(), event.routing_key.as_str()), ("out", "standard.done"));
+        assert_eq!(event.exchange, "out");
+        assert_eq!(event.routing_key, "standard.done", "topic -> routing key");
         assert!(event.headers.contains(&("tenant".into(), "acme".into())));
         assert!(event.headers.contains(&("x-standard-topic".into(), "orders.created".into())));
         assert!(
