@@ -3,6 +3,8 @@
 # them beside the Rust ones in <repo>/target/plugins/:
 #   plugins/<name>/app.py                   -> target/plugins/<name>.wasm          (componentize-py)
 #   plugins/fixtures/<name>/app.py          -> target/plugins/fixture-<name>.wasm
+#     (a fixture named standard-* is built against the vendored wasi:messaging@0.2.0-draft
+#     WIT, world messaging-core, without the carteiro SDK)
 #   plugins/<name>/package.json ("main")    -> target/plugins/<name>.wasm          (ComponentizeJS)
 #   plugins/fixtures/<name>/package.json    -> target/plugins/fixture-<name>.wasm
 # Installs its pinned toolchains itself (scripts/lang/toolchain.sh). A component whose
@@ -16,6 +18,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out_dir="$repo/target/plugins"
 wit="$repo/plugin-sdk/wit"
+standard_wit="$wit/wasi-messaging-0.2.0-draft"
 force=0
 [[ "${1:-}" == "--force" ]] && force=1
 
@@ -83,6 +86,13 @@ build_python() {
         local name hash
         name="$(plugin_name "$dir")"
         hash="$(printf '%s\n' "$version" "$common" "$(hash_inputs "$dir")" | sha256sum | cut -d' ' -f1)"
+        if [[ "$(basename "$dir")" == standard-* ]]; then
+            # A portable wasi:messaging component: the standard WIT, its default world module.
+            build_one "$name" "$hash" env -u VIRTUAL_ENV "$py_venv/bin/componentize-py" \
+                -d "$standard_wit" -w messaging-core \
+                componentize app -p "$dir" -o "$out_dir/$name.wasm.tmp"
+            continue
+        fi
         # VIRTUAL_ENV unset: componentize-py would add the toolchain venv's site-packages.
         build_one "$name" "$hash" env -u VIRTUAL_ENV "$py_venv/bin/componentize-py" \
             -d "$wit" -w handler --world-module _carteiro_wit \

@@ -23,6 +23,7 @@ mod resilience;
 mod runtime;
 mod scaffold;
 mod seal;
+mod standard;
 mod secrets;
 mod store_faults;
 mod support;

@@ -1,8 +1,13 @@
 //! `carteiro plugin test`: run a real component in the real runtime on one message, with an
 //! in-memory kv store and no broker; print the verdict and the effects it would commit.
+//! Either world runs: a wasi:messaging component sees the routing key as topic and the
+//! headers as metadata, and its `producer.send` shows as outbox rows.
 
 pub use crate::runtime::MemoryKv;
-use crate::runtime::{Header, KvSource, Message, Plugin, PluginLimits, Runtime, Verdict};
+use crate::runtime::{
+    Header, KvSource, Message, Plugin, PluginLimits, Runtime, StandardErrorPolicy, Verdict,
+    World,
+};
 use anyhow::Context;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -37,6 +42,30 @@ pub struct PluginTestArgs {
     /// Memory cap, e.g. 64MiB.
     #[arg(long, default_value = "64MiB", value_parser = crate::common::units::parse_size)]
     pub memory: u64,
+    /// A wasi:messaging component: the exchange its `producer.send` goes to, as
+    /// `[plugins.X] standard_exchange` would give (unset: it may not send).
+    #[arg(long)]
+    pub standard_exchange: Option<String>,
+    /// A wasi:messaging component: what its `permission-denied` and `other` errors become,
+    /// as a route's `standard_errors` would say.
+    #[arg(long, value_enum, default_value = "retry")]
+    pub standard_errors: StandardErrors,
+}
+
+/// `--standard-errors`: a route's `standard_errors`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StandardErrors {
+    Retry,
+    DeadLetter,
+}
+
+impl From<StandardErrors> for StandardErrorPolicy {
+    fn from(value: StandardErrors) -> Self {
+        match value {
+            StandardErrors::Retry => Self::Retry,
+            StandardErrors::DeadLetter => Self::DeadLetter,
+        }
+    }
 }
 
 /// Outcomes `--expect` can name.
@@ -165,13 +194,21 @@ pub async fn run(args: PluginTestArgs) -> anyhow::Result<i32> {
         None,
         limits,
         args.vars.iter().cloned().collect(),
-    )?;
+    )?
+    .with_standard_exchange(args.standard_exchange.clone());
     println!("plugin   {} (sha256 {})", plugin.name(), plugin.digest());
+    println!("world    {}", plugin.world().label());
     let kv: Arc<dyn KvSource> = Arc::new(MemoryKv::default());
     let outcome = plugin.handle(&message, kv).await;
     let actual = match &outcome {
         Ok(invocation) => {
-            let verdict = match &invocation.verdict {
+            if let Some(error) = &invocation.standard_error {
+                println!("answer   {}", error.reason());
+            } else if plugin.world() == World::Standard {
+                println!("answer   ok");
+            }
+            let shown = invocation.verdict_for(args.standard_errors.into());
+            let verdict = match &shown {
                 Verdict::Ack => {
                     println!("verdict  ack");
                     Expected::Ack
@@ -186,7 +223,7 @@ pub async fn run(args: PluginTestArgs) -> anyhow::Result<i32> {
                 }
             };
             let effects = &invocation.effects;
-            let committed = matches!(invocation.verdict, Verdict::Ack);
+            let committed = matches!(shown, Verdict::Ack);
             let note = if committed {
                 ""
             } else {

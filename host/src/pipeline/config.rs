@@ -4,6 +4,7 @@
 //! nothing of the config. `config` checks what spans sections: plugin names, queues routed
 //! twice.
 
+use crate::runtime::StandardErrorPolicy;
 use crate::topology::{Binding, QueueType, RouteTopology};
 use serde::Deserialize;
 use std::time::Duration;
@@ -45,6 +46,11 @@ pub struct RouteConfig {
     /// What a trap, timeout or limit hit in the plugin counts as.
     #[serde(default)]
     pub on_plugin_failure: FailurePolicy,
+    /// What a wasi:messaging component's `permission-denied` and `other` errors become:
+    /// `retry` (default: retried until the attempt limit, then dead-lettered) or
+    /// `dead-letter` (at once). Its `timeout` and `connection` are always retried.
+    #[serde(default)]
+    pub standard_errors: StandardErrorPolicy,
     /// Optional `x-message-ttl` on the work queue (expired messages are dead-lettered).
     #[serde(default, with = "humantime_serde")]
     pub message_ttl: Option<std::time::Duration>,
@@ -301,6 +307,23 @@ mod tests {
         assert_eq!(
             KeySource::parse("json:a").unwrap_err().to_string(),
             "`json:a` is not a key source; use `message_id`, `header:NAME` or `json:/pointer`"
+        );
+    }
+
+    #[test]
+    fn standard_errors_defaults_to_retry_and_refuses_other_words() {
+        let route = |extra: &str| {
+            toml::from_str::<RouteConfig>(&format!("queue = \"q\"\nplugin = \"p\"\n{extra}"))
+        };
+        let default = route("").expect("parses");
+        assert_eq!(default.standard_errors, StandardErrorPolicy::Retry);
+        let dead = route("standard_errors = \"dead-letter\"").expect("parses");
+        assert_eq!(dead.standard_errors, StandardErrorPolicy::DeadLetter);
+        let err = route("standard_errors = \"drop\"").expect_err("refused");
+        let text = err.to_string();
+        assert!(
+            text.contains("drop") && text.contains("retry") && text.contains("dead-letter"),
+            "{text}"
         );
     }
 }

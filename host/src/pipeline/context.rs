@@ -15,7 +15,7 @@ use super::live_shadow::Shadow;
 use crate::broker::seal::SealKey;
 use crate::common::FaultPoint;
 use crate::metrics::Metrics;
-use crate::runtime::{KvFuture, KvSource, KvValue, Plugin};
+use crate::runtime::{KvFuture, KvSource, KvValue, Plugin, StandardErrorPolicy};
 use crate::store::{BatchedReads, CommitterHandle, KvEntry, Store, StoreError};
 use crate::telemetry::Telemetry;
 use crate::topology::{self, RouteTopology};
@@ -55,6 +55,8 @@ pub struct RouteSettings {
     pub key_source: KeySource,
     pub on_missing_key: MissingKeyPolicy,
     pub on_plugin_failure: FailurePolicy,
+    /// What a wasi:messaging component's `permission-denied` and `other` become.
+    pub standard_errors: StandardErrorPolicy,
     pub retry: RetryConfig,
     pub max_body_size: u64,
     pub content_type: Option<String>,
@@ -72,6 +74,7 @@ impl RouteSettings {
             key_source: KeySource::parse(&route.idempotency_key)?,
             on_missing_key: route.on_missing_key,
             on_plugin_failure: route.on_plugin_failure,
+            standard_errors: route.standard_errors,
             retry: route.retry.clone(),
             max_body_size: route.max_body_size,
             content_type: route.content_type.clone(),

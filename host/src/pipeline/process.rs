@@ -244,7 +244,8 @@ async fn step(apply: &Apply<'_>, tally: Option<&(Arc<Canary>, bool)>) -> Step {
         drop(handler_span);
         let (plan, invocation) = match result {
             Ok(invocation) => {
-                let facts = Ok((invocation.verdict.clone(), invocation.store_error.clone()));
+                let verdict = invocation.verdict_for(ctx.settings.standard_errors);
+                let facts = Ok((verdict, invocation.store_error.clone()));
                 let plan = plan::after_handler(
                     received.attempt,
                     &ctx.settings.retry,

@@ -96,6 +96,11 @@ pub struct PluginConfig {
     /// Variables the plugin reads through the `config` import; `${VAR}` allowed.
     #[serde(default)]
     pub variables: BTreeMap<String, String>,
+    /// For a wasi:messaging component: the exchange its `producer.send` publishes to,
+    /// through the outbox, with the topic as routing key (`""`: the default exchange).
+    /// Unset: `client.connect` answers `permission-denied`, so the component cannot send.
+    #[serde(default)]
+    pub standard_exchange: Option<String>,
     /// A new version run beside this one on live traffic (same settings and kv namespace,
     /// a throwaway store): its verdicts and effects are compared and counted, never
     /// committed or published. Relative to the config file.
@@ -127,6 +132,9 @@ pub enum IsolationMode {
     /// An instance reused for up to `reuse` deliveries.
     PerBatch,
 }
+
+/// The longest exchange name AMQP carries (a short string).
+const MAX_EXCHANGE_BYTES: usize = 255;
 
 /// Deliveries a `"per-batch"` instance serves when `reuse` is not set.
 const DEFAULT_REUSE: u32 = 64;
@@ -288,6 +296,18 @@ impl PluginConfig {
                 ),
             ));
         }
+        if let Some(exchange) = &self.standard_exchange
+            && (exchange.len() > MAX_EXCHANGE_BYTES || exchange.contains('\0'))
+        {
+            return Err((
+                "standard_exchange",
+                format!(
+                    "an exchange name is at most {MAX_EXCHANGE_BYTES} bytes, without NUL \
+                     (got {} bytes)",
+                    exchange.len()
+                ),
+            ));
+        }
         if self.timeout.is_zero() || self.memory < (1 << 20) {
             return Err((
                 "",
@@ -359,5 +379,16 @@ mod tests {
         plugin("isolation = \"per-batch\"\nreuse = 1").expect("the least");
         let unknown = "path = \"p.wasm\"\nisolation = \"per-message\"";
         assert!(toml::from_str::<PluginConfig>(unknown).is_err());
+    }
+
+    #[test]
+    fn standard_exchange_is_unset_by_default_and_must_be_an_amqp_name() {
+        assert_eq!(plugin("").expect("valid").standard_exchange, None);
+        let set = plugin("standard_exchange = \"standard.out\"").expect("valid");
+        assert_eq!(set.standard_exchange.as_deref(), Some("standard.out"));
+        let long = format!("standard_exchange = \"{}\"", "x".repeat(256));
+        let (key, why) = plugin(&long).expect_err("refused");
+        assert_eq!(key, "standard_exchange");
+        assert!(why.contains("255 bytes"), "{why}");
     }
 }

@@ -1,6 +1,6 @@
 //! The host side of the WIT imports (`kv`, `outbox`, `log`, `config`) and the per-store
-//! state they act on. Guest mistakes come back as typed WIT errors; only exceeding the
-//! host-call cap traps.
+//! state they act on (shared with the wasi:messaging imports of `runtime::standard`). Guest
+//! mistakes come back as typed WIT errors; only exceeding the host-call cap traps.
 
 use super::bindings::{config, kv, log, outbox, types};
 use super::effects::{Effects, EmittedEvent, KvSource};
@@ -16,13 +16,16 @@ pub use carteiro_sdk::rules::{MAX_EVENT_PAYLOAD_BYTES, MAX_KV_KEY_BYTES, MAX_KV_
 use carteiro_sdk::rules::{event_problem, kv_key_problem};
 
 /// Static facts about the plugin a store runs.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PluginIdentity {
     pub name: String,
     pub variables: BTreeMap<String, String>,
     pub max_host_calls: u32,
     pub max_events: u32,
     pub totals: DeliveryTotals,
+    /// Where a wasi:messaging component's `producer.send` publishes (`[plugins.NAME]
+    /// standard_exchange`); `None`: it may not send.
+    pub standard_exchange: Option<String>,
 }
 
 /// Everything a plugin's `Store` holds. The WASI context, the resource table and the memory
@@ -44,6 +47,12 @@ impl HostState {
             limiter,
             calls,
         }
+    }
+
+    /// The resource table and the delivery's host-call state, borrowed together (the
+    /// wasi:messaging imports need both: their messages and clients live in the table).
+    pub(super) fn parts(&mut self) -> (&mut ResourceTable, &mut HostCalls) {
+        (&mut self.table, &mut self.calls)
     }
 }
 
@@ -84,7 +93,13 @@ impl HostCalls {
         (std::mem::take(&mut self.effects), self.store_error.take())
     }
 
-    fn count_call(&mut self) -> wasmtime::Result<()> {
+    /// The plugin this delivery runs.
+    pub(super) fn plugin(&self) -> &PluginIdentity {
+        &self.plugin
+    }
+
+    /// Counts one host call; traps past the plugin's cap.
+    pub(super) fn count_call(&mut self) -> wasmtime::Result<()> {
         self.host_calls += 1;
         if self.host_calls > self.plugin.max_host_calls {
             return Err(wasmtime::Error::new(HostCallLimitExceeded(
@@ -95,7 +110,7 @@ impl HostCalls {
     }
 
     /// Counts `bytes` against one of the delivery's totals; traps past it.
-    fn spend(&mut self, what: &'static str, bytes: usize) -> wasmtime::Result<()> {
+    pub(super) fn spend(&mut self, what: &'static str, bytes: usize) -> wasmtime::Result<()> {
         let (used, limit) = match what {
             "kv" => (&mut self.used.kv_bytes, self.plugin.totals.kv_bytes),
             "event" => (&mut self.used.event_bytes, self.plugin.totals.event_bytes),

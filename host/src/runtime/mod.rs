@@ -4,6 +4,8 @@
 //! for several deliveries (`pool`; `capture`: guest output kept per delivery). `native` runs
 //! a handler compiled into the host behind the same imports (benchmarks: the sandbox's
 //! cost). `config`: [`RuntimeConfig`] (`[runtime]`) and [`PluginConfig`] (`[plugins.NAME]`).
+//! `standard`: the second handler world, wasi:messaging@0.2.0-draft components, detected
+//! at load and run under the same limits, pool and effects.
 
 mod bindings;
 mod capture;
@@ -15,6 +17,7 @@ mod memory_kv;
 pub mod native;
 mod plugin;
 mod pool;
+mod standard;
 
 pub use bindings::types::{Header, Message, RetryRequest, Verdict};
 pub use config::{CanaryConfig, IsolationMode, PluginConfig, RollbackConfig, RuntimeConfig};
@@ -26,6 +29,7 @@ pub use plugin::{
     Invocation, LoadError, Plugin, PluginFailure, PluginLimits, VERSION_DIGITS, short_version,
 };
 pub use pool::Isolation;
+pub use standard::{StandardError, StandardErrorPolicy, World, WorldProblem};
 
 use crate::metrics::Metrics;
 use std::path::{Path, PathBuf};
@@ -134,6 +138,7 @@ impl Runtime {
             &mut linker,
             |s: &mut host::HostState| &mut s.calls,
         )?;
+        standard::add_to_linker(&mut linker)?;
 
         let ticker_stop = Arc::new(AtomicBool::new(false));
         spawn_epoch_ticker(engine.clone(), ticker_stop.clone())?;

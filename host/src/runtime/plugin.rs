@@ -1,5 +1,7 @@
-//! One loaded plugin and one call of its `handle` export in a limited store: a fresh one,
+//! One loaded plugin and one call of its handler export in a limited store: a fresh one,
 //! or with `isolation = "per-batch"` one reused from the plugin's pool (`runtime::pool`).
+//! The export is carteiro:handler's `handle` or wasi:messaging's `incoming-handler.handle`
+//! (`runtime::standard`), whichever world the component was found to implement at load.
 
 use super::Runtime;
 use super::bindings::{HandlerPre, types};
@@ -9,7 +11,10 @@ use super::limits::{
     DeadlineReached, DeliveryTotals, HostCallLimitExceeded, MemoryLimitExceeded, TotalExceeded,
 };
 use super::native::{NativeHandler, NativeHost};
-use super::pool::{Instance, InstancePool, Isolation};
+use super::pool::{Bound, Instance, InstancePool, Isolation};
+use super::standard::{
+    self, MessagingCorePre, StandardError, StandardErrorPolicy, World, WorldProblem,
+};
 use crate::common::labels::FailureKind;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -64,13 +69,23 @@ pub enum LoadError {
         detail: String,
     },
     #[error(
-        "plugin `{name}` ({path}) does not implement the carteiro:handler@0.1.0 world: {detail}. \
-         Build it against carteiro-sdk and export a handler with `export_handler!`"
+        "plugin `{name}` ({path}) is not a handler Carteiro runs: {detail}. Build it against \
+         carteiro-sdk and export a handler with `export_handler!` (the carteiro:handler@0.1.0 \
+         world), or against wasi:messaging@0.2.0-draft (world `messaging-core`, WIT in \
+         plugin-sdk/wit/wasi-messaging-0.2.0-draft)"
     )]
     WrongWorld {
         name: String,
         path: String,
         detail: String,
+    },
+    #[error(
+        "plugin `{name}` ({path}) is a wasi:messaging component Carteiro cannot run: {problem}"
+    )]
+    UnsupportedImport {
+        name: String,
+        path: String,
+        problem: WorldProblem,
     },
 }
 
@@ -108,10 +123,26 @@ impl PluginFailure {
 /// The result of a completed `handle` call.
 #[derive(Debug)]
 pub struct Invocation {
+    /// The verdict; for a wasi:messaging component, its answer under the default
+    /// `standard_errors = "retry"` (see [`Invocation::verdict_for`]).
     pub verdict: types::Verdict,
     pub effects: Effects,
     /// A kv read hit an unavailable store; the verdict cannot be trusted.
     pub store_error: Option<String>,
+    /// The `error` a wasi:messaging component answered with (`None`: it answered `ok`, or
+    /// it is a carteiro:handler component, whose verdict is its own).
+    pub standard_error: Option<StandardError>,
+}
+
+impl Invocation {
+    /// The verdict under a route's `standard_errors` policy: a wasi:messaging component's
+    /// `permission-denied` and `other` may dead-letter at once; anything else as returned.
+    pub fn verdict_for(&self, policy: StandardErrorPolicy) -> types::Verdict {
+        match &self.standard_error {
+            Some(error) => standard::verdict(&Err(error.clone()), policy),
+            None => self.verdict.clone(),
+        }
+    }
 }
 
 /// A loaded, pre-linked plugin.
@@ -135,6 +166,8 @@ pub struct Plugin {
 #[derive(Clone)]
 enum Code {
     Wasm(HandlerPre<HostState>),
+    /// A wasi:messaging@0.2.0-draft component (`runtime::standard`).
+    Standard(MessagingCorePre<HostState>),
     Native(Arc<dyn NativeHandler>),
 }
 
@@ -205,16 +238,38 @@ impl Plugin {
                 detail: format!("{e:#}"),
             }
         })?;
+        let ty = component.component_type();
+        let world = standard::detect(
+            ty.exports(&runtime.engine).map(|(export, _)| export),
+            ty.imports(&runtime.engine).map(|(import, _)| import),
+        )
+        .map_err(|problem| match problem {
+            WorldProblem::UnsupportedImport { .. } => LoadError::UnsupportedImport {
+                name: name.into(),
+                path: shown.clone(),
+                problem,
+            },
+            other => LoadError::WrongWorld {
+                name: name.into(),
+                path: shown.clone(),
+                detail: other.to_string(),
+            },
+        })?;
         let wrong_world = |e: wasmtime::Error| LoadError::WrongWorld {
             name: name.into(),
             path: shown.clone(),
-            detail: format!("{e:#}"),
+            detail: format!("as a {} component: {e:#}", world.label()),
         };
         let instance_pre = runtime
             .linker
             .instantiate_pre(&component)
             .map_err(wrong_world)?;
-        let pre = HandlerPre::new(instance_pre).map_err(wrong_world)?;
+        let code = match world {
+            World::Carteiro => Code::Wasm(HandlerPre::new(instance_pre).map_err(wrong_world)?),
+            World::Standard => {
+                Code::Standard(MessagingCorePre::new(instance_pre).map_err(wrong_world)?)
+            }
+        };
         let concurrency = limits
             .max_concurrency
             .or_else(|| default_concurrency(bytes.len()))
@@ -222,7 +277,7 @@ impl Plugin {
         Ok(Self::assemble(
             runtime,
             name,
-            Code::Wasm(pre),
+            code,
             limits,
             variables,
             digest,
@@ -266,7 +321,9 @@ impl Plugin {
         concurrency: usize,
     ) -> Self {
         let pool = match (&code, limits.isolation) {
-            (Code::Wasm(_), Isolation::PerBatch { reuse }) => Some(runtime.pools.add(reuse)),
+            (Code::Wasm(_) | Code::Standard(_), Isolation::PerBatch { reuse }) => {
+                Some(runtime.pools.add(reuse))
+            }
             _ => None,
         };
         Self {
@@ -277,12 +334,31 @@ impl Plugin {
                 max_host_calls: limits.max_host_calls,
                 max_events: limits.max_events,
                 totals: limits.totals,
+                standard_exchange: None,
             }),
             code,
             limits,
             digest: digest.into(),
             concurrency: Arc::new(tokio::sync::Semaphore::new(concurrency)),
             pool,
+        }
+    }
+
+    /// Lets a wasi:messaging component's `producer.send` publish to `exchange` (the
+    /// topic becomes the routing key); without it, `client.connect` answers
+    /// `permission-denied`. No effect on a carteiro:handler component.
+    pub fn with_standard_exchange(mut self, exchange: Option<String>) -> Self {
+        let mut identity = (*self.identity).clone();
+        identity.standard_exchange = exchange;
+        self.identity = Arc::new(identity);
+        self
+    }
+
+    /// The world the component implements (a native handler: carteiro:handler's).
+    pub fn world(&self) -> World {
+        match self.code {
+            Code::Standard(_) => World::Standard,
+            Code::Wasm(_) | Code::Native(_) => World::Carteiro,
         }
     }
 
@@ -360,9 +436,9 @@ impl Plugin {
         kv: Arc<dyn KvSource>,
         spent: &mut Option<Spent>,
     ) -> Result<Invocation, PluginFailure> {
-        let Code::Wasm(pre) = &self.code else {
+        if matches!(self.code, Code::Native(_)) {
             return Err(PluginFailure::Instantiate("not a component".into()));
-        };
+        }
         // This plugin's own cap first, so its queued deliveries hold no pool slot.
         let turn = self
             .concurrency
@@ -392,12 +468,22 @@ impl Plugin {
             .count_instance(self.name(), self.version(), reused);
 
         let call = async {
-            let handler = match instance.handler.take() {
-                Some(handler) => handler,
-                None => pre.instantiate_async(&mut instance.store).await?,
+            let bound = match instance.handler.take() {
+                Some(bound) => bound,
+                None => self.instantiate(&mut instance.store).await?,
             };
-            let verdict = handler.call_handle(&mut instance.store, message).await?;
-            Ok::<_, wasmtime::Error>((handler, verdict))
+            let answer = match &bound {
+                Bound::Carteiro(handler) => {
+                    (handler.call_handle(&mut instance.store, message).await?, None)
+                }
+                Bound::Standard(core) => {
+                    let answer = standard::call_handle(core, &mut instance.store, message).await?;
+                    // Under the default policy; the pipeline applies the route's.
+                    let verdict = standard::verdict(&answer, StandardErrorPolicy::Retry);
+                    (verdict, answer.err())
+                }
+            };
+            Ok::<_, wasmtime::Error>((bound, answer))
         };
         // Host awaits (kv reads) do not advance the guest's deadline check; bound them too.
         let outcome = tokio::time::timeout(timeout + super::EPOCH_TICK * 5, call).await;
@@ -406,9 +492,9 @@ impl Plugin {
         let verdict = match outcome {
             Err(_) => Err(PluginFailure::Timeout(timeout)),
             Ok(Err(error)) => Err(classify(error, timeout, &stderr_text)),
-            Ok(Ok((handler, verdict))) => {
-                instance.handler = Some(handler);
-                Ok(verdict)
+            Ok(Ok((bound, answer))) => {
+                instance.handler = Some(bound);
+                Ok(answer)
             }
         };
         // Only an instance whose delivery ended with a verdict may serve another: after a
@@ -422,11 +508,25 @@ impl Plugin {
             _instance: left,
             _turn: turn,
         });
+        let (verdict, standard_error) = verdict?;
         Ok(Invocation {
-            verdict: verdict?,
+            verdict,
             effects: finished.effects,
             store_error: finished.store_error,
+            standard_error,
         })
+    }
+
+    /// A new instance of the component in `store`, bound to its world's export.
+    async fn instantiate(
+        &self,
+        store: &mut wasmtime::Store<HostState>,
+    ) -> wasmtime::Result<Bound> {
+        match &self.code {
+            Code::Wasm(pre) => Ok(Bound::Carteiro(pre.instantiate_async(store).await?)),
+            Code::Standard(pre) => Ok(Bound::Standard(pre.instantiate_async(store).await?)),
+            Code::Native(_) => Err(wasmtime::Error::msg("a native handler has no component")),
+        }
     }
 
     /// A native handler's delivery: inline on the caller's task (no instance, no compute
@@ -456,6 +556,7 @@ impl Plugin {
             verdict,
             effects: host.calls.effects,
             store_error: host.calls.store_error,
+            standard_error: None,
         })
     }
 }

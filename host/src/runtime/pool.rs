@@ -15,6 +15,7 @@
 //! while it waits, so instances kept for reuse never starve another delivery or plugin.
 
 use super::bindings::Handler;
+use super::standard::MessagingCore;
 use super::capture::Capture;
 use super::effects::Effects;
 use super::host::{HostCalls, HostState};
@@ -41,12 +42,20 @@ pub enum Isolation {
     PerBatch { reuse: u32 },
 }
 
+/// An instantiated component's handler export, of either world.
+pub(super) enum Bound {
+    /// `carteiro:handler@0.1.0`: `handle`.
+    Carteiro(Handler),
+    /// `wasi:messaging@0.2.0-draft`: `incoming-handler.handle`.
+    Standard(MessagingCore),
+}
+
 /// One live instance of a plugin and the pooling-allocator slot it occupies.
 pub(super) struct Instance {
     pub(super) store: Store<HostState>,
-    /// The `handle` export; `None` until the first delivery instantiates the component
+    /// The handler export; `None` until the first delivery instantiates the component
     /// (inside that delivery's deadline).
-    pub(super) handler: Option<Handler>,
+    pub(super) handler: Option<Bound>,
     stdout: Capture,
     stderr: Capture,
     /// Deliveries begun on it.

@@ -47,8 +47,9 @@ pub fn load_plugin(
         p.sha256.as_deref(),
         limits,
         p.variables.clone(),
-    )?;
-    tracing::info!(plugin = %name, version = plugin.version(), sha256 = plugin.digest(), "plugin loaded");
+    )?
+    .with_standard_exchange(p.standard_exchange.clone());
+    tracing::info!(plugin = %name, version = plugin.version(), sha256 = plugin.digest(), world = plugin.world().label(), "plugin loaded");
     Ok(plugin)
 }
 
