@@ -2,6 +2,8 @@
 //! state they act on. Guest mistakes come back as typed WIT errors; only exceeding the
 //! host-call cap traps.
 
+use super::batch::BatchSlots;
+use super::bindings::batch_world::batch;
 use super::bindings::{config, kv, log, outbox, types};
 use super::effects::{Effects, EmittedEvent, KvSource};
 use super::limits::{DeliveryTotals, HostCallLimitExceeded, Limiter, TotalExceeded};
@@ -32,8 +34,11 @@ pub struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
     pub(super) limiter: Limiter,
-    /// What the handler's imports act on (also what a native handler is given).
+    /// What the handler's imports act on (also what a native handler is given). During a
+    /// `handle-batch` call: the current message's (see `batch`).
     pub(super) calls: HostCalls,
+    /// During a `handle-batch` call, the other messages' host-call states (`runtime::batch`).
+    pub(super) batch: Option<BatchSlots>,
 }
 
 impl HostState {
@@ -43,6 +48,7 @@ impl HostState {
             table: ResourceTable::new(),
             limiter,
             calls,
+            batch: None,
         }
     }
 }
@@ -84,7 +90,7 @@ impl HostCalls {
         (std::mem::take(&mut self.effects), self.store_error.take())
     }
 
-    fn count_call(&mut self) -> wasmtime::Result<()> {
+    pub(super) fn count_call(&mut self) -> wasmtime::Result<()> {
         self.host_calls += 1;
         if self.host_calls > self.plugin.max_host_calls {
             return Err(wasmtime::Error::new(HostCallLimitExceeded(
@@ -268,5 +274,18 @@ impl config::Host for HostCalls {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
+    }
+}
+
+impl batch::Host for HostState {
+    async fn item(&mut self, index: u32) -> wasmtime::Result<()> {
+        let Some(slots) = self.batch.as_mut() else {
+            return Err(wasmtime::Error::msg(
+                "batch.item was called outside handle-batch",
+            ));
+        };
+        slots.switch(&mut self.calls, index)?;
+        // Counted against the message it switches to, like any of its host calls.
+        self.calls.count_call()
     }
 }

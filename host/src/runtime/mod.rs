@@ -1,10 +1,12 @@
 //! The wasmtime sandbox: one `Engine` with the pooling allocator and epoch interruption,
-//! one `InstancePre` per plugin, one call of `handle` per delivery (see `plugin`), on a fresh
+//! one `InstancePre` per plugin, one call of `handle` per delivery (see `plugin`) or of
+//! `handle-batch` per batch of deliveries (`batch`: effects kept per message), on a fresh
 //! `Store` per delivery by default or, with `isolation = "per-batch"`, on an instance reused
 //! for several deliveries (`pool`; `capture`: guest output kept per delivery). `native` runs
 //! a handler compiled into the host behind the same imports (benchmarks: the sandbox's
 //! cost). `config`: [`RuntimeConfig`] (`[runtime]`) and [`PluginConfig`] (`[plugins.NAME]`).
 
+mod batch;
 mod bindings;
 mod capture;
 mod config;
@@ -17,6 +19,7 @@ mod plugin;
 mod pool;
 
 pub use bindings::types::{Header, Message, RetryRequest, Verdict};
+pub use batch::BatchIndexOutOfRange;
 pub use config::{CanaryConfig, IsolationMode, PluginConfig, RollbackConfig, RuntimeConfig};
 pub use effects::{Effects, EmittedEvent, KvFuture, KvSource, KvValue};
 pub use host::{MAX_EVENT_PAYLOAD_BYTES, MAX_KV_KEY_BYTES, MAX_KV_VALUE_BYTES};
@@ -133,6 +136,11 @@ impl Runtime {
         bindings::Handler::add_to_linker::<_, wasmtime::component::HasSelf<host::HostCalls>>(
             &mut linker,
             |s: &mut host::HostState| &mut s.calls,
+        )?;
+        // Only `batch-handler` components import it; the others ignore the definition.
+        bindings::batch_world::batch::add_to_linker::<_, wasmtime::component::HasSelf<host::HostState>>(
+            &mut linker,
+            |s: &mut host::HostState| s,
         )?;
 
         let ticker_stop = Arc::new(AtomicBool::new(false));

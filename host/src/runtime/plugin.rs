@@ -2,6 +2,8 @@
 //! or with `isolation = "per-batch"` one reused from the plugin's pool (`runtime::pool`).
 
 use super::Runtime;
+use super::batch::Linked;
+use super::bindings::batch_world::BatchHandlerPre;
 use super::bindings::{HandlerPre, types};
 use super::effects::{Effects, KvSource};
 use super::host::{HostCalls, HostState, PluginIdentity};
@@ -64,8 +66,10 @@ pub enum LoadError {
         detail: String,
     },
     #[error(
-        "plugin `{name}` ({path}) does not implement the carteiro:handler@0.1.0 world: {detail}. \
-         Build it against carteiro-sdk and export a handler with `export_handler!`"
+        "plugin `{name}` ({path}) does not implement the carteiro:handler@0.1.0 world \
+         (`handler`, or `batch-handler` when it exports `handle-batch`): {detail}. Build it \
+         against carteiro-sdk and export a handler with `export_handler!` or \
+         `export_batch_handler!`"
     )]
     WrongWorld {
         name: String,
@@ -117,9 +121,9 @@ pub struct Invocation {
 /// A loaded, pre-linked plugin.
 #[derive(Clone)]
 pub struct Plugin {
-    runtime: Arc<Runtime>,
-    identity: Arc<PluginIdentity>,
-    code: Code,
+    pub(super) runtime: Arc<Runtime>,
+    pub(super) identity: Arc<PluginIdentity>,
+    pub(super) code: Code,
     limits: PluginLimits,
     digest: Arc<str>,
     /// Instances of this plugin running a delivery at once (see [`default_concurrency`]).
@@ -133,8 +137,10 @@ pub struct Plugin {
 /// What runs a delivery: a component (always, from the config) or a handler compiled into
 /// the host (benchmarks only, see `runtime::native`).
 #[derive(Clone)]
-enum Code {
-    Wasm(HandlerPre<HostState>),
+pub(super) enum Code {
+    /// Pre-linked for the `handler` world, or for `batch-handler` when it exports
+    /// `handle-batch`.
+    Wasm(Linked),
     Native(Arc<dyn NativeHandler>),
 }
 
@@ -166,7 +172,7 @@ pub fn short_version(digest: &str) -> &str {
 /// What a finished delivery leaves for the caller to drop: its instance unless the pool
 /// kept it (dropping it resets its pooling slot and gives the slot back), and the plugin's
 /// permit.
-struct Spent {
+pub(super) struct Spent {
     _instance: Option<Instance>,
     _turn: tokio::sync::OwnedSemaphorePermit,
 }
@@ -214,7 +220,13 @@ impl Plugin {
             .linker
             .instantiate_pre(&component)
             .map_err(wrong_world)?;
-        let pre = HandlerPre::new(instance_pre).map_err(wrong_world)?;
+        // A component of the `batch-handler` world also exports `handle-batch`; its type is
+        // checked here, so a wrong signature is a load error rather than a plain handler.
+        let linked = if component.get_export_index(None, "handle-batch").is_some() {
+            Linked::Batch(BatchHandlerPre::new(instance_pre).map_err(wrong_world)?)
+        } else {
+            Linked::Plain(HandlerPre::new(instance_pre).map_err(wrong_world)?)
+        };
         let concurrency = limits
             .max_concurrency
             .or_else(|| default_concurrency(bytes.len()))
@@ -222,7 +234,7 @@ impl Plugin {
         Ok(Self::assemble(
             runtime,
             name,
-            Code::Wasm(pre),
+            Code::Wasm(linked),
             limits,
             variables,
             digest,
@@ -360,18 +372,61 @@ impl Plugin {
         kv: Arc<dyn KvSource>,
         spent: &mut Option<Spent>,
     ) -> Result<Invocation, PluginFailure> {
-        let Code::Wasm(pre) = &self.code else {
+        let Code::Wasm(linked) = &self.code else {
             return Err(PluginFailure::Instantiate("not a component".into()));
         };
-        // This plugin's own cap first, so its queued deliveries hold no pool slot.
+        let calls = HostCalls::new(self.identity.clone(), kv);
+        let (mut instance, turn) = self.acquire(calls).await?;
+        let timeout = self.limits.timeout;
+        let reused = instance.begin(timeout);
+        self.runtime
+            .count_instance(self.name(), self.version(), reused);
+
+        let call = async {
+            let exports = match instance.handler.take() {
+                Some(exports) => exports,
+                None => linked.instantiate(&mut instance.store).await?,
+            };
+            let verdict = exports.call_handle(&mut instance.store, message).await?;
+            Ok::<_, wasmtime::Error>((exports, verdict))
+        };
+        // Host awaits (kv reads) do not advance the guest's deadline check; bound them too.
+        let outcome = tokio::time::timeout(timeout + super::EPOCH_TICK * 5, call).await;
+        let finished = instance.finish();
+        let stderr_text = forward_output(self.name(), &finished.stdout, &finished.stderr);
+        let verdict = match outcome {
+            Err(_) => Err(PluginFailure::Timeout(timeout)),
+            Ok(Err(error)) => Err(classify(error, timeout, &stderr_text)),
+            Ok(Ok((exports, verdict))) => {
+                instance.handler = Some(exports);
+                Ok(verdict)
+            }
+        };
+        // Only an instance whose delivery ended with a verdict may serve another: after a
+        // trap, a timeout, a limit or a host error (the store down) its state is suspect.
+        let reusable = verdict.is_ok() && finished.store_error.is_none();
+        *spent = Some(self.release(instance, reusable, turn));
+        Ok(Invocation {
+            verdict: verdict?,
+            effects: finished.effects,
+            store_error: finished.store_error,
+        })
+    }
+
+    /// An instance for a call whose host-call state is `calls`: idle in the pool, or new;
+    /// with the plugin's permit (this plugin's own cap first, so its queued deliveries hold
+    /// no pool slot).
+    pub(super) async fn acquire(
+        &self,
+        calls: HostCalls,
+    ) -> Result<(Instance, tokio::sync::OwnedSemaphorePermit), PluginFailure> {
         let turn = self
             .concurrency
             .clone()
             .acquire_owned()
             .await
             .map_err(|e| PluginFailure::Instantiate(e.to_string()))?;
-        let calls = HostCalls::new(self.identity.clone(), kv);
-        let mut instance = match self.pool.as_ref().and_then(|pool| pool.checkout()) {
+        let instance = match self.pool.as_ref().and_then(|pool| pool.checkout()) {
             Some(mut idle) => {
                 idle.replace_calls(calls);
                 idle
@@ -386,47 +441,25 @@ impl Plugin {
                 Instance::new(&self.runtime.engine, self.limits.memory_bytes, calls, slot)
             }
         };
-        let timeout = self.limits.timeout;
-        let reused = instance.begin(timeout);
-        self.runtime
-            .count_instance(self.name(), self.version(), reused);
+        Ok((instance, turn))
+    }
 
-        let call = async {
-            let handler = match instance.handler.take() {
-                Some(handler) => handler,
-                None => pre.instantiate_async(&mut instance.store).await?,
-            };
-            let verdict = handler.call_handle(&mut instance.store, message).await?;
-            Ok::<_, wasmtime::Error>((handler, verdict))
-        };
-        // Host awaits (kv reads) do not advance the guest's deadline check; bound them too.
-        let outcome = tokio::time::timeout(timeout + super::EPOCH_TICK * 5, call).await;
-        let finished = instance.finish();
-        let stderr_text = forward_output(self.name(), &finished.stdout, &finished.stderr);
-        let verdict = match outcome {
-            Err(_) => Err(PluginFailure::Timeout(timeout)),
-            Ok(Err(error)) => Err(classify(error, timeout, &stderr_text)),
-            Ok(Ok((handler, verdict))) => {
-                instance.handler = Some(handler);
-                Ok(verdict)
-            }
-        };
-        // Only an instance whose delivery ended with a verdict may serve another: after a
-        // trap, a timeout, a limit or a host error (the store down) its state is suspect.
-        let reusable = verdict.is_ok() && finished.store_error.is_none();
+    /// Gives a finished call's instance back to the pool when `reusable` (and the pool
+    /// wants it); what is left is for the caller to drop.
+    pub(super) fn release(
+        &self,
+        instance: Instance,
+        reusable: bool,
+        turn: tokio::sync::OwnedSemaphorePermit,
+    ) -> Spent {
         let left = match &self.pool {
             Some(pool) if reusable => pool.checkin(instance),
             _ => Some(instance),
         };
-        *spent = Some(Spent {
+        Spent {
             _instance: left,
             _turn: turn,
-        });
-        Ok(Invocation {
-            verdict: verdict?,
-            effects: finished.effects,
-            store_error: finished.store_error,
-        })
+        }
     }
 
     /// A native handler's delivery: inline on the caller's task (no instance, no compute
@@ -461,7 +494,7 @@ impl Plugin {
 }
 
 /// Maps a wasmtime error to the failure the route policy understands.
-fn classify(error: wasmtime::Error, timeout: Duration, stderr: &str) -> PluginFailure {
+pub(super) fn classify(error: wasmtime::Error, timeout: Duration, stderr: &str) -> PluginFailure {
     if error.downcast_ref::<DeadlineReached>().is_some() {
         return PluginFailure::Timeout(timeout);
     }
@@ -518,7 +551,7 @@ fn classify(error: wasmtime::Error, timeout: Duration, stderr: &str) -> PluginFa
 }
 
 /// Sends the guest's captured output to tracing under the plugin's name; returns stderr.
-fn forward_output(plugin: &str, stdout: &[u8], stderr: &[u8]) -> String {
+pub(super) fn forward_output(plugin: &str, stdout: &[u8], stderr: &[u8]) -> String {
     if stdout.is_empty() && stderr.is_empty() {
         return String::new();
     }

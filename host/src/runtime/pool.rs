@@ -14,7 +14,7 @@
 //! a delivery that finds no free slot drops every idle instance first, and none is kept idle
 //! while it waits, so instances kept for reuse never starve another delivery or plugin.
 
-use super::bindings::Handler;
+use super::batch::Exports;
 use super::capture::Capture;
 use super::effects::Effects;
 use super::host::{HostCalls, HostState};
@@ -44,9 +44,9 @@ pub enum Isolation {
 /// One live instance of a plugin and the pooling-allocator slot it occupies.
 pub(super) struct Instance {
     pub(super) store: Store<HostState>,
-    /// The `handle` export; `None` until the first delivery instantiates the component
-    /// (inside that delivery's deadline).
-    pub(super) handler: Option<Handler>,
+    /// The `handle` (and `handle-batch`) exports; `None` until the first delivery
+    /// instantiates the component (inside that delivery's deadline).
+    pub(super) handler: Option<Exports>,
     stdout: Capture,
     stderr: Capture,
     /// Deliveries begun on it.
