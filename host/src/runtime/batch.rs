@@ -14,119 +14,12 @@
 //! memory cap is the instance's. Isolation is per batch: guest globals set while handling
 //! one message are seen by the next messages of the same call.
 
-use super::bindings::batch_world::{BatchHandler, BatchHandlerPre};
-use super::bindings::{Handler, HandlerPre, types};
+use super::bindings::types;
 use super::effects::{Effects, KvSource};
-use super::host::{HostCalls, HostState};
+use super::host::{BatchSlots, HostCalls};
+use super::linked::{Exports, Linked};
 use super::plugin::{Code, Invocation, Plugin, PluginFailure, Spent, classify, forward_output};
 use std::sync::Arc;
-use wasmtime::Store;
-
-/// A component pre-linked for its world.
-#[derive(Clone)]
-pub(super) enum Linked {
-    /// `handler`: `handle` only.
-    Plain(HandlerPre<HostState>),
-    /// `batch-handler`: `handle` and `handle-batch`.
-    Batch(BatchHandlerPre<HostState>),
-}
-
-impl Linked {
-    /// Instantiates the component in `store`.
-    pub(super) async fn instantiate(
-        &self,
-        store: &mut Store<HostState>,
-    ) -> wasmtime::Result<Exports> {
-        Ok(match self {
-            Self::Plain(pre) => Exports::Plain(pre.instantiate_async(store).await?),
-            Self::Batch(pre) => Exports::Batch(pre.instantiate_async(store).await?),
-        })
-    }
-}
-
-/// The exports of an instantiated component.
-pub(super) enum Exports {
-    Plain(Handler),
-    Batch(BatchHandler),
-}
-
-impl Exports {
-    /// Calls `handle` on one message, whichever the world.
-    pub(super) async fn call_handle(
-        &self,
-        store: &mut Store<HostState>,
-        message: &types::Message,
-    ) -> wasmtime::Result<types::Verdict> {
-        match self {
-            Self::Plain(handler) => handler.call_handle(store, message).await,
-            Self::Batch(handler) => handler.call_handle(store, message).await,
-        }
-    }
-}
-
-/// The batch's messages whose host calls are not current, by index (`None` at the current
-/// one, whose state is the store's `HostState::calls`).
-pub(crate) struct BatchSlots {
-    parked: Vec<Option<HostCalls>>,
-    current: usize,
-}
-
-/// `batch.item` named a message the batch does not have (a guest bug: the call traps).
-#[derive(Debug, thiserror::Error)]
-#[error("batch.item({index}) called in a batch of {len} messages")]
-pub struct BatchIndexOutOfRange {
-    pub index: u32,
-    pub len: usize,
-}
-
-impl BatchSlots {
-    /// Slots for `rest`, the host-call states of messages 1.. (message 0 is current).
-    fn new(rest: Vec<HostCalls>) -> Self {
-        let mut parked = Vec::with_capacity(rest.len() + 1);
-        parked.push(None);
-        parked.extend(rest.into_iter().map(Some));
-        Self { parked, current: 0 }
-    }
-
-    /// Makes message `index` current: parks `calls` (the current one's) and puts its state
-    /// there instead.
-    pub(super) fn switch(&mut self, calls: &mut HostCalls, index: u32) -> wasmtime::Result<()> {
-        let to = index as usize;
-        if to == self.current {
-            return Ok(());
-        }
-        let out_of_range = || {
-            wasmtime::Error::new(BatchIndexOutOfRange {
-                index,
-                len: self.parked.len(),
-            })
-        };
-        let next = self
-            .parked
-            .get_mut(to)
-            .and_then(Option::take)
-            .ok_or_else(out_of_range)?;
-        let previous = std::mem::replace(calls, next);
-        self.parked[self.current] = Some(previous);
-        self.current = to;
-        Ok(())
-    }
-
-    /// Every message's effects and store error, in message order; `current` is the state
-    /// of the message that was current last.
-    fn finish(mut self, current: &mut HostCalls) -> Vec<(Effects, Option<String>)> {
-        let at = self.current;
-        self.parked
-            .iter_mut()
-            .enumerate()
-            .map(|(i, slot)| match slot {
-                Some(calls) => calls.finish(),
-                None if i == at => current.finish(),
-                None => (Effects::default(), None),
-            })
-            .collect()
-    }
-}
 
 impl Plugin {
     /// Whether the component exports `handle-batch` (a `batch-handler` world).

@@ -2,7 +2,6 @@
 //! state they act on. Guest mistakes come back as typed WIT errors; only exceeding the
 //! host-call cap traps.
 
-use super::batch::BatchSlots;
 use super::bindings::batch_world::batch;
 use super::bindings::{config, kv, log, outbox, types};
 use super::effects::{Effects, EmittedEvent, KvSource};
@@ -274,6 +273,70 @@ impl config::Host for HostCalls {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
+    }
+}
+
+/// The batch's messages whose host calls are not current, by index (`None` at the current
+/// one, whose state is the store's `HostState::calls`).
+pub(crate) struct BatchSlots {
+    parked: Vec<Option<HostCalls>>,
+    current: usize,
+}
+
+/// `batch.item` named a message the batch does not have (a guest bug: the call traps).
+#[derive(Debug, thiserror::Error)]
+#[error("batch.item({index}) called in a batch of {len} messages")]
+pub struct BatchIndexOutOfRange {
+    pub index: u32,
+    pub len: usize,
+}
+
+impl BatchSlots {
+    /// Slots for `rest`, the host-call states of messages 1.. (message 0 is current).
+    pub(super) fn new(rest: Vec<HostCalls>) -> Self {
+        let mut parked = Vec::with_capacity(rest.len() + 1);
+        parked.push(None);
+        parked.extend(rest.into_iter().map(Some));
+        Self { parked, current: 0 }
+    }
+
+    /// Makes message `index` current: parks `calls` (the current one's) and puts its state
+    /// there instead.
+    pub(super) fn switch(&mut self, calls: &mut HostCalls, index: u32) -> wasmtime::Result<()> {
+        let to = index as usize;
+        if to == self.current {
+            return Ok(());
+        }
+        let out_of_range = || {
+            wasmtime::Error::new(BatchIndexOutOfRange {
+                index,
+                len: self.parked.len(),
+            })
+        };
+        let next = self
+            .parked
+            .get_mut(to)
+            .and_then(Option::take)
+            .ok_or_else(out_of_range)?;
+        let previous = std::mem::replace(calls, next);
+        self.parked[self.current] = Some(previous);
+        self.current = to;
+        Ok(())
+    }
+
+    /// Every message's effects and store error, in message order; `current` is the state
+    /// of the message that was current last.
+    pub(super) fn finish(mut self, current: &mut HostCalls) -> Vec<(Effects, Option<String>)> {
+        let at = self.current;
+        self.parked
+            .iter_mut()
+            .enumerate()
+            .map(|(i, slot)| match slot {
+                Some(calls) => calls.finish(),
+                None if i == at => current.finish(),
+                None => (Effects::default(), None),
+            })
+            .collect()
     }
 }
 

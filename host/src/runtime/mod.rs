@@ -13,13 +13,14 @@ mod config;
 mod effects;
 mod host;
 mod limits;
+mod linked;
 mod memory_kv;
 pub mod native;
 mod plugin;
 mod pool;
 
 pub use bindings::types::{Header, Message, RetryRequest, Verdict};
-pub use batch::BatchIndexOutOfRange;
+pub use host::BatchIndexOutOfRange;
 pub use config::{CanaryConfig, IsolationMode, PluginConfig, RollbackConfig, RuntimeConfig};
 pub use effects::{Effects, EmittedEvent, KvFuture, KvSource, KvValue};
 pub use host::{MAX_EVENT_PAYLOAD_BYTES, MAX_KV_KEY_BYTES, MAX_KV_VALUE_BYTES};

@@ -2,11 +2,11 @@
 //! or with `isolation = "per-batch"` one reused from the plugin's pool (`runtime::pool`).
 
 use super::Runtime;
-use super::batch::Linked;
 use super::bindings::batch_world::BatchHandlerPre;
 use super::bindings::{HandlerPre, types};
 use super::effects::{Effects, KvSource};
 use super::host::{HostCalls, HostState, PluginIdentity};
+use super::linked::Linked;
 use super::limits::{
     DeadlineReached, DeliveryTotals, HostCallLimitExceeded, MemoryLimitExceeded, TotalExceeded,
 };
