@@ -307,12 +307,8 @@ impl BatchSlots {
         if to == self.current {
             return Ok(());
         }
-        let out_of_range = || {
-            wasmtime::Error::new(BatchIndexOutOfRange {
-                index,
-                len: self.parked.len(),
-            })
-        };
+        let len = self.parked.len();
+        let out_of_range = || wasmtime::Error::new(BatchIndexOutOfRange { index, len });
         let next = self
             .parked
             .get_mut(to)
