@@ -55,7 +55,8 @@ from carteiro.errors import (
     ValueTooLarge,
 )
 from carteiro._decorator import handler
-from carteiro.batch import Batch, batch_handler
+from carteiro._batch import Batch
+from carteiro.batch import batch_handler
 from carteiro.message import Header, Message
 from carteiro.verdict import Verdict
 

@@ -105,8 +105,7 @@ class CarteiroBatchWit(CarteiroWit):
 
     @staticmethod
     def handle_batch_of(messages: list[_types.Message], *, attribute: bool) -> list[_types.Verdict]:
-        # Imported here: carteiro.batch imports this module's siblings only.
-        from carteiro.batch import Batch, check_verdicts
+        from carteiro._batch import Batch, check_verdicts
 
         try:
             fn = _handler.registered_batch()

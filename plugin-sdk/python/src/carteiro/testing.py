@@ -27,7 +27,7 @@ from typing import Any
 
 from carteiro import _registry as _handler
 from carteiro._host import mock as _mock
-from carteiro.batch import Batch, check_verdicts
+from carteiro._batch import Batch, check_verdicts
 from carteiro._host.mock import EmittedEvent, HostCallLimitExceeded, Limits, LogRecord
 from carteiro.message import Message
 from carteiro.verdict import Verdict
