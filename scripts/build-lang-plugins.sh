@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Python and JavaScript handlers in plugins/ as WebAssembly components and puts
 # them beside the Rust ones in <repo>/target/plugins/:
-#   plugins/<name>/app.py                   -> target/plugins/<name>.wasm          (componentize-py)
+#   plugins/<name>/app.py                   -> target/plugins/<name>.wasm          (componentize-py;
+#                                              world batch-handler if it uses @carteiro.batch_handler)
 #   plugins/fixtures/<name>/app.py          -> target/plugins/fixture-<name>.wasm
 #     (a fixture named standard-* is built against the vendored wasi:messaging@0.2.0-draft
 #     WIT, world messaging-core, without the carteiro SDK)
@@ -27,7 +28,8 @@ source "$repo/scripts/lang/toolchain.sh"
 
 # Hash of every file under the given paths (tests and installed dependencies excluded).
 hash_inputs() {
-    find "$@" -type f -not -path '*/node_modules/*' -not -path '*/__pycache__/*' \
+    # -L: a plugin may link a sibling's module (enrollment-py-batch links enrollment-py's).
+    find -L "$@" -type f -not -path '*/node_modules/*' -not -path '*/__pycache__/*' \
         -not -path '*/tests/*' -not -path '*/test/*' -not -name '*.pyc' -print0 \
         | LC_ALL=C sort -z | xargs -0 sha256sum | sed "s|$repo/||" | sha256sum | cut -d' ' -f1
 }
@@ -93,9 +95,12 @@ build_python() {
                 componentize app -p "$dir" -o "$out_dir/$name.wasm.tmp"
             continue
         fi
+        # A batch handler (`@carteiro.batch_handler`) is a component of world batch-handler.
+        local world=handler
+        grep -q '@carteiro.batch_handler' "$dir/app.py" && world=batch-handler
         # VIRTUAL_ENV unset: componentize-py would add the toolchain venv's site-packages.
         build_one "$name" "$hash" env -u VIRTUAL_ENV "$py_venv/bin/componentize-py" \
-            -d "$wit" -w handler --world-module _carteiro_wit \
+            -d "$wit" -w "$world" --world-module _carteiro_wit \
             componentize app -p "$dir" -p "$repo/plugin-sdk/python/src" -o "$out_dir/$name.wasm.tmp"
     done
 }

@@ -13,7 +13,9 @@
 //! Knobs: `BENCH_MESSAGES`, `BENCH_ROUNDS` (default 3), `BENCH_PREFETCH` (default 256),
 //! `BENCH_SYSTEMS` (default `sqlite,postgres,baseline`; also `sqlite-native`, `postgres-native`:
 //! the enrollment handler compiled into the gateway, no Wasm), `BENCH_REUSE=N` (the plugin
-//! with `isolation = "per-batch"`, `reuse = N`).
+//! with `isolation = "per-batch"`, `reuse = N`), `BENCH_BATCH=N` (the route with
+//! `batch = { max = N, wait = BENCH_BATCH_WAIT }`, default wait 20ms; needs a plugin that
+//! exports handle-batch: `BENCH_PLUGIN=enrollment-py-batch`).
 
 mod common;
 mod native_enrollment;
@@ -206,6 +208,7 @@ queue = "{queue}"
 plugin = "enrollment"
 prefetch = {prefetch}
 idempotency_key = "message_id"
+{batch}
 "#,
         amqp = s.amqp,
         plugin = plugin.display(),
@@ -217,6 +220,13 @@ idempotency_key = "message_id"
         // BENCH_REUSE: one instance serves N deliveries (default: a fresh one per delivery).
         isolation = std::env::var("BENCH_REUSE")
             .map(|n| format!("isolation = \"per-batch\"\nreuse = {n}"))
+            .unwrap_or_default(),
+        // BENCH_BATCH: deliveries per handle-batch call (default: no batching, `handle`).
+        batch = std::env::var("BENCH_BATCH")
+            .map(|n| {
+                let wait = std::env::var("BENCH_BATCH_WAIT").unwrap_or_else(|_| "20ms".into());
+                format!("batch = {{ max = {n}, wait = \"{wait}\" }}")
+            })
             .unwrap_or_default(),
     )
 }

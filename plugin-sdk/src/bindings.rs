@@ -17,3 +17,26 @@ wit_bindgen::generate!({
     export_macro_name: "export",
     default_bindings_module: "carteiro_sdk::bindings",
 });
+
+/// The `batch-handler` world: the same interfaces (`with`, so a message is one type), plus
+/// the `batch` import and the `handle-batch` export that
+/// [`export_batch_handler!`](crate::export_batch_handler) fills in. Its custom section lists
+/// imports only (the exports come with the export macro), so a plain handler built with the
+/// SDK does not become a batch handler.
+pub mod batch_world {
+    wit_bindgen::generate!({
+        world: "batch-handler",
+        path: "wit",
+        with: {
+            "carteiro:handler/types@0.1.0": crate::bindings::carteiro::handler::types,
+            "carteiro:handler/kv@0.1.0": crate::bindings::carteiro::handler::kv,
+            "carteiro:handler/outbox@0.1.0": crate::bindings::carteiro::handler::outbox,
+            "carteiro:handler/log@0.1.0": crate::bindings::carteiro::handler::log,
+            "carteiro:handler/config@0.1.0": crate::bindings::carteiro::handler::config,
+        },
+        runtime_path: "carteiro_sdk::wit_bindgen::rt",
+        pub_export_macro: true,
+        export_macro_name: "export_batch",
+        default_bindings_module: "carteiro_sdk::bindings::batch_world",
+    });
+}

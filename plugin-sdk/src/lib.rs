@@ -35,6 +35,8 @@
 //! - [`KvError`], [`OutboxError`] (`error.rs`): typed host errors, convertible to a
 //!   [`Verdict`].
 //! - [`export_handler!`]: exports a `fn(Message) -> Verdict` as the component's `handle`.
+//! - [`export_batch_handler!`], [`Batch`] (`batch.rs`): exports a `fn(Batch) -> Vec<Verdict>`
+//!   as `handle-batch` (and `handle`, a batch of one), for routes with `batch`.
 //! - `host/`: the backend — real imports on wasm32 (`host/wasm.rs`), an in-memory mock
 //!   everywhere else (`host/mock.rs`).
 //! - [`testing`] (native only): drive the mock host from unit tests.
@@ -48,6 +50,7 @@ extern crate self as carteiro_sdk;
 /// The `wit-bindgen` version the SDK was built with, so authors never pin it themselves.
 pub use wit_bindgen;
 
+mod batch;
 #[doc(hidden)]
 pub mod bindings;
 pub mod config;
@@ -62,6 +65,7 @@ pub mod rules;
 pub mod testing;
 mod verdict;
 
+pub use batch::Batch;
 pub use error::{KvError, OutboxError};
 pub use message::{BodyError, Header, JsonError, Message};
 pub use outbox::{Event, EventId};
@@ -118,16 +122,106 @@ macro_rules! export_handler {
     };
 }
 
+/// Exports `handler` — any `fn(Batch) -> Vec<Verdict>` — as the component's `handle-batch`
+/// (world `batch-handler`), and as its `handle` too (a batch of one), so the plugin also
+/// serves routes without `batch`.
+///
+/// Return one verdict per message, in order; the gateway retries every message of a batch
+/// answered with another number. Each message's kv writes and events are its own (see
+/// [`Batch`]), committed only if its verdict is ack.
+///
+/// ```
+/// use carteiro_sdk::{kv, Batch, Message, Verdict};
+///
+/// fn handle_one(msg: Message) -> Verdict {
+///     match kv::incr(&format!("seen/{}", msg.routing_key), 1) {
+///         Ok(_) => Verdict::Ack,
+///         Err(e) => e.into(),
+///     }
+/// }
+///
+/// fn handle_batch(batch: Batch) -> Vec<Verdict> {
+///     batch.map(handle_one).collect()
+/// }
+///
+/// carteiro_sdk::export_batch_handler!(handle_batch);
+/// ```
+///
+/// A handler with another signature is a compile error pointing at the handler:
+///
+/// ```compile_fail
+/// fn handle(_msg: carteiro_sdk::Message) -> carteiro_sdk::Verdict {
+///     carteiro_sdk::Verdict::Ack
+/// }
+///
+/// carteiro_sdk::export_batch_handler!(handle);
+/// ```
+///
+/// Off wasm32 the macro only checks the signature; unit tests call the handler through
+/// [`testing::run_batch`].
+#[macro_export]
+macro_rules! export_batch_handler {
+    ($handler:path $(,)?) => {
+        const _: () = {
+            /// The handler, coerced to the one batch signature Carteiro accepts.
+            const HANDLER: fn($crate::Batch) -> ::std::vec::Vec<$crate::Verdict> = $handler;
+            let _ = HANDLER;
+
+            #[cfg(target_arch = "wasm32")]
+            struct CarteiroBatchHandler;
+
+            #[cfg(target_arch = "wasm32")]
+            impl $crate::bindings::batch_world::Guest for CarteiroBatchHandler {
+                fn handle(
+                    message: $crate::bindings::batch_world::Message,
+                ) -> $crate::bindings::batch_world::Verdict {
+                    $crate::__private::dispatch_one(HANDLER, message)
+                }
+
+                fn handle_batch(
+                    messages: ::std::vec::Vec<$crate::bindings::batch_world::Message>,
+                ) -> ::std::vec::Vec<$crate::bindings::batch_world::Verdict> {
+                    $crate::__private::dispatch_batch(HANDLER, messages)
+                }
+            }
+
+            #[cfg(target_arch = "wasm32")]
+    $crate::bindings::batch_world::export_batch!(CarteiroBatchHandler with_types_in $crate::bindings::batch_world);
+        };
+    };
+}
+
 #[doc(hidden)]
 pub mod __private {
     //! Glue used by [`export_handler!`](crate::export_handler); not a public API.
 
     use crate::bindings::carteiro::handler::types as wit;
-    use crate::{Header, Message, Verdict};
+    use crate::{Batch, Header, Message, Verdict};
 
     /// Converts the WIT message, runs the handler, converts its verdict back.
     pub fn dispatch(handler: fn(Message) -> Verdict, message: wit::Message) -> wit::Verdict {
         to_wit(handler(from_wit(message)))
+    }
+
+    /// Runs a batch handler on the messages of a `handle-batch` call.
+    pub fn dispatch_batch(
+        handler: fn(Batch) -> Vec<Verdict>,
+        messages: Vec<wit::Message>,
+    ) -> Vec<wit::Verdict> {
+        let batch = Batch::new(messages.into_iter().map(from_wit).collect());
+        handler(batch).into_iter().map(to_wit).collect()
+    }
+
+    /// Runs a batch handler on the one message of a `handle` call (a route without `batch`).
+    pub fn dispatch_one(handler: fn(Batch) -> Vec<Verdict>, message: wit::Message) -> wit::Verdict {
+        let mut verdicts = handler(Batch::single(from_wit(message)));
+        match (verdicts.pop(), verdicts.is_empty()) {
+            (Some(verdict), true) => to_wit(verdict),
+            (popped, _) => to_wit(Verdict::retry(format!(
+                "the batch handler returned {} verdicts for 1 message",
+                verdicts.len() + usize::from(popped.is_some())
+            ))),
+        }
     }
 
     fn from_wit(m: wit::Message) -> Message {

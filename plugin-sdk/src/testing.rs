@@ -29,9 +29,9 @@ use std::collections::BTreeMap;
 
 use serde::de::DeserializeOwned;
 
-use crate::host::mock::{self, State};
+use crate::host::mock::{self, MockBatch, Parked, State};
 use crate::outbox::Event;
-use crate::{Message, Verdict};
+use crate::{Batch, Message, Verdict};
 
 // Defined with the mock host's state, which holds them; authors name them from here.
 pub use crate::host::mock::{EmittedEvent, Limits, LogRecord};
@@ -90,6 +90,77 @@ pub fn run(handler: fn(Message) -> Verdict, message: Message) -> Outcome {
             kv_writes,
             logs,
         }
+    })
+}
+
+/// Runs a batch `handler` on `messages` like the gateway does: one [`Outcome`] per message,
+/// each with the effects made while it was the current message of the [`Batch`]; the kv
+/// writes and events of each acked message commit (in message order), the others' are
+/// discarded. A handler that returns another number of verdicts than messages gets, like on
+/// the gateway, a retry for every message and no effects.
+///
+/// Panics if the handler panics (a trap on the real host) or exceeds
+/// [`Limits::max_host_calls`] for one message.
+pub fn run_batch(handler: fn(Batch) -> Vec<Verdict>, messages: Vec<Message>) -> Vec<Outcome> {
+    let n = messages.len();
+    let base = mock::with(|s| {
+        s.in_message = true;
+        s.message_events = 0;
+        s.message_calls = 0;
+        s.batch = Some(MockBatch {
+            items: vec![
+                Parked {
+                    kv: s.kv.clone(),
+                    ..Parked::default()
+                };
+                n
+            ],
+            current: 0,
+            events_mark: s.events.len(),
+            logs_mark: s.logs.len(),
+        });
+        s.kv.clone()
+    });
+    let verdicts = handler(Batch::new(messages));
+    mock::with(|s| {
+        mock::park(s);
+        let items = s.batch.take().unwrap_or_default().items;
+        s.kv = base.clone();
+        s.in_message = false;
+        s.message_events = 0;
+        let wrong_length = verdicts.len() != n;
+        let reason = format!(
+            "the batch handler returned {} verdicts for {n} messages; every message of the \
+             batch is retried",
+            verdicts.len()
+        );
+        let mut verdicts = verdicts.into_iter();
+        items
+            .into_iter()
+            .map(|item| {
+                let verdict = match verdicts.next() {
+                    Some(v) if !wrong_length => v,
+                    _ => Verdict::retry(reason.clone()),
+                };
+                let kv_writes = diff(&base, &item.kv);
+                s.logs.extend(item.logs.iter().cloned());
+                if verdict.is_ack() {
+                    for (key, value) in &kv_writes {
+                        match value {
+                            Some(v) => s.kv.insert(key.clone(), v.clone()),
+                            None => s.kv.remove(key),
+                        };
+                    }
+                    s.events.extend(item.events.iter().cloned());
+                }
+                Outcome {
+                    verdict,
+                    events: if wrong_length { Vec::new() } else { item.events },
+                    kv_writes: if wrong_length { BTreeMap::new() } else { kv_writes },
+                    logs: item.logs,
+                }
+            })
+            .collect()
     })
 }
 

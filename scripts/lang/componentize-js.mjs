@@ -2,7 +2,8 @@
 //   1. rolldown bundles the handler with carteiro-sdk into one ES module, resolving the
 //      SDK's `#host` import with the `carteiro-wasm` condition (the real WIT imports) and
 //      leaving the `carteiro:handler/*` imports to the component;
-//   2. ComponentizeJS turns that module into a component of the carteiro:handler world.
+//   2. ComponentizeJS turns that module into a component of the carteiro:handler world
+//      (`batch-handler` when the module exports `handleBatch`).
 //
 // Usage: node scripts/lang/componentize-js.mjs ENTRY.js|ENTRY.ts OUT.wasm WIT_DIR
 // (run by scripts/build-lang-plugins.sh, which installs the pinned toolchain first; and,
@@ -32,13 +33,15 @@ try {
     resolve: { conditionNames: ['carteiro-wasm', 'import', 'default'] },
     logLevel: 'warn',
   });
-  await bundle.write({ file: bundlePath, format: 'esm', sourcemap: false });
+  const { output } = await bundle.write({ file: bundlePath, format: 'esm', sourcemap: false });
   await bundle.close();
+  // A bundle exporting `handleBatch` (made with `batchHandler()`) is a batch handler.
+  const exportsBatch = output.some((chunk) => chunk.type === 'chunk' && chunk.exports?.includes('handleBatch'));
 
   const { component } = await componentize({
     sourcePath: bundlePath,
     witPath: resolve(wit),
-    worldName: 'handler',
+    worldName: exportsBatch ? 'batch-handler' : 'handler',
     // No fetch/HTTP in the sandbox; stdio stays for console output and the trap report.
     disableFeatures: ['http', 'fetch-event'],
   });

@@ -58,6 +58,13 @@ pub enum ReloadError {
     /// A route names a plugin the config does not load.
     #[error("route `{queue}` names unknown plugin `{plugin}`")]
     UnknownPlugin { queue: String, plugin: String },
+    /// A route with `batch` names a plugin that does not export `handle-batch`.
+    #[error(
+        "route `{queue}` sets `batch`, but its plugin `{plugin}` does not export handle-batch \
+         (world batch-handler); build the plugin with `export_batch_handler!` \
+         (`@carteiro.batch_handler`, `batchHandler()`), or remove `batch` from the route"
+    )]
+    BatchUnsupported { queue: String, plugin: String },
     /// A route's settings are refused.
     #[error("route `{queue}`: {source}")]
     Route {

@@ -204,6 +204,10 @@ impl Supervisor {
             new.routes.iter().map(|r| (r.queue.as_str(), r)).collect();
         let mut to_start = Vec::new();
         for (queue, route) in &wanted {
+            // A running route keeps its context: its new plugin version is checked here.
+            if let Some(next) = plugins.get(route.plugin_name()) {
+                super::supervisor::check_batch(route, &next.plugin)?;
+            }
             match self.routes.get(*queue) {
                 Some(running) if running.fingerprint == route_fingerprint(route) => {}
                 _ => to_start.push(((*route).clone(), self.context(route, &plugins)?)),

@@ -173,6 +173,7 @@ impl Supervisor {
                     queue: route.queue.clone(),
                     plugin: route.plugin_name().to_owned(),
                 })?;
+        check_batch(route, &loaded.plugin)?;
         let settings =
             RouteSettings::new(route, self.config.broker.publish_timeout).map_err(|source| {
                 ReloadError::Route {
@@ -271,4 +272,15 @@ impl Supervisor {
         }
         result
     }
+}
+
+/// A route with `batch` needs a plugin that exports `handle-batch`.
+pub(super) fn check_batch(route: &RouteConfig, plugin: &Plugin) -> Result<(), ReloadError> {
+    if route.batch.is_some() && !plugin.supports_batch() {
+        return Err(ReloadError::BatchUnsupported {
+            queue: route.queue.clone(),
+            plugin: route.plugin_name().to_owned(),
+        });
+    }
+    Ok(())
 }

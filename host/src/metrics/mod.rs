@@ -4,6 +4,7 @@
 //! their own, and [`Metrics`] holds them all. The files sit here rather than in the parts
 //! because every part takes the one `Arc<Metrics>`, so `metrics` stays below them all:
 //! - `deliveries`: the pipeline — deliveries, handler runs, failures, retries, dead letters;
+//! - `batches`: deliveries per `handle-batch` call (routes with `batch`);
 //! - `versions`: plugin versions, live shadows and canaries;
 //! - `instances`: plugin instances made and reused (`runtime`);
 //! - `reload`: reloads (`live`);
@@ -17,6 +18,7 @@
 //!   outcome, dead letters by reason class), for the console's charts.
 
 mod alerts;
+mod batches;
 mod broker;
 mod deliveries;
 mod history;
@@ -29,6 +31,7 @@ mod store_gate;
 mod versions;
 
 pub use alerts::AlertMetrics;
+pub use batches::BatchMetrics;
 pub use broker::BrokerMetrics;
 pub use deliveries::DeliveryMetrics;
 pub use history::{DeliveryHistory, MINUTES, RouteHistory, Series};
@@ -105,6 +108,7 @@ fn per_route<M>(family: &Family<Route, M>, route: &str) -> impl Deref<Target = M
 pub struct Metrics {
     registry: Mutex<Registry>,
     deliveries: DeliveryMetrics,
+    batches: BatchMetrics,
     versions: VersionMetrics,
     instances: InstanceMetrics,
     broker: BrokerMetrics,
@@ -129,6 +133,7 @@ impl Default for Metrics {
             versions: VersionMetrics::register(&mut registry),
             reload: ReloadMetrics::register(&mut registry),
             deliveries: DeliveryMetrics::register(&mut registry),
+            batches: BatchMetrics::register(&mut registry),
             instances: InstanceMetrics::register(&mut registry),
             outbox: OutboxMetrics::register(&mut registry),
             broker: BrokerMetrics::register(&mut registry),

@@ -159,12 +159,7 @@ impl Apply<'_> {
         invocation: Invocation,
     ) -> Result<CommitOutcome, StoreError> {
         let telemetry = &self.ctx.deps.telemetry;
-        // The delivery span's own context when telemetry is on (the relay's publish span
-        // links to it), else the incoming one, carried on.
-        let trace = telemetry
-            .traceparent()
-            .map(|t| ("traceparent".to_owned(), t))
-            .or_else(|| trace_context(message));
+        let trace = self.trace(message);
         let mut commit_span = telemetry.commit_span();
         let committed = self.commit_effects(inbox_key, trace, invocation).await;
         match &committed {
@@ -173,6 +168,18 @@ impl Apply<'_> {
         }
         drop(commit_span);
         committed
+    }
+
+    /// The trace context the delivery's events carry: the delivery span's own when telemetry
+    /// is on (the relay's publish span links to it; call inside the delivery's span), else
+    /// the incoming one, carried on.
+    pub fn trace(&self, message: &Message) -> Option<(String, String)> {
+        self.ctx
+            .deps
+            .telemetry
+            .traceparent()
+            .map(|t| ("traceparent".to_owned(), t))
+            .or_else(|| trace_context(message))
     }
 
     /// Settles the delivery with the broker (an ack, sent in a run by `acks`; a requeue; a
@@ -427,9 +434,25 @@ impl Apply<'_> {
         invocation: Invocation,
     ) -> Result<CommitOutcome, StoreError> {
         let ctx = self.ctx;
+        let request = self.commit_request(inbox_key, trace, invocation);
+        hang_if(ctx.deps.fault, FaultPoint::HangBeforeCommit).await;
+        let outcome = ctx.deps.committer.commit(request).await?;
+        hang_if(ctx.deps.fault, FaultPoint::HangAfterCommit).await;
+        Ok(outcome)
+    }
+
+    /// What committing the handler's effects writes: inbox record, kv reads checked, kv
+    /// writes and outbox rows (carrying `trace`).
+    pub fn commit_request(
+        &self,
+        inbox_key: &str,
+        trace: Option<(String, String)>,
+        invocation: Invocation,
+    ) -> CommitRequest {
+        let ctx = self.ctx;
         let effects = invocation.effects;
         let plugin = self.plugin.name().to_owned();
-        let request = CommitRequest {
+        CommitRequest {
             route: ctx.settings.queue.clone(),
             inbox_key: inbox_key.to_owned(),
             namespace: plugin.clone(),
@@ -472,11 +495,7 @@ impl Apply<'_> {
                     ordering_key: format!("{}/{inbox_key}", ctx.settings.queue),
                 })
                 .collect(),
-        };
-        hang_if(ctx.deps.fault, FaultPoint::HangBeforeCommit).await;
-        let outcome = ctx.deps.committer.commit(request).await?;
-        hang_if(ctx.deps.fault, FaultPoint::HangAfterCommit).await;
-        Ok(outcome)
+        }
     }
 }
 

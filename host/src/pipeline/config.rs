@@ -2,7 +2,8 @@
 //! (key, gates, retries, dead-letter alert), with the checks that concern one route alone.
 //! The route's topology is derived here ([`RouteConfig::topology`]), so `topology` knows
 //! nothing of the config. `config` checks what spans sections: plugin names, queues routed
-//! twice.
+//! twice. Whether a route's plugin can take `batch` is checked where routes meet loaded
+//! plugins (`live::supervisor`).
 
 use crate::runtime::StandardErrorPolicy;
 use crate::topology::{Binding, QueueType, RouteTopology};
@@ -61,6 +62,28 @@ pub struct RouteConfig {
     /// letters within `window` reach `count`.
     #[serde(default)]
     pub dead_letter_alert: Option<DeadLetterAlertConfig>,
+    /// Optional batching: up to `max` deliveries gathered for `wait` and handed to the
+    /// plugin's `handle-batch` in one call (the plugin must export it).
+    #[serde(default)]
+    pub batch: Option<BatchConfig>,
+}
+
+/// `batch = { max = 16, wait = "20ms" }`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchConfig {
+    /// Most deliveries per `handle-batch` call (1 to the route's `prefetch`).
+    pub max: u16,
+    /// How long the first delivery of a batch waits for more (at most 5s).
+    #[serde(default = "default_batch_wait", with = "humantime_serde")]
+    pub wait: Duration,
+}
+
+/// Longest `batch.wait`: a gathered delivery is held unprocessed meanwhile.
+pub const MAX_BATCH_WAIT: Duration = Duration::from_secs(5);
+
+fn default_batch_wait() -> Duration {
+    Duration::from_millis(20)
 }
 
 /// `dead_letter_alert = { count = 10, window = "1h" }`
@@ -228,6 +251,28 @@ impl RouteConfig {
         }
         if self.retry.backoff.iter().any(|d| d.is_zero()) {
             return Err(("retry.backoff", "delays must be above zero".into()));
+        }
+        if let Some(batch) = &self.batch {
+            if batch.max == 0 || batch.max > self.prefetch {
+                return Err((
+                    "batch.max",
+                    format!(
+                        "must be between 1 and the route's prefetch ({}), got {}; a batch is \
+                         gathered from the deliveries in flight",
+                        self.prefetch, batch.max
+                    ),
+                ));
+            }
+            if batch.wait > MAX_BATCH_WAIT {
+                return Err((
+                    "batch.wait",
+                    format!(
+                        "must be at most {MAX_BATCH_WAIT:?} (got {:?}): gathered deliveries wait \
+                         unprocessed meanwhile",
+                        batch.wait
+                    ),
+                ));
+            }
         }
         Ok(())
     }

@@ -8,7 +8,7 @@
 
 use super::canary::Canary;
 use super::config::{
-    FailurePolicy, KeySource, KeySourceError, MissingKeyPolicy, RetryConfig, RouteConfig,
+    BatchConfig, FailurePolicy, KeySource, KeySourceError, MissingKeyPolicy, RetryConfig, RouteConfig,
 };
 use super::gate::StoreGate;
 use super::live_shadow::Shadow;
@@ -64,6 +64,8 @@ pub struct RouteSettings {
     pub topology: RouteTopology,
     /// How long a retry or dead-letter copy may wait for its publisher confirm.
     pub publish_timeout: Duration,
+    /// Deliveries gathered for one `handle-batch` call, if the route batches.
+    pub batch: Option<BatchConfig>,
 }
 
 impl RouteSettings {
@@ -81,6 +83,7 @@ impl RouteSettings {
             prefetch: route.prefetch,
             topology: route.topology(),
             publish_timeout,
+            batch: route.batch,
         })
     }
 

@@ -16,6 +16,9 @@
 //! - `apply`: the one place that acts: retry and dead-letter copies (built whole by
 //!   `broker::outgoing`), the commit, the ack, nack or reject, and the outcome's metrics;
 //! - `acks`: acks of settled deliveries, sent in runs (`multiple`).
+//! - `batch`: routes with `batch`: deliveries gathered (`worker`) and run through the
+//!   plugin's `handle-batch` in one call, each settled by its own verdict, the acked ones
+//!   committed in one transaction.
 //!
 //! Beside it:
 //! - `archiver`: `Q.dlq` → `dead_letters` table.
@@ -28,6 +31,7 @@
 mod acks;
 mod apply;
 mod archiver;
+mod batch;
 pub mod canary;
 pub mod canary_decisions;
 mod config;
@@ -41,7 +45,7 @@ mod received;
 mod worker;
 
 pub use config::{
-    BindingConfig, DeadLetterAlertConfig, FailurePolicy, KeySource, KeySourceError,
+    BatchConfig, BindingConfig, DeadLetterAlertConfig, FailurePolicy, KeySource, KeySourceError,
     MissingKeyPolicy, QueueKind, RetryConfig, RouteConfig,
 };
 pub(crate) use context::kv_answer;

@@ -1,9 +1,12 @@
 //! The supervised consumer of one route. lapin does not recover connections or consumers,
 //! so this loop does: connect, declare, subscribe, process; on any loss, drop the dead
 //! channel's in-flight work (the broker requeues it), back off with jitter, and start over.
+//! A route with `batch` gathers deliveries (up to `max`, for at most `wait` after the
+//! first) and hands each batch to `batch::process_batch`.
 
 use super::acks::Acks;
 use super::archiver;
+use super::batch::process_batch;
 use super::context::RouteContext;
 use super::process::process;
 use crate::broker::{
@@ -140,17 +143,34 @@ async fn session(
 
     let mut in_flight = JoinSet::new();
     let mut health = tokio::time::interval(Duration::from_millis(500));
+    // A route with `batch`: deliveries gathered until `max` or until `wait` after the first.
+    let mut gathered: Vec<lapin::message::Delivery> = Vec::new();
+    let mut gathered_until: Option<tokio::time::Instant> = None;
     let outcome = loop {
         tokio::select! {
             _ = shutdown.cancelled() => break Ok(()),
             next = consumer.next() => match next {
-                Some(Ok(delivery)) => {
-                    in_flight.spawn(process(ctx.clone(), publisher.clone(), acks.clone(), delivery));
-                }
+                Some(Ok(delivery)) => match ctx.settings.batch {
+                    None => {
+                        in_flight.spawn(process(ctx.clone(), publisher.clone(), acks.clone(), delivery));
+                    }
+                    Some(batch) => {
+                        gathered_until.get_or_insert_with(|| tokio::time::Instant::now() + batch.wait);
+                        gathered.push(delivery);
+                        if gathered.len() >= usize::from(batch.max) {
+                            gathered_until = None;
+                            in_flight.spawn(process_batch(ctx.clone(), publisher.clone(), acks.clone(), std::mem::take(&mut gathered)));
+                        }
+                    }
+                },
                 Some(Err(e)) => break Err(SessionError::Lost(format!("consumer error: {e}"))),
                 None => break Err(SessionError::Lost("the broker cancelled the consumer".into())),
             },
             Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+            _ = tokio::time::sleep_until(gathered_until.unwrap_or_else(tokio::time::Instant::now)), if gathered_until.is_some() => {
+                gathered_until = None;
+                in_flight.spawn(process_batch(ctx.clone(), publisher.clone(), acks.clone(), std::mem::take(&mut gathered)));
+            }
             _ = health.tick() => {
                 if !conn.status().connected() || !channel.status().connected() {
                     break Err(SessionError::Lost("connection closed".into()));
@@ -160,6 +180,10 @@ async fn session(
         ctx.in_flight
             .store(in_flight.len(), std::sync::atomic::Ordering::Relaxed);
     };
+    if outcome.is_ok() && !gathered.is_empty() {
+        // Graceful stop: a batch still gathering is processed like the deliveries in flight.
+        in_flight.spawn(process_batch(ctx.clone(), publisher.clone(), acks.clone(), std::mem::take(&mut gathered)));
+    }
     ctx.in_flight.store(0, std::sync::atomic::Ordering::Relaxed);
     archiver_stop.cancel();
     // The acker stops once the in-flight deliveries, the last holders, are gone.

@@ -2,6 +2,7 @@
 //! state they act on (shared with the wasi:messaging imports of `runtime::standard`). Guest
 //! mistakes come back as typed WIT errors; only exceeding the host-call cap traps.
 
+use super::bindings::batch_world::batch;
 use super::bindings::{config, kv, log, outbox, types};
 use super::effects::{Effects, EmittedEvent, KvSource};
 use super::limits::{DeliveryTotals, HostCallLimitExceeded, Limiter, TotalExceeded};
@@ -35,8 +36,11 @@ pub struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
     pub(super) limiter: Limiter,
-    /// What the handler's imports act on (also what a native handler is given).
+    /// What the handler's imports act on (also what a native handler is given). During a
+    /// `handle-batch` call: the current message's (see `batch`).
     pub(super) calls: HostCalls,
+    /// During a `handle-batch` call, the other messages' host-call states (`runtime::batch`).
+    pub(super) batch: Option<BatchSlots>,
 }
 
 impl HostState {
@@ -46,6 +50,7 @@ impl HostState {
             table: ResourceTable::new(),
             limiter,
             calls,
+            batch: None,
         }
     }
 
@@ -283,5 +288,78 @@ impl config::Host for HostCalls {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
+    }
+}
+
+/// The batch's messages whose host calls are not current, by index (`None` at the current
+/// one, whose state is the store's `HostState::calls`).
+pub(crate) struct BatchSlots {
+    parked: Vec<Option<HostCalls>>,
+    current: usize,
+}
+
+/// `batch.item` named a message the batch does not have (a guest bug: the call traps).
+#[derive(Debug, thiserror::Error)]
+#[error("batch.item({index}) called in a batch of {len} messages")]
+pub struct BatchIndexOutOfRange {
+    pub index: u32,
+    pub len: usize,
+}
+
+impl BatchSlots {
+    /// Slots for `rest`, the host-call states of messages 1.. (message 0 is current).
+    pub(super) fn new(rest: Vec<HostCalls>) -> Self {
+        let mut parked = Vec::with_capacity(rest.len() + 1);
+        parked.push(None);
+        parked.extend(rest.into_iter().map(Some));
+        Self { parked, current: 0 }
+    }
+
+    /// Makes message `index` current: parks `calls` (the current one's) and puts its state
+    /// there instead.
+    pub(super) fn switch(&mut self, calls: &mut HostCalls, index: u32) -> wasmtime::Result<()> {
+        let to = index as usize;
+        if to == self.current {
+            return Ok(());
+        }
+        let len = self.parked.len();
+        let out_of_range = || wasmtime::Error::new(BatchIndexOutOfRange { index, len });
+        let next = self
+            .parked
+            .get_mut(to)
+            .and_then(Option::take)
+            .ok_or_else(out_of_range)?;
+        let previous = std::mem::replace(calls, next);
+        self.parked[self.current] = Some(previous);
+        self.current = to;
+        Ok(())
+    }
+
+    /// Every message's effects and store error, in message order; `current` is the state
+    /// of the message that was current last.
+    pub(super) fn finish(mut self, current: &mut HostCalls) -> Vec<(Effects, Option<String>)> {
+        let at = self.current;
+        self.parked
+            .iter_mut()
+            .enumerate()
+            .map(|(i, slot)| match slot {
+                Some(calls) => calls.finish(),
+                None if i == at => current.finish(),
+                None => (Effects::default(), None),
+            })
+            .collect()
+    }
+}
+
+impl batch::Host for HostState {
+    async fn item(&mut self, index: u32) -> wasmtime::Result<()> {
+        let Some(slots) = self.batch.as_mut() else {
+            return Err(wasmtime::Error::msg(
+                "batch.item was called outside handle-batch",
+            ));
+        };
+        slots.switch(&mut self.calls, index)?;
+        // Counted against the message it switches to, like any of its host calls.
+        self.calls.count_call()
     }
 }

@@ -1,5 +1,6 @@
 //! The wasmtime sandbox: one `Engine` with the pooling allocator and epoch interruption,
-//! one `InstancePre` per plugin, one call of `handle` per delivery (see `plugin`), on a fresh
+//! one `InstancePre` per plugin, one call of `handle` per delivery (see `plugin`) or of
+//! `handle-batch` per batch of deliveries (`batch`: effects kept per message), on a fresh
 //! `Store` per delivery by default or, with `isolation = "per-batch"`, on an instance reused
 //! for several deliveries (`pool`; `capture`: guest output kept per delivery). `native` runs
 //! a handler compiled into the host behind the same imports (benchmarks: the sandbox's
@@ -7,12 +8,14 @@
 //! `standard`: the second handler world, wasi:messaging@0.2.0-draft components, detected
 //! at load and run under the same limits, pool and effects.
 
+mod batch;
 mod bindings;
 mod capture;
 mod config;
 mod effects;
 mod host;
 mod limits;
+mod linked;
 mod memory_kv;
 pub mod native;
 mod plugin;
@@ -20,6 +23,7 @@ mod pool;
 mod standard;
 
 pub use bindings::types::{Header, Message, RetryRequest, Verdict};
+pub use host::BatchIndexOutOfRange;
 pub use config::{CanaryConfig, IsolationMode, PluginConfig, RollbackConfig, RuntimeConfig};
 pub use effects::{Effects, EmittedEvent, KvFuture, KvSource, KvValue};
 pub use host::{MAX_EVENT_PAYLOAD_BYTES, MAX_KV_KEY_BYTES, MAX_KV_VALUE_BYTES};
@@ -139,6 +143,11 @@ impl Runtime {
             |s: &mut host::HostState| &mut s.calls,
         )?;
         standard::add_to_linker(&mut linker)?;
+        // Only `batch-handler` components import it; the others ignore the definition.
+        bindings::batch_world::batch::add_to_linker::<_, wasmtime::component::HasSelf<host::HostState>>(
+            &mut linker,
+            |s: &mut host::HostState| s,
+        )?;
 
         let ticker_stop = Arc::new(AtomicBool::new(false));
         spawn_epoch_ticker(engine.clone(), ticker_stop.clone())?;

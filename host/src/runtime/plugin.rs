@@ -4,9 +4,11 @@
 //! (`runtime::standard`), whichever world the component was found to implement at load.
 
 use super::Runtime;
+use super::bindings::batch_world::BatchHandlerPre;
 use super::bindings::{HandlerPre, types};
 use super::effects::{Effects, KvSource};
 use super::host::{HostCalls, HostState, PluginIdentity};
+use super::linked::Linked;
 use super::limits::{
     DeadlineReached, DeliveryTotals, HostCallLimitExceeded, MemoryLimitExceeded, TotalExceeded,
 };
@@ -70,8 +72,9 @@ pub enum LoadError {
     },
     #[error(
         "plugin `{name}` ({path}) is not a handler Carteiro runs: {detail}. Build it against \
-         carteiro-sdk and export a handler with `export_handler!` (the carteiro:handler@0.1.0 \
-         world), or against wasi:messaging@0.2.0-draft (world `messaging-core`, WIT in \
+         carteiro-sdk and export a handler with `export_handler!` or `export_batch_handler!` \
+         (the carteiro:handler@0.1.0 worlds `handler` and `batch-handler`), or against \
+         wasi:messaging@0.2.0-draft (world `messaging-core`, WIT in \
          plugin-sdk/wit/wasi-messaging-0.2.0-draft)"
     )]
     WrongWorld {
@@ -148,9 +151,9 @@ impl Invocation {
 /// A loaded, pre-linked plugin.
 #[derive(Clone)]
 pub struct Plugin {
-    runtime: Arc<Runtime>,
-    identity: Arc<PluginIdentity>,
-    code: Code,
+    pub(super) runtime: Arc<Runtime>,
+    pub(super) identity: Arc<PluginIdentity>,
+    pub(super) code: Code,
     limits: PluginLimits,
     digest: Arc<str>,
     /// Instances of this plugin running a delivery at once (see [`default_concurrency`]).
@@ -164,8 +167,10 @@ pub struct Plugin {
 /// What runs a delivery: a component (always, from the config) or a handler compiled into
 /// the host (benchmarks only, see `runtime::native`).
 #[derive(Clone)]
-enum Code {
-    Wasm(HandlerPre<HostState>),
+pub(super) enum Code {
+    /// Pre-linked for the `handler` world, or for `batch-handler` when it exports
+    /// `handle-batch`.
+    Wasm(Linked),
     /// A wasi:messaging@0.2.0-draft component (`runtime::standard`).
     Standard(MessagingCorePre<HostState>),
     Native(Arc<dyn NativeHandler>),
@@ -199,7 +204,7 @@ pub fn short_version(digest: &str) -> &str {
 /// What a finished delivery leaves for the caller to drop: its instance unless the pool
 /// kept it (dropping it resets its pooling slot and gives the slot back), and the plugin's
 /// permit.
-struct Spent {
+pub(super) struct Spent {
     _instance: Option<Instance>,
     _turn: tokio::sync::OwnedSemaphorePermit,
 }
@@ -265,7 +270,16 @@ impl Plugin {
             .instantiate_pre(&component)
             .map_err(wrong_world)?;
         let code = match world {
-            World::Carteiro => Code::Wasm(HandlerPre::new(instance_pre).map_err(wrong_world)?),
+            // A component of the `batch-handler` world also exports `handle-batch`; its type
+            // is checked here, so a wrong signature is a load error rather than a plain handler.
+            World::Carteiro if component.get_export_index(None, "handle-batch").is_some() => {
+                Code::Wasm(Linked::Batch(
+                    BatchHandlerPre::new(instance_pre).map_err(wrong_world)?,
+                ))
+            }
+            World::Carteiro => Code::Wasm(Linked::Plain(
+                HandlerPre::new(instance_pre).map_err(wrong_world)?,
+            )),
             World::Standard => {
                 Code::Standard(MessagingCorePre::new(instance_pre).map_err(wrong_world)?)
             }
@@ -439,29 +453,8 @@ impl Plugin {
         if matches!(self.code, Code::Native(_)) {
             return Err(PluginFailure::Instantiate("not a component".into()));
         }
-        // This plugin's own cap first, so its queued deliveries hold no pool slot.
-        let turn = self
-            .concurrency
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|e| PluginFailure::Instantiate(e.to_string()))?;
         let calls = HostCalls::new(self.identity.clone(), kv);
-        let mut instance = match self.pool.as_ref().and_then(|pool| pool.checkout()) {
-            Some(mut idle) => {
-                idle.replace_calls(calls);
-                idle
-            }
-            None => {
-                let slot = self
-                    .runtime
-                    .pools
-                    .slot(&self.runtime.slots)
-                    .await
-                    .map_err(|e| PluginFailure::Instantiate(e.to_string()))?;
-                Instance::new(&self.runtime.engine, self.limits.memory_bytes, calls, slot)
-            }
-        };
+        let (mut instance, turn) = self.acquire(calls).await?;
         let timeout = self.limits.timeout;
         let reused = instance.begin(timeout);
         self.runtime
@@ -473,8 +466,8 @@ impl Plugin {
                 None => self.instantiate(&mut instance.store).await?,
             };
             let answer = match &bound {
-                Bound::Carteiro(handler) => {
-                    (handler.call_handle(&mut instance.store, message).await?, None)
+                Bound::Carteiro(exports) => {
+                    (exports.call_handle(&mut instance.store, message).await?, None)
                 }
                 Bound::Standard(core) => {
                     let answer = standard::call_handle(core, &mut instance.store, message).await?;
@@ -500,14 +493,7 @@ impl Plugin {
         // Only an instance whose delivery ended with a verdict may serve another: after a
         // trap, a timeout, a limit or a host error (the store down) its state is suspect.
         let reusable = verdict.is_ok() && finished.store_error.is_none();
-        let left = match &self.pool {
-            Some(pool) if reusable => pool.checkin(instance),
-            _ => Some(instance),
-        };
-        *spent = Some(Spent {
-            _instance: left,
-            _turn: turn,
-        });
+        *spent = Some(self.release(instance, reusable, turn));
         let (verdict, standard_error) = verdict?;
         Ok(Invocation {
             verdict,
@@ -517,13 +503,62 @@ impl Plugin {
         })
     }
 
+    /// An instance for a call whose host-call state is `calls`: idle in the pool, or new;
+    /// with the plugin's permit (this plugin's own cap first, so its queued deliveries hold
+    /// no pool slot).
+    pub(super) async fn acquire(
+        &self,
+        calls: HostCalls,
+    ) -> Result<(Instance, tokio::sync::OwnedSemaphorePermit), PluginFailure> {
+        let turn = self
+            .concurrency
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| PluginFailure::Instantiate(e.to_string()))?;
+        let instance = match self.pool.as_ref().and_then(|pool| pool.checkout()) {
+            Some(mut idle) => {
+                idle.replace_calls(calls);
+                idle
+            }
+            None => {
+                let slot = self
+                    .runtime
+                    .pools
+                    .slot(&self.runtime.slots)
+                    .await
+                    .map_err(|e| PluginFailure::Instantiate(e.to_string()))?;
+                Instance::new(&self.runtime.engine, self.limits.memory_bytes, calls, slot)
+            }
+        };
+        Ok((instance, turn))
+    }
+
+    /// Gives a finished call's instance back to the pool when `reusable` (and the pool
+    /// wants it); what is left is for the caller to drop.
+    pub(super) fn release(
+        &self,
+        instance: Instance,
+        reusable: bool,
+        turn: tokio::sync::OwnedSemaphorePermit,
+    ) -> Spent {
+        let left = match &self.pool {
+            Some(pool) if reusable => pool.checkin(instance),
+            _ => Some(instance),
+        };
+        Spent {
+            _instance: left,
+            _turn: turn,
+        }
+    }
+
     /// A new instance of the component in `store`, bound to its world's export.
     async fn instantiate(
         &self,
         store: &mut wasmtime::Store<HostState>,
     ) -> wasmtime::Result<Bound> {
         match &self.code {
-            Code::Wasm(pre) => Ok(Bound::Carteiro(pre.instantiate_async(store).await?)),
+            Code::Wasm(linked) => Ok(Bound::Carteiro(linked.instantiate(store).await?)),
             Code::Standard(pre) => Ok(Bound::Standard(pre.instantiate_async(store).await?)),
             Code::Native(_) => Err(wasmtime::Error::msg("a native handler has no component")),
         }
@@ -562,7 +597,7 @@ impl Plugin {
 }
 
 /// Maps a wasmtime error to the failure the route policy understands.
-fn classify(error: wasmtime::Error, timeout: Duration, stderr: &str) -> PluginFailure {
+pub(super) fn classify(error: wasmtime::Error, timeout: Duration, stderr: &str) -> PluginFailure {
     if error.downcast_ref::<DeadlineReached>().is_some() {
         return PluginFailure::Timeout(timeout);
     }
@@ -619,7 +654,7 @@ fn classify(error: wasmtime::Error, timeout: Duration, stderr: &str) -> PluginFa
 }
 
 /// Sends the guest's captured output to tracing under the plugin's name; returns stderr.
-fn forward_output(plugin: &str, stdout: &[u8], stderr: &[u8]) -> String {
+pub(super) fn forward_output(plugin: &str, stdout: &[u8], stderr: &[u8]) -> String {
     if stdout.is_empty() && stderr.is_empty() {
         return String::new();
     }

@@ -14,12 +14,12 @@
 //! a delivery that finds no free slot drops every idle instance first, and none is kept idle
 //! while it waits, so instances kept for reuse never starve another delivery or plugin.
 
-use super::bindings::Handler;
 use super::standard::MessagingCore;
 use super::capture::Capture;
 use super::effects::Effects;
 use super::host::{HostCalls, HostState};
 use super::limits::{DeadlineReached, Limiter};
+use super::linked::Exports;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
@@ -44,8 +44,8 @@ pub enum Isolation {
 
 /// An instantiated component's handler export, of either world.
 pub(super) enum Bound {
-    /// `carteiro:handler@0.1.0`: `handle`.
-    Carteiro(Handler),
+    /// `carteiro:handler@0.1.0`: `handle` (and `handle-batch`).
+    Carteiro(Exports),
     /// `wasi:messaging@0.2.0-draft`: `incoming-handler.handle`.
     Standard(MessagingCore),
 }
@@ -53,7 +53,7 @@ pub(super) enum Bound {
 /// One live instance of a plugin and the pooling-allocator slot it occupies.
 pub(super) struct Instance {
     pub(super) store: Store<HostState>,
-    /// The handler export; `None` until the first delivery instantiates the component
+    /// The handler exports; `None` until the first delivery instantiates the component
     /// (inside that delivery's deadline).
     pub(super) handler: Option<Bound>,
     stdout: Capture,

@@ -2,6 +2,11 @@
 //! whatever is queued as one batch. One fsync (SQLite) or one round of COMMIT (PostgreSQL)
 //! then serves many deliveries, which is how the throughput goals are reached.
 //!
+//! A submission may hold several requests that must share one transaction
+//! ([`CommitterHandle::commit_all`]: the acked messages of one `handle-batch` call); the
+//! task never splits a submission between transactions unless its own kv keys exceed
+//! [`MAX_KV_KEYS_PER_COMMIT`].
+//!
 //! `concurrency` lets several batches commit at once (each on its own connection). The
 //! default is one: on the 2-core benchmark machine four concurrent batches on PostgreSQL
 //! were no faster (bench/README.md), and SQLite has a single writer anyway.
@@ -11,7 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
-use super::commit::key_groups;
+use super::commit_request::{MAX_KV_KEYS_PER_COMMIT, distinct_keys};
 use super::{CommitOutcome, CommitRequest, Store, StoreError};
 
 /// Tuning for [`GroupCommitter::spawn_with`].
@@ -28,9 +33,10 @@ pub struct CommitterConfig {
     pub concurrency: usize,
 }
 
+/// One submission: requests committed in one transaction, answered together.
 type Job = (
-    CommitRequest,
-    oneshot::Sender<Result<CommitOutcome, StoreError>>,
+    Vec<CommitRequest>,
+    oneshot::Sender<Result<Vec<CommitOutcome>, StoreError>>,
 );
 
 /// Spawns the group-commit task.
@@ -75,9 +81,26 @@ impl CommitterHandle {
     /// Commits `req` in the next batch. `Err` means it is not committed (the whole batch
     /// failed): do not ack.
     pub async fn commit(&self, req: CommitRequest) -> Result<CommitOutcome, StoreError> {
+        let mut outcomes = self.commit_all(vec![req]).await?;
+        outcomes
+            .pop()
+            .ok_or_else(|| StoreError::Unavailable("the group-commit task gave no outcome".into()))
+    }
+
+    /// Commits `reqs` together in one transaction (with whatever else is queued), outcomes
+    /// in order; each request still stands alone (a conflicting or refused one does not sink
+    /// the others). Several transactions only when their kv keys add up to more than
+    /// [`MAX_KV_KEYS_PER_COMMIT`]. `Err`: none of them is committed (as for [`Self::commit`]).
+    pub async fn commit_all(
+        &self,
+        reqs: Vec<CommitRequest>,
+    ) -> Result<Vec<CommitOutcome>, StoreError> {
+        if reqs.is_empty() {
+            return Ok(Vec::new());
+        }
         let (reply, answer) = oneshot::channel();
         self.tx
-            .send((req, reply))
+            .send((reqs, reply))
             .await
             .map_err(|_| StoreError::Unavailable("the group-commit task has stopped".into()))?;
         answer.await.map_err(|_| {
@@ -105,20 +128,28 @@ async fn run(
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
+        // `max_batch` counts requests; a submission of several counts them all.
+        let mut requests = first.0.len();
         let mut jobs: Vec<Job> = Vec::with_capacity(max_batch);
         jobs.push(first);
         if !config.linger.is_zero() {
             let deadline = tokio::time::Instant::now() + config.linger;
-            while jobs.len() < max_batch {
+            while requests < max_batch {
                 match tokio::time::timeout_at(deadline, rx.recv()).await {
-                    Ok(Some(job)) => jobs.push(job),
+                    Ok(Some(job)) => {
+                        requests += job.0.len();
+                        jobs.push(job);
+                    }
                     Ok(None) | Err(_) => break,
                 }
             }
         }
-        while jobs.len() < max_batch {
+        while requests < max_batch {
             match rx.try_recv() {
-                Ok(job) => jobs.push(job),
+                Ok(job) => {
+                    requests += job.0.len();
+                    jobs.push(job);
+                }
                 Err(_) => break,
             }
         }
@@ -133,35 +164,47 @@ async fn run(
     let _ = slots.acquire_many(config.concurrency.max(1) as u32).await;
 }
 
-/// Commits `jobs` in as few transactions as their kv keys allow, answering each run's
-/// deliveries as soon as its own transaction is done.
+/// Commits `jobs` in as few transactions as their kv keys allow (whole submissions per
+/// transaction), answering each transaction's submissions as soon as it is done.
 async fn commit_jobs(store: &Store, jobs: Vec<Job>, outbox_committed: &Notify) {
-    let (requests, replies): (Vec<_>, Vec<_>) = jobs.into_iter().unzip();
-    let groups = key_groups(&requests);
-    let (mut requests, mut replies) = (requests.into_iter(), replies.into_iter());
-    for group in groups {
-        let n = group.len();
-        let group_requests = requests.by_ref().take(n).collect();
-        let group_replies = replies.by_ref().take(n).collect();
-        commit_group(store, group_requests, group_replies, outbox_committed).await;
+    let mut group: Vec<Job> = Vec::new();
+    let mut keys = 0;
+    for job in jobs {
+        let n: usize = job.0.iter().map(distinct_keys).sum();
+        if !group.is_empty() && keys + n > MAX_KV_KEYS_PER_COMMIT {
+            commit_group(store, std::mem::take(&mut group), outbox_committed).await;
+            keys = 0;
+        }
+        keys += n;
+        group.push(job);
+    }
+    if !group.is_empty() {
+        commit_group(store, group, outbox_committed).await;
     }
 }
 
-async fn commit_group(
-    store: &Store,
-    requests: Vec<CommitRequest>,
-    replies: Vec<oneshot::Sender<Result<CommitOutcome, StoreError>>>,
-    outbox_committed: &Notify,
-) {
-    match store.commit_transaction(&requests).await {
+async fn commit_group(store: &Store, jobs: Vec<Job>, outbox_committed: &Notify) {
+    let (submissions, replies): (Vec<_>, Vec<_>) = jobs.into_iter().unzip();
+    let sizes: Vec<usize> = submissions.iter().map(Vec::len).collect();
+    let requests: Vec<CommitRequest> = submissions.into_iter().flatten().collect();
+    let keys: usize = requests.iter().map(distinct_keys).sum();
+    // Only a lone submission can exceed the keys of one transaction (see `commit_jobs`);
+    // `commit_batch` then splits it at request boundaries.
+    let committed = if keys > MAX_KV_KEYS_PER_COMMIT {
+        store.commit_batch(&requests).await
+    } else {
+        store.commit_transaction(&requests).await
+    };
+    match committed {
         Ok(outcomes) => {
             let wrote_outbox = requests
                 .iter()
                 .zip(&outcomes)
                 .any(|(r, o)| *o == CommitOutcome::Committed && !r.outbox.is_empty());
-            for (reply, outcome) in replies.into_iter().zip(outcomes) {
+            let mut outcomes = outcomes.into_iter();
+            for (reply, size) in replies.into_iter().zip(sizes) {
                 // The caller may have gone away (cancelled); its effects still committed.
-                let _ = reply.send(Ok(outcome));
+                let _ = reply.send(Ok(outcomes.by_ref().take(size).collect()));
             }
             if wrote_outbox {
                 outbox_committed.notify_one();
@@ -170,7 +213,7 @@ async fn commit_group(
         Err(e) => {
             tracing::warn!(
                 store = %store.redacted_url(),
-                batch = replies.len(),
+                batch = requests.len(),
                 error = %e,
                 "group commit failed; no delivery of the batch is committed"
             );

@@ -10,7 +10,7 @@ export const HANDLER = Symbol.for('carteiro.handler');
 const FRAMES = 3;
 const SUMMARY_MAX = 600;
 // Frames of the export glue itself, left out of the trap summary.
-const GLUE = new Set(['carteiroHandle', 'export_handle']);
+const GLUE = new Set(['carteiroHandle', 'export_handle', 'carteiroHandleBatch', 'export_handleBatch']);
 
 function nameOf(fn) {
   return fn.name ? `\`${fn.name}\`` : '(anonymous)';
@@ -28,7 +28,8 @@ export function checkVerdict(fn, verdict) {
   );
 }
 
-function fromWit(raw) {
+/** The SDK message of a WIT message. */
+export function fromWit(raw) {
   return new Message({
     id: raw.id,
     exchange: raw.exchange,
@@ -41,7 +42,8 @@ function fromWit(raw) {
   });
 }
 
-function toWit(verdict) {
+/** The WIT verdict of an SDK verdict. */
+export function toWit(verdict) {
   if (verdict.kind === 'ack') return { tag: 'ack' };
   if (verdict.kind === 'retry') {
     const delayMs = verdict.delayMs === undefined ? undefined : BigInt(verdict.delayMs);
@@ -81,6 +83,11 @@ export function trapSummary(error) {
   what = what.split(/\s+/).join(' ');
   if (what.length > SUMMARY_MAX) what = `${what.slice(0, SUMMARY_MAX - 1)}…`;
   return `js handler panicked at ${where}:\n${what}`;
+}
+
+/** Prints the trap report of `error` (the component traps next). */
+export function reportTrapOf(error) {
+  host.reportTrap(trapSummary(error));
 }
 
 /**

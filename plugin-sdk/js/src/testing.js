@@ -9,10 +9,12 @@
  * @module
  */
 
+import { Batch, BATCH_HANDLER, checkVerdicts } from './batch.js';
 import { checkVerdict, HANDLER } from './handler.js';
 import {
-  defaultLimits, EmittedEvent, freshState, HostCallLimitExceeded, mock,
+  defaultLimits, EmittedEvent, freshState, HostCallLimitExceeded, mock, park,
 } from './host/mock.js';
+import { Verdict } from './verdict.js';
 
 export { EmittedEvent, HostCallLimitExceeded };
 
@@ -80,6 +82,57 @@ export function run(handler, message) {
   }
 }
 
+/**
+ * Runs a batch handler (`batchHandler(fn).handleBatch`, or a plain `fn`) on `messages`
+ * against the current mock: one Outcome per message, with the effects made while it was the
+ * current message of the Batch; each acked message's kv writes and events commit in message
+ * order, the others' are discarded. Another number of verdicts than messages gets, as on
+ * the gateway, a retry for every message and no effects. A thrown error propagates.
+ */
+export function runBatch(handler, messages) {
+  const fn = handler[BATCH_HANDLER] ?? handler;
+  const s = mock.state;
+  const base = new Map(s.kv);
+  s.batch = {
+    items: messages.map(() => ({ kv: new Map(base), events: [], logs: [], calls: 0, eventCount: 0 })),
+    current: 0,
+    eventsMark: s.events.length,
+    logsMark: s.logs.length,
+  };
+  s.inMessage = true;
+  s.messageEvents = 0;
+  s.messageCalls = 0;
+  let verdicts;
+  let items;
+  try {
+    verdicts = checkVerdicts(fn, fn(new Batch(messages)));
+    park();
+    items = s.batch.items;
+  } finally {
+    s.batch = undefined;
+    s.inMessage = false;
+    s.messageEvents = 0;
+    s.kv = new Map(base);
+  }
+  if (verdicts.length !== messages.length) {
+    const reason = `the batch handler returned ${verdicts.length} verdicts for ${messages.length} messages`;
+    return messages.map(() => new Outcome(Verdict.retry(reason), [], new Map(), []));
+  }
+  return verdicts.map((verdict, i) => {
+    const item = items[i];
+    const writes = diff(base, item.kv);
+    s.logs.push(...item.logs);
+    if (verdict.isAck) {
+      for (const [key, value] of writes) {
+        if (value === null) s.kv.delete(key);
+        else s.kv.set(key, value);
+      }
+      s.events.push(...item.events);
+    }
+    return new Outcome(verdict, item.events, writes, item.logs);
+  });
+}
+
 /** The mock host's controls. Creating one resets the mock, so each test starts clean. */
 export class MockHost {
   constructor() {
@@ -135,4 +188,7 @@ export class MockHost {
 
   /** {@link run} against this mock. */
   run(handler, message) { return run(handler, message); }
+
+  /** {@link runBatch} against this mock. */
+  runBatch(handler, messages) { return runBatch(handler, messages); }
 }

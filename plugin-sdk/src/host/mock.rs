@@ -72,7 +72,70 @@ pub(crate) struct State {
     pub(crate) in_message: bool,
     pub(crate) message_events: u32,
     pub(crate) message_calls: u32,
+    /// Inside `testing::run_batch`: the other messages' state.
+    pub(crate) batch: Option<MockBatch>,
     next_event: u64,
+}
+
+/// A batch being handled (`testing::run_batch`), as the real host keeps it: one kv view,
+/// event list, log list and count of host calls per message. The current message's live in
+/// [`State`]; the others are parked here.
+#[derive(Debug, Default)]
+pub(crate) struct MockBatch {
+    pub(crate) items: Vec<Parked>,
+    pub(crate) current: usize,
+    /// `State::events` and `State::logs` lengths when the batch began.
+    pub(crate) events_mark: usize,
+    pub(crate) logs_mark: usize,
+}
+
+/// One message of a batch while another is current.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Parked {
+    pub(crate) kv: BTreeMap<String, Vec<u8>>,
+    pub(crate) events: Vec<EmittedEvent>,
+    pub(crate) logs: Vec<LogRecord>,
+    pub(crate) calls: u32,
+    pub(crate) event_count: u32,
+}
+
+/// Moves the current message's state out of `state` into its parking place.
+pub(crate) fn park(state: &mut State) {
+    let Some(mut batch) = state.batch.take() else {
+        return;
+    };
+    if let Some(item) = batch.items.get_mut(batch.current) {
+        item.kv = state.kv.clone();
+        item.events.extend(state.events.drain(batch.events_mark..));
+        item.logs.extend(state.logs.drain(batch.logs_mark..));
+        item.calls = state.message_calls;
+        item.event_count = state.message_events;
+    }
+    state.batch = Some(batch);
+}
+
+/// Host calls from now on belong to message `index` of the batch. Like the real host, which
+/// traps, calling it outside a batch or past its end panics.
+pub(crate) fn batch_item(index: u32) {
+    with(|s| {
+        host_call(s);
+        let len = s.batch.as_ref().map(|b| b.items.len());
+        match len {
+            None => panic!("carteiro mock host: batch item {index} outside a batch (the real host traps)"),
+            Some(len) if index as usize >= len => panic!(
+                "carteiro mock host: batch item {index} in a batch of {len} (the real host traps)"
+            ),
+            Some(_) => {}
+        }
+        park(s);
+        if let Some(batch) = s.batch.as_mut() {
+            let item = &batch.items[index as usize];
+            s.kv = item.kv.clone();
+            s.message_calls = item.calls;
+            s.message_events = item.event_count;
+            batch.current = index as usize;
+        }
+    });
 }
 
 thread_local! {

@@ -9,6 +9,10 @@ pub(crate) mod mock;
 mod wasm;
 
 #[cfg(not(target_arch = "wasm32"))]
-pub(crate) use mock::{config_all, config_get, kv_delete, kv_get, kv_set, log, outbox_emit};
+pub(crate) use mock::{
+    batch_item, config_all, config_get, kv_delete, kv_get, kv_set, log, outbox_emit,
+};
 #[cfg(target_arch = "wasm32")]
-pub(crate) use wasm::{config_all, config_get, kv_delete, kv_get, kv_set, log, outbox_emit};
+pub(crate) use wasm::{
+    batch_item, config_all, config_get, kv_delete, kv_get, kv_set, log, outbox_emit,
+};

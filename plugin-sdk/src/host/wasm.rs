@@ -65,3 +65,8 @@ pub(crate) fn config_get(name: &str) -> Option<String> {
 pub(crate) fn config_all() -> Vec<(String, String)> {
     config::all()
 }
+
+/// Host calls from now on belong to message `index` of the batch (`batch-handler` only).
+pub(crate) fn batch_item(index: u32) {
+    crate::bindings::batch_world::carteiro::handler::batch::item(index);
+}

@@ -71,6 +71,8 @@ export function freshState() {
     messageEvents: 0,
     messageCalls: 0,
     nextEvent: 0,
+    /** Inside `testing.runBatch`: the other messages' state. */
+    batch: undefined,
   };
 }
 
@@ -149,3 +151,32 @@ export function installConsole() {}
 
 /** Natively a trap is just the exception reaching the test. */
 export function reportTrap() {}
+
+/** Moves the current batch message's state (kv view, events, logs, counts) into its place. */
+export function park() {
+  const s = mock.state;
+  const b = s.batch;
+  if (!b) return;
+  const item = b.items[b.current];
+  item.kv = new Map(s.kv);
+  item.events.push(...s.events.splice(b.eventsMark));
+  item.logs.push(...s.logs.splice(b.logsMark));
+  item.calls = s.messageCalls;
+  item.eventCount = s.messageEvents;
+}
+
+/** Host calls from now on belong to message `index` of the batch (the real host traps on a bad one). */
+export function batchItem(index) {
+  hostCall();
+  const s = mock.state;
+  if (!s.batch) throw new Error('carteiro mock host: batch item outside a batch (the real host traps)');
+  if (!(index >= 0 && index < s.batch.items.length)) {
+    throw new Error(`carteiro mock host: batch item ${index} in a batch of ${s.batch.items.length} (the real host traps)`);
+  }
+  park();
+  const item = s.batch.items[index];
+  s.kv = new Map(item.kv);
+  s.messageCalls = item.calls;
+  s.messageEvents = item.eventCount;
+  s.batch.current = index;
+}

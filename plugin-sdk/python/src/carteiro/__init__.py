@@ -26,6 +26,8 @@ Layout:
 - ``errors.py``: typed exceptions (``KvError``, ``OutboxError``, ``BodyError`` and their
   subclasses), each with ``to_verdict()``.
 - :mod:`carteiro.rules`: the gateway's kv key and event checks (port of the Rust SDK's).
+- ``batch.py``: :func:`batch_handler` and :class:`Batch` (a route with ``batch``: one call
+  for several messages, host calls attributed to the message last taken from the batch).
 - ``_decorator.py``: the :func:`handler` decorator; ``_registry.py``: the function it
   marked; ``_component.py``: the export glue and the trap on an uncaught exception
   (WebAssembly only).
@@ -53,12 +55,15 @@ from carteiro.errors import (
     ValueTooLarge,
 )
 from carteiro._decorator import handler
+from carteiro._batch import Batch
+from carteiro.batch import batch_handler
 from carteiro.message import Header, Message
 from carteiro.verdict import Verdict
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Batch",
     "BodyError",
     "CarteiroError",
     "Header",
@@ -73,6 +78,7 @@ __all__ = [
     "TooManyEvents",
     "ValueTooLarge",
     "Verdict",
+    "batch_handler",
     "config",
     "handler",
     "kv",

@@ -92,3 +92,34 @@ class CarteiroWit:
             return _to_wit(_handler.check_verdict(fn, fn(_to_message(message))))
         except BaseException as exc:  # noqa: BLE001 - every escape is a trap
             _trap(exc)
+
+
+class CarteiroBatchWit(CarteiroWit):
+    """The export class of the ``batch-handler`` world (:func:`carteiro.batch_handler`)."""
+
+    def handle(self, message: _types.Message) -> _types.Verdict:
+        return self.handle_batch_of([message], attribute=False)[0]
+
+    def handle_batch(self, messages: list[_types.Message]) -> list[_types.Verdict]:
+        return self.handle_batch_of(messages, attribute=True)
+
+    @staticmethod
+    def handle_batch_of(messages: list[_types.Message], *, attribute: bool) -> list[_types.Verdict]:
+        from carteiro._batch import Batch, check_verdicts
+
+        try:
+            fn = _handler.registered_batch()
+            if fn is None:
+                raise RuntimeError("no function is marked with @carteiro.batch_handler")
+            batch = Batch([_to_message(m) for m in messages], attribute=attribute)
+            verdicts = check_verdicts(fn, fn(batch), len(messages))  # type: ignore[arg-type]
+            if len(verdicts) != len(messages):
+                # The host retries the whole batch; say why in its words too.
+                reason = (
+                    f"the batch handler returned {len(verdicts)} verdicts for "
+                    f"{len(messages)} messages"
+                )
+                return [_to_wit(Verdict.retry(reason)) for _ in messages]
+            return [_to_wit(v) for v in verdicts]
+        except BaseException as exc:  # noqa: BLE001 - every escape is a trap
+            _trap(exc)

@@ -26,6 +26,20 @@ def where(fn: Callable[..., object]) -> str:
     return f"{name} ({code.co_filename}:{code.co_firstlineno})"
 
 
+_registered_batch: Callable[..., object] | None = None
+
+
+def register_batch(fn: Callable[..., object]) -> None:
+    """Records ``fn`` as the batch handler (:func:`carteiro.batch_handler`)."""
+    global _registered_batch
+    _registered_batch = fn
+
+
+def registered_batch() -> Callable[..., object] | None:
+    """The function marked with :func:`carteiro.batch_handler` last, if any."""
+    return _registered_batch
+
+
 def register(fn: HandlerFn) -> None:
     """Records ``fn`` as the handler."""
     global _registered

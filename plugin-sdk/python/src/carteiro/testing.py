@@ -27,6 +27,7 @@ from typing import Any
 
 from carteiro import _registry as _handler
 from carteiro._host import mock as _mock
+from carteiro._batch import Batch, check_verdicts
 from carteiro._host.mock import EmittedEvent, HostCallLimitExceeded, Limits, LogRecord
 from carteiro.message import Message
 from carteiro.verdict import Verdict
@@ -39,6 +40,7 @@ __all__ = [
     "MockHost",
     "Outcome",
     "run",
+    "run_batch",
 ]
 
 
@@ -132,6 +134,13 @@ class MockHost:
         """Runs ``handler`` on ``message`` like the gateway: effects commit only on ack."""
         return run(handler, message)
 
+    def run_batch(
+        self, handler: Callable[[Batch], list[Verdict]], messages: list[Message]
+    ) -> list[Outcome]:
+        """Runs a batch ``handler`` like the gateway: each message's effects commit only if
+        its own verdict is ack."""
+        return run_batch(handler, messages)
+
 
 def run(handler: Callable[[Message], Verdict], message: Message) -> Outcome:
     """Runs ``handler`` on ``message`` against the current mock host.
@@ -170,3 +179,52 @@ def _diff(before: dict[str, bytes], after: dict[str, bytes]) -> dict[str, bytes 
     writes: dict[str, bytes | None] = {k: v for k, v in after.items() if before.get(k) != v}
     writes.update({k: None for k in before if k not in after})
     return dict(sorted(writes.items()))
+
+
+def run_batch(
+    handler: Callable[[Batch], list[Verdict]], messages: list[Message]
+) -> list[Outcome]:
+    """Runs a batch ``handler`` on ``messages`` against the current mock host.
+
+    One :class:`Outcome` per message, with the effects made while it was the current message
+    of the :class:`~carteiro.Batch`; each acked message's kv writes and events commit, in
+    message order, and the others' are discarded. A handler that returns another number of
+    verdicts than messages gets, like on the gateway, a retry for every message and no
+    effects. An exception propagates (a trap on the real host), discarding every effect.
+    """
+    state = _mock.state
+    base = dict(state.kv)
+    state.batch = _mock.MockBatch(
+        items=[_mock.Parked(kv=dict(base)) for _ in messages],
+        events_mark=len(state.events),
+        logs_mark=len(state.logs),
+    )
+    state.in_message, state.message_events, state.message_calls = True, 0, 0
+    root = logging.getLogger()
+    level_before = root.level
+    root.setLevel(1)
+    try:
+        verdicts = check_verdicts(handler, handler(Batch(list(messages))), len(messages))
+        _mock.park()
+        items = state.batch.items
+    finally:
+        root.setLevel(level_before)
+        state.batch = None
+        state.in_message, state.message_events = False, 0
+        state.kv = dict(base)
+    if len(verdicts) != len(messages):
+        reason = f"the batch handler returned {len(verdicts)} verdicts for {len(messages)} messages"
+        return [Outcome(verdict=Verdict.retry(reason)) for _ in messages]
+    outcomes = []
+    for verdict, item in zip(verdicts, items):
+        writes = _diff(base, item.kv)
+        state.logs.extend(item.logs)
+        if verdict.is_ack:
+            for key, value in writes.items():
+                if value is None:
+                    state.kv.pop(key, None)
+                else:
+                    state.kv[key] = value
+            state.events.extend(item.events)
+        outcomes.append(Outcome(verdict=verdict, events=item.events, kv_writes=writes, logs=item.logs))
+    return outcomes

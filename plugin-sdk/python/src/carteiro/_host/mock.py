@@ -90,9 +90,64 @@ class State:
     message_events: int = 0
     message_calls: int = 0
     next_event: int = 0
+    #: Inside :func:`carteiro.testing.run_batch`: the other messages' state.
+    batch: MockBatch | None = None
+
+
+@dataclass
+class Parked:
+    """One message of a batch while another is current, as the real host keeps it."""
+
+    kv: dict[str, bytes] = field(default_factory=dict)
+    events: list[EmittedEvent] = field(default_factory=list)
+    logs: list[LogRecord] = field(default_factory=list)
+    calls: int = 0
+    event_count: int = 0
+
+
+@dataclass
+class MockBatch:
+    """A batch being handled: one kv view, event and log list and count per message."""
+
+    items: list[Parked]
+    events_mark: int
+    logs_mark: int
+    current: int = 0
 
 
 state = State()
+
+
+def park() -> None:
+    """Moves the current message's state into its parking place."""
+    batch = state.batch
+    if batch is None:
+        return
+    item = batch.items[batch.current]
+    item.kv = dict(state.kv)
+    item.events.extend(state.events[batch.events_mark :])
+    del state.events[batch.events_mark :]
+    item.logs.extend(state.logs[batch.logs_mark :])
+    del state.logs[batch.logs_mark :]
+    item.calls, item.event_count = state.message_calls, state.message_events
+
+
+def batch_item(index: int) -> None:
+    """Host calls from now on belong to message ``index`` (the real host traps on a bad one)."""
+    _host_call()
+    batch = state.batch
+    if batch is None:
+        raise RuntimeError("carteiro mock host: batch item outside a batch (the real host traps)")
+    if not 0 <= index < len(batch.items):
+        raise RuntimeError(
+            f"carteiro mock host: batch item {index} in a batch of {len(batch.items)} "
+            "(the real host traps)"
+        )
+    park()
+    item = batch.items[index]
+    state.kv = dict(item.kv)
+    state.message_calls, state.message_events = item.calls, item.event_count
+    batch.current = index
 
 
 def _host_call() -> None:

@@ -92,3 +92,10 @@ def config_get(name: str) -> str | None:
 
 def config_all() -> list[tuple[str, str]]:
     return list(_config.all())
+
+
+def batch_item(index: int) -> None:
+    # Only the batch-handler world has this import (a plain handler never calls it).
+    from _carteiro_wit.imports import batch as _batch
+
+    _batch.item(index)

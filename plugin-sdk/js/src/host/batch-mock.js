@@ -1,0 +1,2 @@
+/** The mock's `batch` import (see `mock.js`). @module */
+export { batchItem } from './mock.js';

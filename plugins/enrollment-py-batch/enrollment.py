@@ -1,0 +1,1 @@
+../enrollment-py/app.py
