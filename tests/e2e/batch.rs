@@ -38,17 +38,20 @@ async fn kv_text(store: &carteiro::store::Store, key: &str) -> Option<String> {
 
 /// Event message ids received on `sink` until `count` arrived (30 s at most), by id.
 async fn events(client: &Client, sink: &str, count: usize) -> BTreeMap<String, usize> {
-    let mut seen = BTreeMap::new();
+    let seen = std::sync::Mutex::new(BTreeMap::new());
     wait_for(&format!("{count} events"), Duration::from_secs(30), || async {
-        for m in client.drain(sink).await {
-            let payload: serde_json::Value = serde_json::from_slice(&m.delivery.data).ok()?;
-            let id = payload["message_id"].as_str()?.to_owned();
+        let batch = client.drain(sink).await;
+        let mut seen = seen.lock().expect("lock");
+        for m in batch {
+            let payload: serde_json::Value =
+                serde_json::from_slice(&m.delivery.data).expect("a JSON event");
+            let id = payload["message_id"].as_str().expect("message_id").to_owned();
             *seen.entry(id).or_insert(0) += 1;
         }
         (seen.values().sum::<usize>() >= count).then_some(())
     })
     .await;
-    seen
+    seen.into_inner().expect("lock")
 }
 
 #[tokio::test]

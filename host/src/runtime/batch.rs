@@ -187,6 +187,7 @@ mod tests {
             max_host_calls: 10,
             max_events: 10,
             totals: DeliveryTotals::default(),
+            standard_exchange: None,
         });
         HostCalls::new(identity, Arc::new(NoKv))
     }
