@@ -136,16 +136,21 @@ fn settings() -> Settings {
     );
     if drain_systems.contains(&Publisher::Cdc) {
         // It would publish the backlog through the polling path: not the slot's figure.
-        println!("BENCH_DRAIN_SYSTEMS: cdc left out of the backlog drain; BENCH_RELAY_PARTS=cdc measures it");
+        println!(
+            "BENCH_DRAIN_SYSTEMS: cdc left out of the backlog drain; BENCH_RELAY_PARTS=cdc measures it"
+        );
         drain_systems.retain(|p| *p != Publisher::Cdc);
     }
     let cdc_systems = env_list("BENCH_CDC_SYSTEMS", "cdc,relay,poller", Publisher::parse)
         .into_iter()
         .filter(|p| matches!(p, Publisher::Cdc | Publisher::Relay | Publisher::Poller))
         .collect();
-    let pg_port = pg_admin
-        .as_deref()
-        .map(|admin| url::Url::parse(admin).ok().and_then(|u| u.port()).unwrap_or(5432));
+    let pg_port = pg_admin.as_deref().map(|admin| {
+        url::Url::parse(admin)
+            .ok()
+            .and_then(|u| u.port())
+            .unwrap_or(5432)
+    });
     Settings {
         amqp,
         pg_admin,
@@ -997,7 +1002,9 @@ async fn main() {
         }
     }
     if s.parts.contains("cdc") && !s.backends.contains(&Backend::Postgres) {
-        println!("part cdc skipped: it runs on PostgreSQL only (BENCH_BACKENDS=postgres and CARTEIRO_TEST_POSTGRES_URL)");
+        println!(
+            "part cdc skipped: it runs on PostgreSQL only (BENCH_BACKENDS=postgres and CARTEIRO_TEST_POSTGRES_URL)"
+        );
     }
 }
 

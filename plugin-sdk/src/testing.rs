@@ -155,8 +155,16 @@ pub fn run_batch(handler: fn(Batch) -> Vec<Verdict>, messages: Vec<Message>) -> 
                 }
                 Outcome {
                     verdict,
-                    events: if wrong_length { Vec::new() } else { item.events },
-                    kv_writes: if wrong_length { BTreeMap::new() } else { kv_writes },
+                    events: if wrong_length {
+                        Vec::new()
+                    } else {
+                        item.events
+                    },
+                    kv_writes: if wrong_length {
+                        BTreeMap::new()
+                    } else {
+                        kv_writes
+                    },
                     logs: item.logs,
                 }
             })

@@ -3,8 +3,8 @@
 //! store; the `counter-batch` fixture's body picks each message's verdict.
 
 use crate::support::{
-    Client, Route, assert_any_reason, committed, json_props, load_config,
-    retry_table, route_config, unique, wait_for,
+    Client, Route, assert_any_reason, committed, json_props, load_config, retry_table,
+    route_config, unique, wait_for,
 };
 use carteiro::common::labels::Outcome;
 use carteiro::metrics::Metrics;
@@ -39,17 +39,24 @@ async fn kv_text(store: &carteiro::store::Store, key: &str) -> Option<String> {
 /// Event message ids received on `sink` until `count` arrived (30 s at most), by id.
 async fn events(client: &Client, sink: &str, count: usize) -> BTreeMap<String, usize> {
     let seen = std::sync::Mutex::new(BTreeMap::new());
-    wait_for(&format!("{count} events"), Duration::from_secs(30), || async {
-        let batch = client.drain(sink).await;
-        let mut seen = seen.lock().expect("lock");
-        for m in batch {
-            let payload: serde_json::Value =
-                serde_json::from_slice(&m.delivery.data).expect("a JSON event");
-            let id = payload["message_id"].as_str().expect("message_id").to_owned();
-            *seen.entry(id).or_insert(0) += 1;
-        }
-        (seen.values().sum::<usize>() >= count).then_some(())
-    })
+    wait_for(
+        &format!("{count} events"),
+        Duration::from_secs(30),
+        || async {
+            let batch = client.drain(sink).await;
+            let mut seen = seen.lock().expect("lock");
+            for m in batch {
+                let payload: serde_json::Value =
+                    serde_json::from_slice(&m.delivery.data).expect("a JSON event");
+                let id = payload["message_id"]
+                    .as_str()
+                    .expect("message_id")
+                    .to_owned();
+                *seen.entry(id).or_insert(0) += 1;
+            }
+            (seen.values().sum::<usize>() >= count).then_some(())
+        },
+    )
     .await;
     seen.into_inner().expect("lock")
 }
@@ -74,11 +81,15 @@ async fn a_mixed_batch_settles_each_message_by_its_own_verdict_and_keeps_only_ac
     let dead = route.dead_letters(2).await;
     assert_any_reason(&dead, &["asked to dead-letter"]);
     assert_eq!(dead.len(), 2, "only d0 and d1 are dead letters");
-    wait_for("4 acks and a duplicate", Duration::from_secs(30), || async {
-        (metrics.delivered(&route.queue, Outcome::Acked) >= 4
-            && metrics.delivered(&route.queue, Outcome::Duplicate) >= 1)
-            .then_some(())
-    })
+    wait_for(
+        "4 acks and a duplicate",
+        Duration::from_secs(30),
+        || async {
+            (metrics.delivered(&route.queue, Outcome::Acked) >= 4
+                && metrics.delivered(&route.queue, Outcome::Duplicate) >= 1)
+                .then_some(())
+        },
+    )
     .await;
     let store = &route.gw.store;
     for id in ["a0", "a1", "r0", "r1"] {
@@ -90,7 +101,11 @@ async fn a_mixed_batch_settles_each_message_by_its_own_verdict_and_keeps_only_ac
         );
     }
     for id in ["d0", "d1"] {
-        assert_eq!(kv_text(store, &format!("done/{id}")).await, None, "{id} kept no effect");
+        assert_eq!(
+            kv_text(store, &format!("done/{id}")).await,
+            None,
+            "{id} kept no effect"
+        );
     }
     // The batch really formed: a0 ran in a call of more than one message.
     let len: usize = kv_text(store, "batch-len/a0")
@@ -132,7 +147,11 @@ async fn a_trap_fails_every_message_of_the_batch_and_commits_nothing() {
     let dead = route.dead_letters(3).await;
     assert_eq!(dead.len(), 3, "the whole batch failed with the trap");
     for row in &dead {
-        assert!(row.letter.reason.contains("trapped"), "{}", row.letter.reason);
+        assert!(
+            row.letter.reason.contains("trapped"),
+            "{}",
+            row.letter.reason
+        );
     }
     for id in ["t0", "t1", "t2"] {
         assert_eq!(kv_text(&route.gw.store, &format!("done/{id}")).await, None);
@@ -180,7 +199,10 @@ async fn the_python_batch_handler_records_each_enrollment_of_a_batch() {
         .kv_get("enrollment-py-batch", "matricula/M9")
         .await
         .expect("kv");
-    assert!(missing.is_none(), "the dead-lettered message kept no effect");
+    assert!(
+        missing.is_none(),
+        "the dead-lettered message kept no effect"
+    );
     route.gw.stop().await;
 }
 
@@ -201,7 +223,9 @@ async fn batch_on_a_plugin_without_handle_batch_is_a_config_error_naming_both() 
     let outcome = tokio::time::timeout(Duration::from_secs(60), run)
         .await
         .expect("the gateway refuses the config within 60s");
-    let error = outcome.expect_err("a route with batch on a plain plugin").to_string();
+    let error = outcome
+        .expect_err("a route with batch on a plain plugin")
+        .to_string();
     assert!(
         error.contains(&queue) && error.contains("`counter`") && error.contains("handle-batch"),
         "{error}"

@@ -26,7 +26,12 @@ fn slot_name() -> String {
     format!("e2e_cdc_{}", uuid::Uuid::now_v7().simple())
 }
 
-fn cdc_config(dir: &std::path::Path, store: &str, amqp: &str, slot: &str) -> carteiro::config::Config {
+fn cdc_config(
+    dir: &std::path::Path,
+    store: &str,
+    amqp: &str,
+    slot: &str,
+) -> carteiro::config::Config {
     load_config(
         dir,
         &format!(
@@ -35,12 +40,28 @@ fn cdc_config(dir: &std::path::Path, store: &str, amqp: &str, slot: &str) -> car
     )
 }
 
-fn cdc_relay(config: &carteiro::config::Config, store: Store, metrics: Arc<Metrics>) -> carteiro::relay::Relay {
-    carteiro::relay::Relay::new(&config.broker, &config.relay, &config.store.url, store, metrics, None)
+fn cdc_relay(
+    config: &carteiro::config::Config,
+    store: Store,
+    metrics: Arc<Metrics>,
+) -> carteiro::relay::Relay {
+    carteiro::relay::Relay::new(
+        &config.broker,
+        &config.relay,
+        &config.store.url,
+        store,
+        metrics,
+        None,
+    )
 }
 
 fn message_id(m: &lapin::message::BasicGetMessage) -> String {
-    m.delivery.properties.message_id().as_ref().map(|s| s.to_string()).unwrap_or_default()
+    m.delivery
+        .properties
+        .message_id()
+        .as_ref()
+        .map(|s| s.to_string())
+        .unwrap_or_default()
 }
 
 /// The slot's confirmed position, as a number (`None`: no slot).
@@ -104,7 +125,9 @@ async fn rows_committed_while_active_arrive_once_in_key_order_and_the_slot_advan
     let metrics = Arc::new(Metrics::default());
     let relay = run_relay(cdc_relay(&config, store.clone(), metrics.clone()));
     wait_active(&metrics).await;
-    let before = confirmed_lsn(&url, &slot).await.expect("the relay created its slot");
+    let before = confirmed_lsn(&url, &slot)
+        .await
+        .expect("the relay created its slot");
     seed_outbox(&store, &exchange, 20, 2_000).await;
     let all = receive(&client, &sink, 2_000, WAIT).await;
     let ids: HashSet<String> = all.iter().map(message_id).collect();
@@ -236,7 +259,11 @@ async fn rows_wait_in_the_slot_while_the_broker_is_down() {
     let before = confirmed_lsn(&url, &slot).await.expect("slot");
     seed_outbox(&store, &exchange, 5, 200).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(store.outbox_status().await.expect("status").pending, 200, "nothing marked");
+    assert_eq!(
+        store.outbox_status().await.expect("status").pending,
+        200,
+        "nothing marked"
+    );
     assert_eq!(
         confirmed_lsn(&url, &slot).await,
         Some(before),
@@ -271,9 +298,17 @@ async fn a_second_relay_stands_by_and_takes_over_when_the_active_one_stops() {
     let (ma, mb) = (Arc::new(Metrics::default()), Arc::new(Metrics::default()));
     let a = run_relay(cdc_relay(&config, store.clone(), ma.clone()));
     wait_active(&ma).await;
-    let b = run_relay(cdc_relay(&config, Store::connect(&url, 4).await.expect("store"), mb.clone()));
+    let b = run_relay(cdc_relay(
+        &config,
+        Store::connect(&url, 4).await.expect("store"),
+        mb.clone(),
+    ));
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(mb.outbox.cdc_active.get(), 0, "one slot, one reader: b stands by");
+    assert_eq!(
+        mb.outbox.cdc_active.get(),
+        0,
+        "one slot, one reader: b stands by"
+    );
     seed_outbox(&store, &exchange, 5, 100).await;
     receive(&client, &sink, 100, WAIT).await;
     stop_relay(a).await;
@@ -303,28 +338,37 @@ async fn a_gateway_in_cdc_mode_relays_its_handlers_events_once_in_key_order_thro
         "[relay]\n",
         &format!("[relay]\nmode = \"cdc\"\nslot = \"{slot}\"\npublication = \"{slot}\"\n"),
     );
-    assert!(toml.contains("mode = \"cdc\""), "the route config has a [relay] table: {toml}");
+    assert!(
+        toml.contains("mode = \"cdc\""),
+        "the route config has a [relay] table: {toml}"
+    );
     let metrics = Arc::new(Metrics::default());
     let dir = tempfile::tempdir().expect("tempdir");
     let gw = Gateway::start_in(dir, &toml, metrics.clone()).await;
     // Active before the first commit: the backlog drain (the polling path) found nothing, so
     // every event below can only come through the slot.
     wait_active(&metrics).await;
-    let before = confirmed_lsn(&url, &slot).await.expect("the gateway's relay created its slot");
+    let before = confirmed_lsn(&url, &slot)
+        .await
+        .expect("the gateway's relay created its slot");
     client.wait_for_consumer(&queue).await;
     for i in 0..MESSAGES {
         let body = format!(r#"{{"matricula_id":"M{i}","usuario_id":"U{i}","curso_id":"C1"}}"#);
         let props = json_props(&format!("m-{i}"));
-        client.publish(&input, "matricula.confirmada", props, body.as_bytes()).await;
+        client
+            .publish(&input, "matricula.confirmada", props, body.as_bytes())
+            .await;
     }
     let mut all = receive(&client, &sink, 3 * MESSAGES, WAIT).await;
     wait_for("every outbox row marked published", WAIT, || async {
         (gw.store.outbox_status().await.ok()?.pending == 0).then_some(())
     })
     .await;
-    wait_for("the slot advanced past the gateway's commits", WAIT, || async {
-        (confirmed_lsn(&url, &slot).await? > before).then_some(())
-    })
+    wait_for(
+        "the slot advanced past the gateway's commits",
+        WAIT,
+        || async { (confirmed_lsn(&url, &slot).await? > before).then_some(()) },
+    )
     .await;
     // A late repeat would land by now: the rows are marked and the slot moved past them.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -341,12 +385,19 @@ async fn a_gateway_in_cdc_mode_relays_its_handlers_events_once_in_key_order_thro
         let headers = m.delivery.properties.headers().as_ref();
         let cause = header_text(headers, enrollment_rules::CAUSATION_HEADER)
             .expect("each event names the message that caused it");
-        by_message.entry(cause).or_default().push(m.delivery.routing_key.to_string());
+        by_message
+            .entry(cause)
+            .or_default()
+            .push(m.delivery.routing_key.to_string());
     }
     assert_eq!(by_message.len(), MESSAGES, "events of every message");
     for (cause, keys) in &by_message {
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        assert_eq!(keys, enrollment_rules::ROUTING_KEYS.to_vec(), "{cause}: emitted order kept");
+        assert_eq!(
+            keys,
+            enrollment_rules::ROUTING_KEYS.to_vec(),
+            "{cause}: emitted order kept"
+        );
     }
 }
 
@@ -359,7 +410,9 @@ fn cdc_on_sqlite_is_a_config_error_naming_the_key() {
         "version = 1\n[broker]\nurl = \"amqp://localhost\"\n[store]\nurl = \"sqlite://x.db\"\n[relay]\nmode = \"cdc\"\n",
     )
     .expect("write");
-    let err = carteiro::config::load(&path).expect_err("cdc on SQLite refused").to_string();
+    let err = carteiro::config::load(&path)
+        .expect_err("cdc on SQLite refused")
+        .to_string();
     assert!(err.contains("relay.mode"), "{err}");
     assert!(err.contains("not PostgreSQL"), "{err}");
 }

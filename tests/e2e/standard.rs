@@ -88,13 +88,20 @@ async fn ok_acks_and_its_send_is_relayed_once_with_topic_and_metadata() {
     let sent = standard.sent(Duration::from_secs(2), WAIT).await;
     assert_eq!(sent.len(), 1, "exactly one send for one committed delivery");
     let m = &sent[0].delivery;
-    assert_eq!(m.routing_key.as_str(), "standard.done", "topic -> routing key");
+    assert_eq!(
+        m.routing_key.as_str(),
+        "standard.done",
+        "topic -> routing key"
+    );
     assert_eq!(m.data, b"done");
     assert_eq!(
         m.properties.content_type().as_ref().map(|c| c.as_str()),
         Some("text/plain")
     );
-    assert!(m.properties.message_id().is_some(), "event id as message_id");
+    assert!(
+        m.properties.message_id().is_some(),
+        "event id as message_id"
+    );
     let headers = to_text_pairs(&m.properties.headers().clone().unwrap_or_default());
     let header = |name: &str| {
         headers
@@ -102,12 +109,21 @@ async fn ok_acks_and_its_send_is_relayed_once_with_topic_and_metadata() {
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
     };
-    assert_eq!(header("tenant"), Some("acme"), "metadata -> headers: {headers:?}");
+    assert_eq!(
+        header("tenant"),
+        Some("acme"),
+        "metadata -> headers: {headers:?}"
+    );
     // The delivery's routing key was the component's topic.
     assert_eq!(header("x-standard-topic"), Some("k"), "{headers:?}");
 
     let store = &route.gw.store;
-    assert!(store.inbox_contains(&route.queue, "s-ok").await.expect("inbox"));
+    assert!(
+        store
+            .inbox_contains(&route.queue, "s-ok")
+            .await
+            .expect("inbox")
+    );
     assert_eq!(store.outbox_status().await.expect("status").pending, 0);
     assert!(
         store
@@ -131,7 +147,10 @@ async fn timeout_is_retried_with_backoff_until_the_limit_then_dead_lettered() {
     route.publish(props("s-timeout"), b"timeout").await;
     let rows = route.dead_letters(1).await;
     let took = started.elapsed();
-    assert!(took >= Duration::from_millis(400), "two backoffs honoured: {took:?}");
+    assert!(
+        took >= Duration::from_millis(400),
+        "two backoffs honoured: {took:?}"
+    );
     let letter = &rows[0].letter;
     assert_eq!(letter.attempts, 3);
     assert!(
@@ -141,17 +160,30 @@ async fn timeout_is_retried_with_backoff_until_the_limit_then_dead_lettered() {
         "{}",
         letter.reason
     );
-    assert!(!route.gw.store.inbox_contains(&route.queue, "s-timeout").await.expect("inbox"));
+    assert!(
+        !route
+            .gw
+            .store
+            .inbox_contains(&route.queue, "s-timeout")
+            .await
+            .expect("inbox")
+    );
     standard.route.gw.stop().await;
 }
 
 #[tokio::test]
 async fn other_dead_letters_at_once_when_the_route_says_so_and_retries_by_default() {
-    let extra = format!("standard_errors = \"dead-letter\"\n{}", retry_table(3, &["100ms"]));
+    let extra = format!(
+        "standard_errors = \"dead-letter\"\n{}",
+        retry_table(3, &["100ms"])
+    );
     let at_once = StandardRoute::start(RUST, &extra, "").await;
     at_once.route.publish(props("s-other-1"), b"other").await;
     let rows = at_once.route.dead_letters(1).await;
-    assert_eq!(rows[0].letter.attempts, 1, "dead-lettered on the first attempt");
+    assert_eq!(
+        rows[0].letter.attempts, 1,
+        "dead-lettered on the first attempt"
+    );
     let reason = &rows[0].letter.reason;
     assert!(
         reason.contains("wasi:messaging error: other: fixture: other failure")
@@ -179,25 +211,34 @@ async fn other_dead_letters_at_once_when_the_route_says_so_and_retries_by_defaul
 async fn a_python_standard_component_acks_and_sends() {
     // Compiled once into the default compile cache before the gateway loads it.
     tokio::task::spawn_blocking(|| {
-        let runtime = Runtime::with_compile_cache(
-            1,
-            carteiro::runtime::default_compile_cache().as_deref(),
+        let runtime =
+            Runtime::with_compile_cache(1, carteiro::runtime::default_compile_cache().as_deref())
+                .expect("runtime");
+        Plugin::load(
+            &runtime,
+            PYTHON,
+            &plugin(PYTHON),
+            None,
+            limits(),
+            BTreeMap::new(),
         )
-        .expect("runtime");
-        Plugin::load(&runtime, PYTHON, &plugin(PYTHON), None, limits(), BTreeMap::new())
-            .unwrap_or_else(|e| panic!("{PYTHON} loads: {e}"));
+        .unwrap_or_else(|e| panic!("{PYTHON} loads: {e}"));
     })
     .await
     .expect("warm");
-    let standard =
-        StandardRoute::start(PYTHON, "", "timeout = \"10s\"\nmemory = \"64MiB\"").await;
+    let standard = StandardRoute::start(PYTHON, "", "timeout = \"10s\"\nmemory = \"64MiB\"").await;
     standard.route.publish(props("py-ok"), b"ok").await;
     let sent = standard.sent(Duration::from_secs(1), PYTHON_WAIT).await;
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].delivery.routing_key.as_str(), "standard.done");
     assert_eq!(sent[0].delivery.data, b"done-py");
     let store = &standard.route.gw.store;
-    assert!(store.inbox_contains(&standard.route.queue, "py-ok").await.expect("inbox"));
+    assert!(
+        store
+            .inbox_contains(&standard.route.queue, "py-ok")
+            .await
+            .expect("inbox")
+    );
     standard.route.gw.stop().await;
 }
 
@@ -229,9 +270,16 @@ fn message(body: &[u8]) -> Message {
 
 fn load(limits: carteiro::runtime::PluginLimits, exchange: Option<&str>) -> Plugin {
     let runtime = Runtime::new(4).expect("runtime");
-    Plugin::load(&runtime, "std", &plugin(RUST), None, limits, BTreeMap::new())
-        .expect("a messaging-core component loads")
-        .with_standard_exchange(exchange.map(str::to_owned))
+    Plugin::load(
+        &runtime,
+        "std",
+        &plugin(RUST),
+        None,
+        limits,
+        BTreeMap::new(),
+    )
+    .expect("a messaging-core component loads")
+    .with_standard_exchange(exchange.map(str::to_owned))
 }
 
 #[tokio::test]
@@ -251,9 +299,16 @@ async fn in_process_the_standard_world_gets_the_same_caps_and_instance_reuse() {
         assert_eq!(event.exchange, "out");
         assert_eq!(event.routing_key, "standard.done", "topic -> routing key");
         assert!(event.headers.contains(&("tenant".into(), "acme".into())));
-        assert!(event.headers.contains(&("x-standard-topic".into(), "orders.created".into())));
         assert!(
-            event.headers.iter().all(|(k, _)| !k.starts_with("x-carteiro-")),
+            event
+                .headers
+                .contains(&("x-standard-topic".into(), "orders.created".into()))
+        );
+        assert!(
+            event
+                .headers
+                .iter()
+                .all(|(k, _)| !k.starts_with("x-carteiro-")),
             "Carteiro's own headers are not metadata: {:?}",
             event.headers
         );
@@ -261,17 +316,30 @@ async fn in_process_the_standard_world_gets_the_same_caps_and_instance_reuse() {
 
     // Without a standard_exchange the component may not send: its error is the verdict.
     let denied = load(limits(), None);
-    let answer = denied.handle(&message(b"ok"), kv()).await.expect("answered");
+    let answer = denied
+        .handle(&message(b"ok"), kv())
+        .await
+        .expect("answered");
     let denied_for_want_of_an_exchange = matches!(
         &answer.standard_error,
         Some(StandardError::PermissionDenied(why)) if why.contains("standard_exchange")
     );
-    assert!(denied_for_want_of_an_exchange, "{:?}", answer.standard_error);
+    assert!(
+        denied_for_want_of_an_exchange,
+        "{:?}",
+        answer.standard_error
+    );
     assert!(answer.effects.events.is_empty());
 
     // The host-call cap traps a standard component like any other.
-    let capped = load(plugin_limits(Duration::from_secs(10), 64 << 20, 3, 100), Some("out"));
-    let failure = capped.handle(&message(b"ok"), kv()).await.expect_err("capped");
+    let capped = load(
+        plugin_limits(Duration::from_secs(10), 64 << 20, 3, 100),
+        Some("out"),
+    );
+    let failure = capped
+        .handle(&message(b"ok"), kv())
+        .await
+        .expect_err("capped");
     assert_eq!(failure, PluginFailure::HostCallLimit(3));
 }
 
@@ -297,8 +365,15 @@ fn a_component_importing_request_reply_is_refused_naming_the_import() {
     );
 
     // A carteiro:handler component is still recognised as such.
-    let noop = Plugin::load(&runtime, "noop", &plugin("noop"), None, limits(), BTreeMap::new())
-        .expect("loads");
+    let noop = Plugin::load(
+        &runtime,
+        "noop",
+        &plugin("noop"),
+        None,
+        limits(),
+        BTreeMap::new(),
+    )
+    .expect("loads");
     assert_eq!(noop.world(), World::Carteiro);
 }
 
@@ -342,11 +417,17 @@ fn plugin_test_runs_both_worlds() {
         "--expect",
         "dead-letter",
     ]);
-    assert!(other.contains("answer   wasi:messaging error: other"), "{other}");
+    assert!(
+        other.contains("answer   wasi:messaging error: other"),
+        "{other}"
+    );
     let retried = carteiro_plugin_test(&[&standard, "--body", "timeout", "--expect", "retry"]);
     assert!(retried.contains("verdict  retry"), "{retried}");
 
     let noop = plugin("noop").display().to_string();
     let carteiro = carteiro_plugin_test(&[&noop, "--expect", "ack"]);
-    assert!(carteiro.contains("world    carteiro:handler@0.1.0"), "{carteiro}");
+    assert!(
+        carteiro.contains("world    carteiro:handler@0.1.0"),
+        "{carteiro}"
+    );
 }

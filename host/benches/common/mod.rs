@@ -357,7 +357,8 @@ fn listens_on(pid: &str, port: &str) -> bool {
         return false;
     };
     let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-    args.windows(2).any(|w| w[0] == b"-p" && w[1] == port.as_bytes())
+    args.windows(2)
+        .any(|w| w[0] == b"-p" && w[1] == port.as_bytes())
         || args
             .iter()
             .any(|a| a.strip_prefix(b"-p") == Some(port.as_bytes()))

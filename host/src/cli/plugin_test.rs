@@ -5,8 +5,7 @@
 
 pub use crate::runtime::MemoryKv;
 use crate::runtime::{
-    Header, KvSource, Message, Plugin, PluginLimits, Runtime, StandardErrorPolicy, Verdict,
-    World,
+    Header, KvSource, Message, Plugin, PluginLimits, Runtime, StandardErrorPolicy, Verdict, World,
 };
 use anyhow::Context;
 use serde::Deserialize;

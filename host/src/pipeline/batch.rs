@@ -185,187 +185,191 @@ impl Batch<'_> {
 
     /// The batch: checks, one `handle-batch` call, one commit, each delivery settled.
     async fn run(&self, spans: &mut [Option<DeliverySpan>], fates: &mut [Fate]) {
-    let (ctx, plugin, entries) = (self.ctx, self.plugin, self.entries);
-    if ctx.deps.fault == Some(FaultPoint::PanicOnBody)
-        && entries.iter().any(|e| e.delivery.data.starts_with(b"panic"))
-    {
-        panic!("fault injection: panic while processing a batch");
-    }
-    // 1. Guards, key, duplicates within the batch and in the inbox.
-    let mut keys_seen = HashSet::new();
-    let mut candidates: Vec<(usize, String)> = Vec::new();
-    for (i, entry) in entries.iter().enumerate() {
-        if let Some(reason) = &entry.received.refused {
-            let plan = plan::dead_letter(reason.clone(), FailureKind::Rejected);
-            self.settle(i, spans, Some(plan), None).await;
-            fates[i] = Fate::Settled;
-            continue;
-        }
-        let inbox_key = match key::extract(
-            &ctx.settings.key_source,
-            entry.received.message_id.as_deref(),
-            &entry.received.headers,
-            &entry.delivery.data,
-        ) {
-            Ok(key) => key,
-            Err(why) => match ctx.settings.on_missing_key {
-                MissingKeyPolicy::DeadLetter => {
-                    let plan = plan::dead_letter(why.to_string(), FailureKind::MissingKey);
-                    self.settle(i, spans, Some(plan), None).await;
-                    fates[i] = Fate::Settled;
-                    continue;
-                }
-                MissingKeyPolicy::Process => format!("unkeyed:{}", uuid::Uuid::now_v7()),
-            },
-        };
-        // The same key twice in one batch: the second waits for the first to settle.
-        if !keys_seen.insert(inbox_key.clone()) {
-            fates[i] = Fate::Alone;
-            continue;
-        }
-        match ctx
-            .deps
-            .reads
-            .inbox_contains(&ctx.settings.queue, &inbox_key)
-            .await
+        let (ctx, plugin, entries) = (self.ctx, self.plugin, self.entries);
+        if ctx.deps.fault == Some(FaultPoint::PanicOnBody)
+            && entries
+                .iter()
+                .any(|e| e.delivery.data.starts_with(b"panic"))
         {
-            Ok(true) => {
-                tracing::info!(key = %inbox_key, "duplicate: already processed, acking without running the handler");
-                self.settle(i, spans, None, Some(Settle::Ack(Outcome::Duplicate)))
-                    .await;
-                fates[i] = Fate::Settled;
-            }
-            Ok(false) => candidates.push((i, inbox_key)),
-            Err(e) => {
-                ctx.deps.gate.report_failure(&format!("inbox check failed: {e}"));
-                fates[i] = Fate::Alone;
-            }
+            panic!("fault injection: panic while processing a batch");
         }
-    }
-    if candidates.is_empty() {
-        return;
-    }
-
-    // 2. One handle-batch call.
-    let messages: Vec<Message> = candidates
-        .iter()
-        .map(|(i, _)| entries[*i].received.message(&entries[*i].delivery))
-        .collect();
-    ctx.deps
-        .metrics
-        .batch_size(&ctx.settings.queue, messages.len());
-    let started = Instant::now();
-    let mut handler_span = ctx
-        .deps
-        .telemetry
-        .handler_span(plugin.name(), plugin.version());
-    let result = plugin.handle_batch(&messages, ctx.deps.kv.clone()).await;
-    ctx.deps
-        .metrics
-        .handler_duration(&ctx.settings.queue, started.elapsed());
-    let invocations = match result {
-        Ok(invocations) => invocations,
-        Err(failure) => {
-            handler_span.fail(failure.kind().label());
-            drop(handler_span);
-            tracing::warn!(queue = %ctx.settings.queue, batch = candidates.len(), reason = %failure, "the batch handler failed; every message of the batch fails with it");
-            for (i, _) in &candidates {
-                ctx.deps
-                    .metrics
-                    .plugin_failure(&ctx.settings.queue, failure.kind());
-                let entry = &entries[*i];
-                let plan = plan::after_handler(
-                    entry.received.attempt,
-                    &ctx.settings.retry,
-                    ctx.settings.on_plugin_failure,
-                    &Err(failure.clone()),
-                );
-                self.settle(*i, spans, Some(plan), None).await;
-                fates[*i] = Fate::Settled;
-            }
-            return;
-        }
-    };
-    drop(handler_span);
-
-    // 3. Each verdict decides its message; the acked ones are committed together.
-    let mut to_commit: Vec<(usize, Invocation, String)> = Vec::new();
-    for ((i, inbox_key), invocation) in candidates.into_iter().zip(invocations) {
-        let entry = &entries[i];
-        let facts = Ok((invocation.verdict.clone(), invocation.store_error.clone()));
-        let plan = plan::after_handler(
-            entry.received.attempt,
-            &ctx.settings.retry,
-            ctx.settings.on_plugin_failure,
-            &facts,
-        );
-        match plan {
-            Plan::Commit => to_commit.push((i, invocation, inbox_key)),
-            Plan::StoreTrouble(why) => {
-                ctx.deps
-                    .gate
-                    .report_failure(&format!("store unavailable during the handler: {why}"));
-                fates[i] = Fate::Alone;
-            }
-            plan => {
+        // 1. Guards, key, duplicates within the batch and in the inbox.
+        let mut keys_seen = HashSet::new();
+        let mut candidates: Vec<(usize, String)> = Vec::new();
+        for (i, entry) in entries.iter().enumerate() {
+            if let Some(reason) = &entry.received.refused {
+                let plan = plan::dead_letter(reason.clone(), FailureKind::Rejected);
                 self.settle(i, spans, Some(plan), None).await;
                 fates[i] = Fate::Settled;
+                continue;
             }
-        }
-    }
-    if to_commit.is_empty() {
-        return;
-    }
-    let mut order = Vec::with_capacity(to_commit.len());
-    let mut requests = Vec::with_capacity(to_commit.len());
-    for (i, invocation, inbox_key) in to_commit {
-        let entry = &entries[i];
-        let apply = self.apply(i);
-        let message = entry.received.message(&entry.delivery);
-        let trace = match &spans[i] {
-            Some(otel) => telemetry::within(otel, async { apply.trace(&message) }).await,
-            None => apply.trace(&message),
-        };
-        requests.push(apply.commit_request(&inbox_key, trace, invocation));
-        order.push(i);
-    }
-    hang_if(ctx.deps.fault, FaultPoint::HangBeforeCommit).await;
-    let committed = ctx.deps.committer.commit_all(requests).await;
-    hang_if(ctx.deps.fault, FaultPoint::HangAfterCommit).await;
-    let outcomes = match committed {
-        Ok(outcomes) => outcomes,
-        Err(e) => {
-            ctx.deps.gate.report_failure(&format!("commit failed: {e}"));
-            for i in order {
-                fates[i] = Fate::Alone;
-            }
-            return;
-        }
-    };
-    for (i, outcome) in order.into_iter().zip(outcomes) {
-        match outcome {
-            CommitOutcome::Committed => {
-                self.settle(i, spans, None, Some(Settle::Ack(Outcome::Acked)))
-                    .await;
-            }
-            CommitOutcome::Duplicate => {
-                self.settle(i, spans, None, Some(Settle::Ack(Outcome::Duplicate)))
-                    .await;
-            }
-            CommitOutcome::Conflict => {
-                ctx.deps.metrics.conflict(&ctx.settings.queue);
+            let inbox_key = match key::extract(
+                &ctx.settings.key_source,
+                entry.received.message_id.as_deref(),
+                &entry.received.headers,
+                &entry.delivery.data,
+            ) {
+                Ok(key) => key,
+                Err(why) => match ctx.settings.on_missing_key {
+                    MissingKeyPolicy::DeadLetter => {
+                        let plan = plan::dead_letter(why.to_string(), FailureKind::MissingKey);
+                        self.settle(i, spans, Some(plan), None).await;
+                        fates[i] = Fate::Settled;
+                        continue;
+                    }
+                    MissingKeyPolicy::Process => format!("unkeyed:{}", uuid::Uuid::now_v7()),
+                },
+            };
+            // The same key twice in one batch: the second waits for the first to settle.
+            if !keys_seen.insert(inbox_key.clone()) {
                 fates[i] = Fate::Alone;
                 continue;
             }
-            CommitOutcome::Rejected(why) => {
-                let plan = plan::dead_letter(
-                    format!("the store refused the handler's effects: {why}"),
-                    FailureKind::Rejected,
-                );
-                self.settle(i, spans, Some(plan), None).await;
+            match ctx
+                .deps
+                .reads
+                .inbox_contains(&ctx.settings.queue, &inbox_key)
+                .await
+            {
+                Ok(true) => {
+                    tracing::info!(key = %inbox_key, "duplicate: already processed, acking without running the handler");
+                    self.settle(i, spans, None, Some(Settle::Ack(Outcome::Duplicate)))
+                        .await;
+                    fates[i] = Fate::Settled;
+                }
+                Ok(false) => candidates.push((i, inbox_key)),
+                Err(e) => {
+                    ctx.deps
+                        .gate
+                        .report_failure(&format!("inbox check failed: {e}"));
+                    fates[i] = Fate::Alone;
+                }
             }
         }
-        fates[i] = Fate::Settled;
+        if candidates.is_empty() {
+            return;
+        }
+
+        // 2. One handle-batch call.
+        let messages: Vec<Message> = candidates
+            .iter()
+            .map(|(i, _)| entries[*i].received.message(&entries[*i].delivery))
+            .collect();
+        ctx.deps
+            .metrics
+            .batch_size(&ctx.settings.queue, messages.len());
+        let started = Instant::now();
+        let mut handler_span = ctx
+            .deps
+            .telemetry
+            .handler_span(plugin.name(), plugin.version());
+        let result = plugin.handle_batch(&messages, ctx.deps.kv.clone()).await;
+        ctx.deps
+            .metrics
+            .handler_duration(&ctx.settings.queue, started.elapsed());
+        let invocations = match result {
+            Ok(invocations) => invocations,
+            Err(failure) => {
+                handler_span.fail(failure.kind().label());
+                drop(handler_span);
+                tracing::warn!(queue = %ctx.settings.queue, batch = candidates.len(), reason = %failure, "the batch handler failed; every message of the batch fails with it");
+                for (i, _) in &candidates {
+                    ctx.deps
+                        .metrics
+                        .plugin_failure(&ctx.settings.queue, failure.kind());
+                    let entry = &entries[*i];
+                    let plan = plan::after_handler(
+                        entry.received.attempt,
+                        &ctx.settings.retry,
+                        ctx.settings.on_plugin_failure,
+                        &Err(failure.clone()),
+                    );
+                    self.settle(*i, spans, Some(plan), None).await;
+                    fates[*i] = Fate::Settled;
+                }
+                return;
+            }
+        };
+        drop(handler_span);
+
+        // 3. Each verdict decides its message; the acked ones are committed together.
+        let mut to_commit: Vec<(usize, Invocation, String)> = Vec::new();
+        for ((i, inbox_key), invocation) in candidates.into_iter().zip(invocations) {
+            let entry = &entries[i];
+            let facts = Ok((invocation.verdict.clone(), invocation.store_error.clone()));
+            let plan = plan::after_handler(
+                entry.received.attempt,
+                &ctx.settings.retry,
+                ctx.settings.on_plugin_failure,
+                &facts,
+            );
+            match plan {
+                Plan::Commit => to_commit.push((i, invocation, inbox_key)),
+                Plan::StoreTrouble(why) => {
+                    ctx.deps
+                        .gate
+                        .report_failure(&format!("store unavailable during the handler: {why}"));
+                    fates[i] = Fate::Alone;
+                }
+                plan => {
+                    self.settle(i, spans, Some(plan), None).await;
+                    fates[i] = Fate::Settled;
+                }
+            }
+        }
+        if to_commit.is_empty() {
+            return;
+        }
+        let mut order = Vec::with_capacity(to_commit.len());
+        let mut requests = Vec::with_capacity(to_commit.len());
+        for (i, invocation, inbox_key) in to_commit {
+            let entry = &entries[i];
+            let apply = self.apply(i);
+            let message = entry.received.message(&entry.delivery);
+            let trace = match &spans[i] {
+                Some(otel) => telemetry::within(otel, async { apply.trace(&message) }).await,
+                None => apply.trace(&message),
+            };
+            requests.push(apply.commit_request(&inbox_key, trace, invocation));
+            order.push(i);
+        }
+        hang_if(ctx.deps.fault, FaultPoint::HangBeforeCommit).await;
+        let committed = ctx.deps.committer.commit_all(requests).await;
+        hang_if(ctx.deps.fault, FaultPoint::HangAfterCommit).await;
+        let outcomes = match committed {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                ctx.deps.gate.report_failure(&format!("commit failed: {e}"));
+                for i in order {
+                    fates[i] = Fate::Alone;
+                }
+                return;
+            }
+        };
+        for (i, outcome) in order.into_iter().zip(outcomes) {
+            match outcome {
+                CommitOutcome::Committed => {
+                    self.settle(i, spans, None, Some(Settle::Ack(Outcome::Acked)))
+                        .await;
+                }
+                CommitOutcome::Duplicate => {
+                    self.settle(i, spans, None, Some(Settle::Ack(Outcome::Duplicate)))
+                        .await;
+                }
+                CommitOutcome::Conflict => {
+                    ctx.deps.metrics.conflict(&ctx.settings.queue);
+                    fates[i] = Fate::Alone;
+                    continue;
+                }
+                CommitOutcome::Rejected(why) => {
+                    let plan = plan::dead_letter(
+                        format!("the store refused the handler's effects: {why}"),
+                        FailureKind::Rejected,
+                    );
+                    self.settle(i, spans, Some(plan), None).await;
+                }
+            }
+            fates[i] = Fate::Settled;
+        }
     }
-}
 }

@@ -8,7 +8,8 @@
 
 use super::canary::Canary;
 use super::config::{
-    BatchConfig, FailurePolicy, KeySource, KeySourceError, MissingKeyPolicy, RetryConfig, RouteConfig,
+    BatchConfig, FailurePolicy, KeySource, KeySourceError, MissingKeyPolicy, RetryConfig,
+    RouteConfig,
 };
 use super::gate::StoreGate;
 use super::live_shadow::Shadow;

@@ -182,7 +182,12 @@ async fn session(
     };
     if outcome.is_ok() && !gathered.is_empty() {
         // Graceful stop: a batch still gathering is processed like the deliveries in flight.
-        in_flight.spawn(process_batch(ctx.clone(), publisher.clone(), acks.clone(), std::mem::take(&mut gathered)));
+        in_flight.spawn(process_batch(
+            ctx.clone(),
+            publisher.clone(),
+            acks.clone(),
+            std::mem::take(&mut gathered),
+        ));
     }
     ctx.in_flight.store(0, std::sync::atomic::Ordering::Relaxed);
     archiver_stop.cancel();

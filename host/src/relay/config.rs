@@ -164,7 +164,11 @@ mod tests {
         assert_eq!(key, "mode");
         assert!(why.contains("not PostgreSQL"), "{why}");
         assert!(cdc.validate_for_store("postgres://h/db").is_ok());
-        assert!(RelayConfig::default().validate_for_store("sqlite:///x").is_ok());
+        assert!(
+            RelayConfig::default()
+                .validate_for_store("sqlite:///x")
+                .is_ok()
+        );
         let bad: RelayConfig = toml::from_str("slot = \"My-Slot\"").unwrap();
         assert_eq!(bad.validate().unwrap_err().0, "slot");
     }

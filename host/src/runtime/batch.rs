@@ -18,8 +18,8 @@ use super::bindings::types;
 use super::effects::{Effects, KvSource};
 use super::host::{BatchSlots, HostCalls};
 use super::linked::{Exports, Linked};
-use super::pool::Bound;
 use super::plugin::{Code, Invocation, Plugin, PluginFailure, Spent, classify, forward_output};
+use super::pool::Bound;
 use std::sync::Arc;
 
 impl Plugin {
@@ -126,9 +126,7 @@ impl Plugin {
             }
         };
         let store_trouble = per_message.iter().any(|(_, e)| e.is_some());
-        let right_length = verdicts
-            .as_ref()
-            .is_ok_and(|v| v.len() == messages.len());
+        let right_length = verdicts.as_ref().is_ok_and(|v| v.len() == messages.len());
         let reusable = right_length && !store_trouble;
         *spent = Some(self.release(instance, reusable, turn));
         let verdicts = verdicts?;
@@ -168,9 +166,9 @@ impl Plugin {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::KvFuture;
     use crate::runtime::host::PluginIdentity;
     use crate::runtime::limits::DeliveryTotals;
-    use crate::runtime::KvFuture;
     use std::collections::BTreeMap;
 
     struct NoKv;
@@ -196,9 +194,15 @@ mod tests {
     fn each_message_keeps_its_own_effects_and_an_index_past_the_batch_traps() {
         let mut current = calls();
         let mut slots = BatchSlots::new(vec![calls(), calls()]);
-        current.effects.writes.insert("zero".into(), Some(b"0".to_vec()));
+        current
+            .effects
+            .writes
+            .insert("zero".into(), Some(b"0".to_vec()));
         slots.switch(&mut current, 2).expect("in range");
-        current.effects.writes.insert("two".into(), Some(b"2".to_vec()));
+        current
+            .effects
+            .writes
+            .insert("two".into(), Some(b"2".to_vec()));
         slots.switch(&mut current, 0).expect("in range");
         assert!(
             current.effects.writes.contains_key("zero"),

@@ -23,9 +23,9 @@ mod pool;
 mod standard;
 
 pub use bindings::types::{Header, Message, RetryRequest, Verdict};
-pub use host::BatchIndexOutOfRange;
 pub use config::{CanaryConfig, IsolationMode, PluginConfig, RollbackConfig, RuntimeConfig};
 pub use effects::{Effects, EmittedEvent, KvFuture, KvSource, KvValue};
+pub use host::BatchIndexOutOfRange;
 pub use host::{MAX_EVENT_PAYLOAD_BYTES, MAX_KV_KEY_BYTES, MAX_KV_VALUE_BYTES};
 pub use limits::DeliveryTotals;
 pub use memory_kv::{MemoryKv, MemoryKvError};
@@ -144,10 +144,10 @@ impl Runtime {
         )?;
         standard::add_to_linker(&mut linker)?;
         // Only `batch-handler` components import it; the others ignore the definition.
-        bindings::batch_world::batch::add_to_linker::<_, wasmtime::component::HasSelf<host::HostState>>(
-            &mut linker,
-            |s: &mut host::HostState| s,
-        )?;
+        bindings::batch_world::batch::add_to_linker::<
+            _,
+            wasmtime::component::HasSelf<host::HostState>,
+        >(&mut linker, |s: &mut host::HostState| s)?;
 
         let ticker_stop = Arc::new(AtomicBool::new(false));
         spawn_epoch_ticker(engine.clone(), ticker_stop.clone())?;

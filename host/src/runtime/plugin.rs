@@ -8,10 +8,10 @@ use super::bindings::batch_world::BatchHandlerPre;
 use super::bindings::{HandlerPre, types};
 use super::effects::{Effects, KvSource};
 use super::host::{HostCalls, HostState, PluginIdentity};
-use super::linked::Linked;
 use super::limits::{
     DeadlineReached, DeliveryTotals, HostCallLimitExceeded, MemoryLimitExceeded, TotalExceeded,
 };
+use super::linked::Linked;
 use super::native::{NativeHandler, NativeHost};
 use super::pool::{Bound, Instance, InstancePool, Isolation};
 use super::standard::{
@@ -466,9 +466,10 @@ impl Plugin {
                 None => self.instantiate(&mut instance.store).await?,
             };
             let answer = match &bound {
-                Bound::Carteiro(exports) => {
-                    (exports.call_handle(&mut instance.store, message).await?, None)
-                }
+                Bound::Carteiro(exports) => (
+                    exports.call_handle(&mut instance.store, message).await?,
+                    None,
+                ),
                 Bound::Standard(core) => {
                     let answer = standard::call_handle(core, &mut instance.store, message).await?;
                     // Under the default policy; the pipeline applies the route's.
@@ -553,10 +554,7 @@ impl Plugin {
     }
 
     /// A new instance of the component in `store`, bound to its world's export.
-    async fn instantiate(
-        &self,
-        store: &mut wasmtime::Store<HostState>,
-    ) -> wasmtime::Result<Bound> {
+    async fn instantiate(&self, store: &mut wasmtime::Store<HostState>) -> wasmtime::Result<Bound> {
         match &self.code {
             Code::Wasm(linked) => Ok(Bound::Carteiro(linked.instantiate(store).await?)),
             Code::Standard(pre) => Ok(Bound::Standard(pre.instantiate_async(store).await?)),

@@ -14,12 +14,12 @@
 //! a delivery that finds no free slot drops every idle instance first, and none is kept idle
 //! while it waits, so instances kept for reuse never starve another delivery or plugin.
 
-use super::standard::MessagingCore;
 use super::capture::Capture;
 use super::effects::Effects;
 use super::host::{HostCalls, HostState};
 use super::limits::{DeadlineReached, Limiter};
 use super::linked::Exports;
+use super::standard::MessagingCore;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};

@@ -121,7 +121,9 @@ pub(crate) fn batch_item(index: u32) {
         host_call(s);
         let len = s.batch.as_ref().map(|b| b.items.len());
         match len {
-            None => panic!("carteiro mock host: batch item {index} outside a batch (the real host traps)"),
+            None => panic!(
+                "carteiro mock host: batch item {index} outside a batch (the real host traps)"
+            ),
             Some(len) if index as usize >= len => panic!(
                 "carteiro mock host: batch item {index} in a batch of {len} (the real host traps)"
             ),

@@ -29,7 +29,10 @@ pub fn replication_config(
     publication: &str,
 ) -> Result<ReplicationConfig, ReplicationUrlError> {
     let url = url::Url::parse(store_url)?;
-    let host = url.host_str().ok_or(ReplicationUrlError::NoHost)?.to_owned();
+    let host = url
+        .host_str()
+        .ok_or(ReplicationUrlError::NoHost)?
+        .to_owned();
     let decode = |s: &str| {
         percent_encoding::percent_decode_str(s)
             .decode_utf8_lossy()
@@ -64,7 +67,9 @@ pub fn replication_config(
             "sslrootcert" | "ssl-root-cert" | "ssl-ca" => {
                 tls.ca_pem_path = Some(PathBuf::from(value.as_ref()))
             }
-            "sslcert" | "ssl-cert" => tls.client_cert_pem_path = Some(PathBuf::from(value.as_ref())),
+            "sslcert" | "ssl-cert" => {
+                tls.client_cert_pem_path = Some(PathBuf::from(value.as_ref()))
+            }
             "sslkey" | "ssl-key" => tls.client_key_pem_path = Some(PathBuf::from(value.as_ref())),
             _ => {}
         }
@@ -96,7 +101,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            (c.host.as_str(), c.port, c.user.as_str(), c.password.as_str()),
+            (
+                c.host.as_str(),
+                c.port,
+                c.user.as_str(),
+                c.password.as_str()
+            ),
             ("db.internal", 6543, "app", "p@ss")
         );
         assert_eq!(c.database, "carteiro");

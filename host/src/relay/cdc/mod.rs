@@ -57,7 +57,11 @@ enum Opened {
 }
 
 /// Runs the CDC relay until `stop`.
-pub(super) async fn run(relay: &Relay, cdc: &CdcSettings, stop: &CancellationToken) -> anyhow::Result<()> {
+pub(super) async fn run(
+    relay: &Relay,
+    cdc: &CdcSettings,
+    stop: &CancellationToken,
+) -> anyhow::Result<()> {
     // pgwire-replication's TLS installs ring as the process default if none is set; install
     // aws-lc-rs first, the provider the broker and the store already use.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -178,13 +182,20 @@ fn slot_in_use(e: &PgWireError) -> bool {
 /// Publishes, through the polling path, the unpublished rows already in the table (not
 /// parked), then returns. Rows that keep failing hold it here, as they would hold their
 /// keys in the polling relay; each failure is logged by that path.
-async fn drain_backlog(relay: &Relay, stop: &CancellationToken) -> Result<(), crate::store::StoreError> {
+async fn drain_backlog(
+    relay: &Relay,
+    stop: &CancellationToken,
+) -> Result<(), crate::store::StoreError> {
     let up_to = relay.store.outbox_max_id().await?;
     let waiting = relay.store.outbox_backlog_up_to(up_to).await?;
     if waiting == 0 {
         return Ok(());
     }
-    tracing::info!(rows = waiting, up_to, "CDC relay publishing the outbox backlog through the polling path first");
+    tracing::info!(
+        rows = waiting,
+        up_to,
+        "CDC relay publishing the outbox backlog through the polling path first"
+    );
     let poll_stop = stop.child_token();
     let poll = relay.poll(&poll_stop);
     tokio::pin!(poll);
@@ -220,7 +231,10 @@ async fn watch_lag(
         match slot::retained_bytes(&store_url, &cdc.slot).await {
             Ok(Some(bytes)) => {
                 let bytes = u64::try_from(bytes).unwrap_or(0);
-                metrics.outbox.cdc_slot_lag_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+                metrics
+                    .outbox
+                    .cdc_slot_lag_bytes
+                    .set(i64::try_from(bytes).unwrap_or(i64::MAX));
                 let shown = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
                 match alert.observe(bytes, cdc.max_slot_lag, Instant::now(), LAG_REMIND) {
                     Some(slot::LagChange::Raised | slot::LagChange::Reminder) => tracing::error!(
@@ -231,10 +245,15 @@ async fn watch_lag(
                          no relay is confirming (broker down, relay stopped or failing). PostgreSQL \
                          keeps this WAL until the slot advances; bound it with max_slot_wal_keep_size"
                     ),
-                    Some(slot::LagChange::Cleared) => tracing::warn!(slot = %cdc.slot, retained = %shown(bytes), "replication slot lag back under [relay] max_slot_lag"),
+                    Some(slot::LagChange::Cleared) => {
+                        tracing::warn!(slot = %cdc.slot, retained = %shown(bytes), "replication slot lag back under [relay] max_slot_lag")
+                    }
                     None => {}
                 }
-                metrics.outbox.cdc_slot_lag_alert.set(i64::from(alert.is_raised()));
+                metrics
+                    .outbox
+                    .cdc_slot_lag_alert
+                    .set(i64::from(alert.is_raised()));
             }
             Ok(None) => {}
             Err(e) => tracing::debug!(error = %e, "cannot read the replication slot's lag"),

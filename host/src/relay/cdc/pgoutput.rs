@@ -164,10 +164,12 @@ pub fn outbox_row(
         }
     };
     let int = |name: &'static str| -> Result<i64, DecodeError> {
-        text(name)?.parse().map_err(|e: std::num::ParseIntError| DecodeError::Invalid {
-            column: name,
-            why: e.to_string(),
-        })
+        text(name)?
+            .parse()
+            .map_err(|e: std::num::ParseIntError| DecodeError::Invalid {
+                column: name,
+                why: e.to_string(),
+            })
     };
     let event_id = text("event_id")?;
     Ok(OutboxRow {
@@ -199,7 +201,9 @@ fn bytea(text: &str) -> Result<Vec<u8>, DecodeError> {
         why,
     };
     let hex_digits = text.strip_prefix("\\x").ok_or_else(|| {
-        invalid("not in hex form; set bytea_output = 'hex' (the default) for the relay's role".into())
+        invalid(
+            "not in hex form; set bytea_output = 'hex' (the default) for the relay's role".into(),
+        )
     })?;
     hex::decode(hex_digits).map_err(|e| invalid(e.to_string()))
 }
@@ -211,9 +215,23 @@ mod tests {
     use super::*;
 
     const COLUMNS: [&str; 17] = [
-        "id", "event_id", "route", "plugin", "exchange", "routing_key", "headers",
-        "content_type", "payload", "ordering_key", "created_at", "published_at", "attempts",
-        "last_error", "next_attempt_at", "lease_owner", "lease_until",
+        "id",
+        "event_id",
+        "route",
+        "plugin",
+        "exchange",
+        "routing_key",
+        "headers",
+        "content_type",
+        "payload",
+        "ordering_key",
+        "created_at",
+        "published_at",
+        "attempts",
+        "last_error",
+        "next_attempt_at",
+        "lease_owner",
+        "lease_until",
     ];
 
     fn relation_message() -> Vec<u8> {
@@ -280,7 +298,10 @@ mod tests {
             None,
             None,
         ];
-        let Message::Insert { relation: id, values } = decode(&insert_message(&values)).unwrap()
+        let Message::Insert {
+            relation: id,
+            values,
+        } = decode(&insert_message(&values)).unwrap()
         else {
             panic!("an insert");
         };
@@ -314,7 +335,10 @@ mod tests {
         ));
         let mut truncated = insert_message(&[Some("12345")]);
         truncated.truncate(truncated.len() - 2);
-        assert!(matches!(decode(&truncated), Err(DecodeError::Truncated("value"))));
+        assert!(matches!(
+            decode(&truncated),
+            Err(DecodeError::Truncated("value"))
+        ));
         assert!(matches!(
             Relations::default().get(7),
             Err(DecodeError::UnknownRelation(7))

@@ -53,10 +53,12 @@ pub async fn ensure(store_url: &str, slot: &str, publication: &str) -> Result<bo
             .await?;
     if has_publication.is_none() {
         // The name is checked by the config (lower-case letters, digits, `_`).
-        let create = format!(
-            "CREATE PUBLICATION {publication} FOR TABLE outbox WITH (publish = 'insert')"
-        );
-        match sqlx::query(sqlx::AssertSqlSafe(create)).execute(&mut conn).await {
+        let create =
+            format!("CREATE PUBLICATION {publication} FOR TABLE outbox WITH (publish = 'insert')");
+        match sqlx::query(sqlx::AssertSqlSafe(create))
+            .execute(&mut conn)
+            .await
+        {
             Ok(_) => tracing::info!(publication, "created the outbox publication"),
             Err(e) if is_duplicate(&e) => {}
             Err(e) => return Err(e.into()),
@@ -131,7 +133,13 @@ impl LagAlert {
         self.logged_at.is_some()
     }
 
-    pub fn observe(&mut self, bytes: u64, max: u64, now: Instant, remind: Duration) -> Option<LagChange> {
+    pub fn observe(
+        &mut self,
+        bytes: u64,
+        max: u64,
+        now: Instant,
+        remind: Duration,
+    ) -> Option<LagChange> {
         match (bytes > max, self.logged_at) {
             (true, None) => {
                 self.logged_at = Some(now);

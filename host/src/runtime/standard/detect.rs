@@ -146,14 +146,16 @@ mod tests {
                 import: REQUEST_REPLY_IMPORT.into()
             }
         );
-        assert!(problem.to_string().contains(REQUEST_REPLY_IMPORT), "{problem}");
+        assert!(
+            problem.to_string().contains(REQUEST_REPLY_IMPORT),
+            "{problem}"
+        );
         assert!(problem.to_string().contains("messaging-core"), "{problem}");
     }
 
     #[test]
     fn another_draft_and_no_handler_are_refused_naming_what_is_missing() {
-        let other = detect(["wasi:messaging/incoming-handler@0.1.0"], NONE)
-            .expect_err("refused");
+        let other = detect(["wasi:messaging/incoming-handler@0.1.0"], NONE).expect_err("refused");
         assert!(matches!(other, WorldProblem::OtherVersion { .. }));
         assert!(other.to_string().contains(STANDARD_EXPORT), "{other}");
 

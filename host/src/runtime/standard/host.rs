@@ -359,11 +359,13 @@ mod tests {
                 ("x-carteiro-attempt".into(), "1".into()),
             ]),
         };
-        let event = standard_event("sink".into(), "standard.done".into(), message)
-            .expect("valid");
+        let event = standard_event("sink".into(), "standard.done".into(), message).expect("valid");
         assert_eq!(event.exchange, "sink");
         assert_eq!(event.routing_key, "standard.done");
-        assert_eq!(event.headers, vec![("tenant".to_owned(), "acme".to_owned())]);
+        assert_eq!(
+            event.headers,
+            vec![("tenant".to_owned(), "acme".to_owned())]
+        );
         assert_eq!(event.content_type.as_deref(), Some("text/plain"));
         assert_eq!(event.payload, b"done");
     }

@@ -22,9 +22,7 @@ use bindings::types;
 use wasmtime::component::Linker;
 
 /// Adds the wasi:messaging imports to the runtime's linker (beside carteiro:handler's).
-pub(super) fn add_to_linker(
-    linker: &mut Linker<super::host::HostState>,
-) -> wasmtime::Result<()> {
+pub(super) fn add_to_linker(linker: &mut Linker<super::host::HostState>) -> wasmtime::Result<()> {
     MessagingCore::add_to_linker::<_, StandardData>(linker, view)
 }
 

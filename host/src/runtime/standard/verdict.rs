@@ -132,7 +132,10 @@ mod tests {
         assert_eq!(StandardErrorPolicy::default(), StandardErrorPolicy::Retry);
         let parse = |s: &str| toml::from_str::<T>(&format!("p = \"{s}\"")).map(|t| t.p);
         assert_eq!(parse("retry").ok(), Some(StandardErrorPolicy::Retry));
-        assert_eq!(parse("dead-letter").ok(), Some(StandardErrorPolicy::DeadLetter));
+        assert_eq!(
+            parse("dead-letter").ok(),
+            Some(StandardErrorPolicy::DeadLetter)
+        );
         assert!(parse("drop").is_err());
     }
 }
