@@ -98,10 +98,19 @@ build_python() {
         # A batch handler (`@carteiro.batch_handler`) is a component of world batch-handler.
         local world=handler
         grep -q '@carteiro.batch_handler' "$dir/app.py" && world=batch-handler
+        # componentize-py sees the handler's folder only, so a module linked in from another
+        # handler (enrollment-py-batch's enrollment.py) is copied into a staging folder.
+        local src="$dir" stage=""
+        if [[ -n "$(find "$dir" -maxdepth 1 -type l)" ]]; then
+            stage="$(mktemp -d)"
+            cp -rL "$dir/." "$stage/"
+            src="$stage"
+        fi
         # VIRTUAL_ENV unset: componentize-py would add the toolchain venv's site-packages.
         build_one "$name" "$hash" env -u VIRTUAL_ENV "$py_venv/bin/componentize-py" \
             -d "$wit" -w "$world" --world-module _carteiro_wit \
-            componentize app -p "$dir" -p "$repo/plugin-sdk/python/src" -o "$out_dir/$name.wasm.tmp"
+            componentize app -p "$src" -p "$repo/plugin-sdk/python/src" -o "$out_dir/$name.wasm.tmp"
+        [[ -z "$stage" ]] || rm -rf "$stage"
     done
 }
 
