@@ -10,8 +10,8 @@ wasmtime::component::bindgen!({
     imports: { default: async | trappable },
     exports: { default: async },
     with: {
-        "wasi:messaging/types.client": crate::runtime::standard::host::ClientData,
-        "wasi:messaging/types.message": crate::runtime::standard::host::MessageData,
+        "wasi:messaging/types.client": crate::runtime::standard::resources::ClientData,
+        "wasi:messaging/types.message": crate::runtime::standard::resources::MessageData,
     },
 });
 

@@ -11,6 +11,7 @@
 mod bindings;
 mod detect;
 mod host;
+mod resources;
 mod verdict;
 
 pub(super) use bindings::{MessagingCore, MessagingCorePre};
