@@ -302,7 +302,8 @@ pub fn route_config(
     route_config_with(queue, plugin_name, exchange, vars, "", extra)
 }
 
-/// [`route_config`] with more lines in the plugin table (`plugin_extra`), after its limits.
+/// [`route_config`] with more lines in the plugin table (`plugin_extra`), after its limits
+/// (`timeout` and `memory` there replace the test defaults).
 pub fn route_config_with(
     queue: &str,
     plugin_name: &str,
@@ -311,10 +312,24 @@ pub fn route_config_with(
     plugin_extra: &str,
     extra: &str,
 ) -> String {
-    let mut plugin_lines = "timeout = \"2s\"\nmemory = \"32MiB\"".to_owned();
+    // The test limits, unless `plugin_extra` sets its own (a Python component needs more).
+    let sets = |key: &str| {
+        plugin_extra
+            .lines()
+            .any(|l| l.split('=').next().is_some_and(|k| k.trim() == key))
+    };
+    let mut plugin_lines: Vec<&str> = [
+        ("timeout", "timeout = \"2s\""),
+        ("memory", "memory = \"32MiB\""),
+    ]
+    .into_iter()
+    .filter(|(key, _)| !sets(key))
+    .map(|(_, line)| line)
+    .collect();
     if !plugin_extra.is_empty() {
-        plugin_lines = format!("{plugin_lines}\n{plugin_extra}");
+        plugin_lines.push(plugin_extra);
     }
+    let plugin_lines = plugin_lines.join("\n");
     let route = plugin_route_with(
         plugin_name,
         plugin_name,

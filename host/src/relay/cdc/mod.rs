@@ -200,9 +200,13 @@ async fn drain_backlog(
     let poll = relay.poll(&poll_stop);
     tokio::pin!(poll);
     let started = Instant::now();
+    let mut poll_ended = false;
     let result = loop {
         tokio::select! {
-            _ = &mut poll => break Ok(()),
+            _ = &mut poll => {
+                poll_ended = true;
+                break Ok(());
+            }
             () = tokio::time::sleep(Duration::from_millis(250)) => {}
         }
         match relay.store.outbox_backlog_up_to(up_to).await {
@@ -213,7 +217,9 @@ async fn drain_backlog(
     };
     poll_stop.cancel();
     // The poller marks what was confirmed and gives its leases back before it returns.
-    let _ = poll.await;
+    if !poll_ended {
+        let _ = poll.await;
+    }
     tracing::info!(elapsed = ?started.elapsed(), "outbox backlog drained; reading the slot");
     result
 }

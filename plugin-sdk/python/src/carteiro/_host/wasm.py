@@ -15,6 +15,14 @@ from _carteiro_wit.imports import kv as _kv
 from _carteiro_wit.imports import log as _log
 from _carteiro_wit.imports import outbox as _outbox
 from _carteiro_wit.imports import types as _types
+
+# Only the batch-handler world has this import. Imported here, at build time: componentize-py
+# snapshots the modules imported while it initialises the app, and the bindings' folder is
+# gone at run time, so a lazy import in `batch_item` fails.
+try:
+    from _carteiro_wit.imports import batch as _batch
+except ImportError:
+    _batch = None
 from componentize_py_types import Err
 
 from carteiro import errors
@@ -95,7 +103,6 @@ def config_all() -> list[tuple[str, str]]:
 
 
 def batch_item(index: int) -> None:
-    # Only the batch-handler world has this import (a plain handler never calls it).
-    from _carteiro_wit.imports import batch as _batch
-
+    if _batch is None:
+        raise RuntimeError("batch_item called in a component of the plain handler world")
     _batch.item(index)
