@@ -836,12 +836,24 @@ pub fn seed_request(exchange: &str, key: &str, seq: usize) -> carteiro::store::C
 /// Commits `rows` outbox rows straight into the store: `keys` ordering keys round-robin, the
 /// payload is `key/sequence`.
 pub async fn seed_outbox(store: &carteiro::store::Store, exchange: &str, keys: usize, rows: usize) {
+    seed_outbox_from(store, exchange, keys, rows, 0).await;
+}
+
+/// [`seed_outbox`] whose sequence numbers per key start at `first` (a second seeding that
+/// continues the keys of a first one).
+pub async fn seed_outbox_from(
+    store: &carteiro::store::Store,
+    exchange: &str,
+    keys: usize,
+    rows: usize,
+    first: usize,
+) {
     let mut batch = Vec::new();
     for i in 0..rows {
         batch.push(seed_request(
             exchange,
             &format!("key-{}", i % keys),
-            i / keys,
+            first + i / keys,
         ));
         if batch.len() == 500 || i + 1 == rows {
             let outcomes = store.commit_batch(&batch).await.expect("seed commit");

@@ -57,6 +57,13 @@ pub(super) struct Session<'a> {
     waiting: HashMap<String, VecDeque<OutboxRow>>,
     publishing: FuturesUnordered<tokio::task::JoinHandle<KeyDone>>,
     parked: HashSet<String>,
+    /// Rows the broker confirmed, from the publish tasks: the slot may move past their
+    /// commits at once. Their marks follow; a row confirmed and not marked when the relay
+    /// dies is published again by the next start's backlog drain (the one duplicate window).
+    /// Waiting for the mark instead held a PostgreSQL shutdown: its walsender waits for the
+    /// slot's position while the mark's database write is refused.
+    confirmed_tx: tokio::sync::mpsc::UnboundedSender<i64>,
+    confirmed_rx: tokio::sync::mpsc::UnboundedReceiver<i64>,
 }
 
 impl<'a> Session<'a> {
@@ -66,6 +73,7 @@ impl<'a> Session<'a> {
         client: ReplicationClient,
         recheck_until: u64,
     ) -> Self {
+        let (confirmed_tx, confirmed_rx) = tokio::sync::mpsc::unbounded_channel();
         Self {
             relay,
             publisher,
@@ -78,6 +86,8 @@ impl<'a> Session<'a> {
             held_bytes: 0,
             waiting: HashMap::new(),
             publishing: FuturesUnordered::new(),
+            confirmed_tx,
+            confirmed_rx,
             parked: HashSet::new(),
         }
     }
@@ -119,7 +129,9 @@ impl<'a> Session<'a> {
                         Err(e) => break End::Broker(format!("a publish task failed: {e}")),
                     }
                 }
-                Some(ids) = marked.recv() => self.settle(&ids),
+                Some(id) = self.confirmed_rx.recv() => self.settle(&[id]),
+                // Marks only free the marker's queue; the slot moved at the confirm.
+                Some(_) = marked.recv() => {}
                 () = stop.cancelled() => break End::Stopped,
             }
         };
@@ -130,8 +142,8 @@ impl<'a> Session<'a> {
         }
         drop(marks);
         marker.close().await;
-        while let Ok(ids) = marked.try_recv() {
-            self.settle(&ids);
+        while let Ok(id) = self.confirmed_rx.try_recv() {
+            self.settle(&[id]);
         }
         // The worker sends the last position within its status interval; give it that.
         tokio::time::sleep(super::conn::STATUS_INTERVAL).await;
@@ -139,7 +151,7 @@ impl<'a> Session<'a> {
         end
     }
 
-    /// Rows `ids` are settled (marked, or parked): the slot may move past their commits.
+    /// Rows `ids` are settled (confirmed, or parked): the slot may move past their commits.
     fn settle(&mut self, ids: &[i64]) {
         for id in ids {
             self.window.settle(*id);
@@ -240,6 +252,7 @@ impl<'a> Session<'a> {
         let telemetry = self.relay.telemetry.clone();
         let timeout = self.relay.publish_timeout;
         let marks = marks.clone();
+        let confirmed = self.confirmed_tx.clone();
         self.publishing.push(tokio::spawn(async move {
             let mut rows: VecDeque<OutboxRow> = rows.into();
             let mut done = KeyDone {
@@ -300,6 +313,7 @@ impl<'a> Session<'a> {
                         Some(Ok(())) => {
                             metrics.outbox.published.inc();
                             marks.confirmed(row.id);
+                            let _ = confirmed.send(row.id);
                         }
                         Some(Err(e)) if failure.is_none() => {
                             failure = Some(e);
