@@ -13,7 +13,10 @@
 //! - [`cli`]: the `carteiro` command line. A command that drives a part is named apart from
 //!   it: `dlq_command`, `shadow_command`, `canary_command`, `seal_command`.
 //! - [`runtime`]: the wasmtime sandbox — engine, limits, host imports, one call of `handle`,
-//!   instances kept for reuse by plugins with `isolation = "per-batch"` (`pool`).
+//!   instances kept for reuse by plugins with `isolation = "per-batch"` (`pool`); one call of
+//!   `handle-batch` with effects kept per message (`batch`, `linked`: which carteiro world a
+//!   component was linked for); `standard`: wasi:messaging@0.2.0-draft components, detected
+//!   at load, with `producer.send` through the outbox.
 //! - [`common`]: time, test-only fault points, Carteiro's header names (`header_names`), the
 //!   labels deliveries are counted by, units such as `64MiB` (used by many, config included).
 //! - [`broker`]: AMQP connections, confirmed publishing, backoff, field tables as text
@@ -22,10 +25,13 @@
 //! - [`topology`]: declare and verify a route's queues and exchanges (it knows no config:
 //!   `RouteConfig::topology` says what a route needs).
 //! - [`pipeline`]: one delivery from receipt to ack, the supervised consumers, a route's
-//!   config; a new plugin version beside the live one: `canary` (a share of deliveries),
-//!   `live_shadow` (sampled deliveries, compared).
-//! - [`store`]: sqlx on SQLite or PostgreSQL — inbox, kv, outbox, dead letters, group commit.
-//! - [`relay`]: the outbox publisher.
+//!   config; `batch`: a route's deliveries gathered into one `handle-batch` call, each settled
+//!   by its own verdict, the acked ones committed together; a new plugin version beside the
+//!   live one: `canary` (a share of deliveries), `live_shadow` (sampled deliveries, compared).
+//! - [`store`]: sqlx on SQLite or PostgreSQL — inbox, kv, outbox, dead letters, group commit;
+//!   `outbox_cdc`: the outbox queries of the CDC relay (no leases).
+//! - [`relay`]: the outbox publisher: polling (`session`, `marker`), or `cdc`: reading the
+//!   outbox's inserts from a PostgreSQL logical replication slot (`[relay] mode = "cdc"`).
 //! - [`dlq`]: dead letters for people (JSON views, replay, `shadow_replay`: what a new
 //!   version would decide on archived dead letters, `edit`: edit and retry, `journey`: every
 //!   attempt, replay and edit of a message, `search`: the query syntax of the console and the
@@ -39,7 +45,7 @@
 //! - [`admin`]: health, readiness, metrics, the console and DLQ over HTTP; `GatewayHandle`,
 //!   what a running gateway exposes to it.
 //! - [`metrics`]: Prometheus metrics, one file per part (deliveries, versions, plugin
-//!   instances, reload, outbox, broker, alerts, store gate, replay, retention), each
+//!   instances, batches, reload, outbox, broker, alerts, store gate, replay, retention), each
 //!   registering its own families; below every part, which all share one `Arc<Metrics>`.
 //!   Also each route's last hour a minute at a time (`history`), for the console's charts.
 //! - [`housekeeping`]: retention — how long each table keeps its rows (`[outbox]`,
