@@ -58,6 +58,7 @@ fn forward_sighup() -> tokio::sync::mpsc::UnboundedReceiver<()> {
 
 #[tokio::main]
 async fn main() {
+    carteiro::common::use_aws_lc_rs();
     let cli = Cli::parse();
     init_tracing(cli.log_json);
     let sighup = forward_sighup();

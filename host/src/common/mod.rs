@@ -11,6 +11,14 @@ pub mod labels;
 pub mod pem;
 pub mod units;
 
+/// Makes aws-lc-rs the process's rustls crypto provider, once (later calls do nothing).
+/// lapin and sqlx use it; the CDC relay's replication client also compiles ring into rustls,
+/// and with two providers rustls panics at the first TLS connection that names none
+/// (sqlx's does). Called where TLS may start: `main`, and before every store connection.
+pub fn use_aws_lc_rs() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+}
+
 /// Milliseconds since the Unix epoch (this process's clock).
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()

@@ -151,6 +151,7 @@ impl Store {
         let max_connections = opts.max_connections;
         let statement_timeout_ms = opts.statement_timeout.as_millis().max(1);
         sqlx::any::install_default_drivers();
+        crate::common::use_aws_lc_rs();
         let redacted: Arc<str> = redact_url(url).into();
         let (backend, url) = if url.starts_with("sqlite:") {
             (Backend::Sqlite, prepare_sqlite_url(url)?)

@@ -62,9 +62,8 @@ pub(super) async fn run(
     cdc: &CdcSettings,
     stop: &CancellationToken,
 ) -> anyhow::Result<()> {
-    // pgwire-replication's TLS installs ring as the process default if none is set; install
-    // aws-lc-rs first, the provider the broker and the store already use.
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    // pgwire-replication's TLS installs ring as the process default if none is set.
+    crate::common::use_aws_lc_rs();
     let settings = conn::replication_config(&relay.store_url, &cdc.slot, &cdc.publication)?;
     let lag = tokio::spawn(watch_lag(
         relay.store_url.clone(),
