@@ -9,8 +9,8 @@
 use crate::outages::Postgres;
 use crate::resilience::Rabbit;
 use crate::support::{
-    Client, Gateway, amqp_url, json_props, load_config, migrated_store, pg_database, receive,
-    route_config, run_relay, seed_outbox, seed_outbox_from, stop_relay, unique, wait_for,
+    Client, Gateway, amqp_url, json_props, load_config, message_id, migrated_store, pg_database,
+    receive, route_config, run_relay, seed_outbox, seed_outbox_from, stop_relay, unique, wait_for,
     with_store,
 };
 use carteiro::broker::field_table::header_text;
@@ -41,6 +41,40 @@ fn cdc_config(
     )
 }
 
+/// What most CDC tests start from: a sink exchange, a fresh migrated database and a CDC
+/// config on a slot of its own (`_dir` holds the config's folder).
+struct Fresh {
+    client: Client,
+    exchange: String,
+    sink: String,
+    url: String,
+    store: Store,
+    slot: String,
+    config: carteiro::config::Config,
+    _dir: tempfile::TempDir,
+}
+
+async fn fresh(prefix: &str) -> Fresh {
+    let client = Client::connect().await;
+    let exchange = unique(prefix);
+    let sink = client.sink(&exchange).await;
+    let url = pg_database().await;
+    let store = migrated_store(&url).await;
+    let slot = slot_name();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = cdc_config(dir.path(), &url, &amqp_url(), &slot);
+    Fresh {
+        client,
+        exchange,
+        sink,
+        url,
+        store,
+        slot,
+        config,
+        _dir: dir,
+    }
+}
+
 fn cdc_relay(
     config: &carteiro::config::Config,
     store: Store,
@@ -54,15 +88,6 @@ fn cdc_relay(
         metrics,
         None,
     )
-}
-
-fn message_id(m: &lapin::message::BasicGetMessage) -> String {
-    m.delivery
-        .properties
-        .message_id()
-        .as_ref()
-        .map(|s| s.to_string())
-        .unwrap_or_default()
 }
 
 /// The slot's confirmed position, as a number (`None`: no slot).
@@ -121,14 +146,16 @@ fn assert_key_order(all: &[lapin::message::BasicGetMessage]) {
 
 #[tokio::test]
 async fn rows_committed_while_active_arrive_once_in_key_order_and_the_slot_advances() {
-    let client = Client::connect().await;
-    let exchange = unique("cdc");
-    let sink = client.sink(&exchange).await;
-    let url = pg_database().await;
-    let store = migrated_store(&url).await;
-    let slot = slot_name();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = cdc_config(dir.path(), &url, &amqp_url(), &slot);
+    let Fresh {
+        client,
+        exchange,
+        sink,
+        url,
+        store,
+        slot,
+        config,
+        _dir,
+    } = fresh("cdc").await;
     let metrics = Arc::new(Metrics::default());
     let relay = run_relay(cdc_relay(&config, store.clone(), metrics.clone()));
     wait_active(&metrics).await;
@@ -155,14 +182,16 @@ async fn rows_committed_while_active_arrive_once_in_key_order_and_the_slot_advan
 
 #[tokio::test]
 async fn a_kill_loop_loses_nothing_and_repeats_only_rows_unmarked_at_a_kill() {
-    let client = Client::connect().await;
-    let exchange = unique("cdc-kill");
-    let sink = client.sink(&exchange).await;
-    let url = pg_database().await;
-    let store = migrated_store(&url).await;
-    let slot = slot_name();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = cdc_config(dir.path(), &url, &amqp_url(), &slot);
+    let Fresh {
+        client,
+        exchange,
+        sink,
+        url,
+        store,
+        slot,
+        config,
+        _dir,
+    } = fresh("cdc-kill").await;
     const ROWS: usize = 3_000;
     // Unpublished ids at each kill: a repeat must be one of them.
     let mut unmarked_at_kills: HashSet<i64> = HashSet::new();
@@ -304,14 +333,16 @@ async fn rows_wait_in_the_slot_while_the_broker_is_down() {
 
 #[tokio::test]
 async fn a_second_relay_stands_by_and_takes_over_when_the_active_one_stops() {
-    let client = Client::connect().await;
-    let exchange = unique("cdc-standby");
-    let sink = client.sink(&exchange).await;
-    let url = pg_database().await;
-    let store = migrated_store(&url).await;
-    let slot = slot_name();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = cdc_config(dir.path(), &url, &amqp_url(), &slot);
+    let Fresh {
+        client,
+        exchange,
+        sink,
+        url,
+        store,
+        slot,
+        config,
+        _dir,
+    } = fresh("cdc-standby").await;
     let (ma, mb) = (Arc::new(Metrics::default()), Arc::new(Metrics::default()));
     let a = run_relay(cdc_relay(&config, store.clone(), ma.clone()));
     wait_active(&ma).await;

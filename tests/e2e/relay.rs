@@ -3,9 +3,9 @@
 //! unroutable rows, and two relays on PostgreSQL share one table without duplicates.
 
 use crate::support::{
-    Client, Gateway, amqp_url, assert_applied_once, crash_at_fault, load_config, migrated_store,
-    pg_database, plugin_route, receive, seed_outbox, seed_request, spawn_relay, sqlite_config_head,
-    sqlite_url, stop_relay, unique, wait_for,
+    Client, Gateway, amqp_url, assert_applied_once, crash_at_fault, load_config, message_id,
+    migrated_store, pg_database, plugin_route, receive, seed_outbox, seed_request, spawn_relay,
+    sqlite_config_head, sqlite_url, stop_relay, unique, wait_for,
 };
 use carteiro::metrics::Metrics;
 use carteiro::store::Store;
@@ -22,15 +22,6 @@ fn relay_config(dir: &std::path::Path, store_url: &str, amqp: &str) -> carteiro:
             "version = 1\n[broker]\nurl = \"{amqp}\"\n[store]\nurl = \"{store_url}\"\n[relay]\npoll_interval = \"100ms\"\nmax_in_flight = 128\n"
         ),
     )
-}
-
-fn message_id(m: &lapin::message::BasicGetMessage) -> String {
-    m.delivery
-        .properties
-        .message_id()
-        .as_ref()
-        .map(|s| s.to_string())
-        .unwrap_or_default()
 }
 
 #[tokio::test]

@@ -931,3 +931,13 @@ pub fn assert_any_reason(rows: &[carteiro::store::DeadLetter], parts: &[&str]) {
         "no reason with all of {parts:?}: {reasons:?}"
     );
 }
+
+/// The AMQP `message-id` of a received message (`""` when it has none).
+pub fn message_id(m: &lapin::message::BasicGetMessage) -> String {
+    m.delivery
+        .properties
+        .message_id()
+        .as_ref()
+        .map(|s| s.to_string())
+        .unwrap_or_default()
+}

@@ -195,7 +195,7 @@ impl Batch<'_> {
         }
         // 1. Guards, key, duplicates within the batch and in the inbox.
         let mut keys_seen = HashSet::new();
-        let mut candidates: Vec<(usize, String)> = Vec::new();
+        let mut keyed: Vec<(usize, String)> = Vec::new();
         for (i, entry) in entries.iter().enumerate() {
             if let Some(reason) = &entry.received.refused {
                 let plan = plan::dead_letter(reason.clone(), FailureKind::Rejected);
@@ -225,12 +225,18 @@ impl Batch<'_> {
                 fates[i] = Fate::Alone;
                 continue;
             }
-            match ctx
-                .deps
-                .reads
-                .inbox_contains(&ctx.settings.queue, &inbox_key)
-                .await
-            {
+            keyed.push((i, inbox_key));
+        }
+        // All at once, so the store's batched reader answers them in one query.
+        let found = futures::future::join_all(
+            keyed
+                .iter()
+                .map(|(_, key)| ctx.deps.reads.inbox_contains(&ctx.settings.queue, key)),
+        )
+        .await;
+        let mut candidates: Vec<(usize, String)> = Vec::new();
+        for ((i, inbox_key), found) in keyed.into_iter().zip(found) {
+            match found {
                 Ok(true) => {
                     tracing::info!(key = %inbox_key, "duplicate: already processed, acking without running the handler");
                     self.settle(i, spans, None, Some(Settle::Ack(Outcome::Duplicate)))
