@@ -9,9 +9,9 @@
 use crate::outages::Postgres;
 use crate::resilience::Rabbit;
 use crate::support::{
-    Client, Gateway, amqp_url, json_props, load_config, message_id, migrated_store, pg_database,
-    receive, route_config, run_relay, seed_outbox, seed_outbox_from, stop_relay, unique, wait_for,
-    with_store,
+    Client, Gateway, RelayTask, amqp_url, json_props, load_config, message_id, migrated_store,
+    pg_database, receive, route_config, run_relay, seed_outbox, seed_outbox_from, stop_relay,
+    unique, wait_for, wait_published, with_store,
 };
 use carteiro::broker::field_table::header_text;
 use carteiro::metrics::Metrics;
@@ -55,14 +55,22 @@ struct Fresh {
 }
 
 async fn fresh(prefix: &str) -> Fresh {
-    let client = Client::connect().await;
+    fresh_on(prefix, Client::connect().await, &amqp_url(), None).await
+}
+
+/// [`fresh`] on a broker of the test's own (`client` connected to `amqp`) or on a database of
+/// its own (`store_url`; `None`: a new database on the test server).
+async fn fresh_on(prefix: &str, client: Client, amqp: &str, store_url: Option<String>) -> Fresh {
     let exchange = unique(prefix);
     let sink = client.sink(&exchange).await;
-    let url = pg_database().await;
+    let url = match store_url {
+        Some(url) => url,
+        None => pg_database().await,
+    };
     let store = migrated_store(&url).await;
     let slot = slot_name();
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = cdc_config(dir.path(), &url, &amqp_url(), &slot);
+    let config = cdc_config(dir.path(), &url, amqp, &slot);
     Fresh {
         client,
         exchange,
@@ -72,6 +80,26 @@ async fn fresh(prefix: &str) -> Fresh {
         slot,
         config,
         _dir: dir,
+    }
+}
+
+impl Fresh {
+    /// Starts a CDC relay on the test's store and waits until it reads the slot.
+    async fn active_relay(&self) -> RelayTask {
+        let metrics = Arc::new(Metrics::default());
+        let relay = run_relay(cdc_relay(&self.config, self.store.clone(), metrics.clone()));
+        wait_active(&metrics).await;
+        relay
+    }
+
+    /// Drains the sink until `n` messages arrived (see [`receive`]).
+    async fn receive(&self, n: usize) -> Vec<lapin::message::BasicGetMessage> {
+        receive(&self.client, &self.sink, n, WAIT).await
+    }
+
+    /// Drops the test's slot ([`drop_slot`]).
+    async fn drop_slot(&self) {
+        drop_slot(&self.url, &self.slot).await;
     }
 }
 
@@ -127,6 +155,14 @@ async fn wait_active(metrics: &Metrics) {
     .await;
 }
 
+/// Waits (`what` names it) until the slot's confirmed position is past `before`.
+async fn wait_slot_past(what: &str, url: &str, slot: &str, before: i64) {
+    wait_for(what, WAIT, || async {
+        (confirmed_lsn(url, slot).await? > before).then_some(())
+    })
+    .await;
+}
+
 /// Per key, first arrivals in sequence order (a repeat after a crash or restart is a copy of
 /// a row already delivered; consumers' inboxes drop it by its message id).
 fn assert_key_order(all: &[lapin::message::BasicGetMessage]) {
@@ -146,58 +182,38 @@ fn assert_key_order(all: &[lapin::message::BasicGetMessage]) {
 
 #[tokio::test]
 async fn rows_committed_while_active_arrive_once_in_key_order_and_the_slot_advances() {
-    let Fresh {
-        client,
-        exchange,
-        sink,
-        url,
-        store,
-        slot,
-        config,
-        _dir,
-    } = fresh("cdc").await;
-    let metrics = Arc::new(Metrics::default());
-    let relay = run_relay(cdc_relay(&config, store.clone(), metrics.clone()));
-    wait_active(&metrics).await;
-    let before = confirmed_lsn(&url, &slot)
+    let f = fresh("cdc").await;
+    let relay = f.active_relay().await;
+    let before = confirmed_lsn(&f.url, &f.slot)
         .await
         .expect("the relay created its slot");
-    seed_outbox(&store, &exchange, 20, 2_000).await;
-    let all = receive(&client, &sink, 2_000, WAIT).await;
+    seed_outbox(&f.store, &f.exchange, 20, 2_000).await;
+    let all = f.receive(2_000).await;
     let ids: HashSet<String> = all.iter().map(message_id).collect();
     assert_eq!(all.len(), 2_000, "each row once");
     assert_eq!(ids.len(), 2_000, "each with its own event id");
     assert_key_order(&all);
-    wait_for("every row marked published", WAIT, || async {
-        (store.outbox_status().await.ok()?.pending == 0).then_some(())
-    })
-    .await;
-    wait_for("the slot advanced past the commits", WAIT, || async {
-        (confirmed_lsn(&url, &slot).await? > before).then_some(())
-    })
+    wait_published("every row marked published", &f.store, WAIT).await;
+    wait_slot_past(
+        "the slot advanced past the commits",
+        &f.url,
+        &f.slot,
+        before,
+    )
     .await;
     stop_relay(relay).await;
-    drop_slot(&url, &slot).await;
+    f.drop_slot().await;
 }
 
 #[tokio::test]
 async fn a_kill_loop_loses_nothing_and_repeats_only_rows_unmarked_at_a_kill() {
-    let Fresh {
-        client,
-        exchange,
-        sink,
-        url,
-        store,
-        slot,
-        config,
-        _dir,
-    } = fresh("cdc-kill").await;
+    let f = fresh("cdc-kill").await;
     const ROWS: usize = 3_000;
     // Unpublished ids at each kill: a repeat must be one of them.
     let mut unmarked_at_kills: HashSet<i64> = HashSet::new();
     let writer = {
-        let store = Store::connect(&url, 4).await.expect("store");
-        let exchange = exchange.clone();
+        let store = Store::connect(&f.url, 4).await.expect("store");
+        let exchange = f.exchange.clone();
         tokio::spawn(async move {
             for _ in 0..(ROWS / 300) {
                 seed_outbox(&store, &exchange, 10, 300).await;
@@ -206,16 +222,14 @@ async fn a_kill_loop_loses_nothing_and_repeats_only_rows_unmarked_at_a_kill() {
         })
     };
     for _ in 0..5 {
-        let metrics = Arc::new(Metrics::default());
-        let (_stop, task) = run_relay(cdc_relay(&config, store.clone(), metrics.clone()));
-        wait_active(&metrics).await;
+        let (_stop, task) = f.active_relay().await;
         tokio::time::sleep(Duration::from_millis(200 + rand::random_range(0..600u64))).await;
         // The crash: the task is dropped wherever it is (no marks, no last status).
         task.abort();
         let _ = task.await;
         // A COMMIT of a mark sent just before may still land: look a moment later.
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
+        let mut conn = sqlx::PgConnection::connect(&f.url).await.expect("connect");
         let open: Vec<i64> = sqlx::query_scalar("SELECT id FROM outbox WHERE published_at IS NULL")
             .fetch_all(&mut conn)
             .await
@@ -224,11 +238,11 @@ async fn a_kill_loop_loses_nothing_and_repeats_only_rows_unmarked_at_a_kill() {
     }
     writer.await.expect("writer");
     let metrics = Arc::new(Metrics::default());
-    let relay = run_relay(cdc_relay(&config, store.clone(), metrics));
-    let all = receive(&client, &sink, ROWS, WAIT).await;
+    let relay = run_relay(cdc_relay(&f.config, f.store.clone(), metrics));
+    let all = f.receive(ROWS).await;
     stop_relay(relay).await;
     // Event id → outbox id, to name repeats by row.
-    let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
+    let mut conn = sqlx::PgConnection::connect(&f.url).await.expect("connect");
     let rows: Vec<(i64, String)> = sqlx::query_as("SELECT id, event_id FROM outbox")
         .fetch_all(&mut conn)
         .await
@@ -248,32 +262,24 @@ async fn a_kill_loop_loses_nothing_and_repeats_only_rows_unmarked_at_a_kill() {
             );
         }
     }
-    assert_eq!(store.outbox_status().await.expect("status").pending, 0);
-    drop_slot(&url, &slot).await;
+    assert_eq!(f.store.outbox_status().await.expect("status").pending, 0);
+    f.drop_slot().await;
 }
 
 #[tokio::test]
 async fn a_postgres_restart_mid_stream_loses_nothing() {
     let (pg, admin) = Postgres::start().await;
-    let client = Client::connect().await;
-    let exchange = unique("cdc-pg");
-    let sink = client.sink(&exchange).await;
-    let store = migrated_store(&admin).await;
-    let slot = slot_name();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = cdc_config(dir.path(), &admin, &amqp_url(), &slot);
-    let metrics = Arc::new(Metrics::default());
-    let relay = run_relay(cdc_relay(&config, store.clone(), metrics.clone()));
-    wait_active(&metrics).await;
-    seed_outbox(&store, &exchange, 10, 500).await;
+    let f = fresh_on("cdc-pg", Client::connect().await, &amqp_url(), Some(admin)).await;
+    let relay = f.active_relay().await;
+    seed_outbox(&f.store, &f.exchange, 10, 500).await;
     pg.stop().await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     pg.start_again().await;
-    seed_outbox_from(&store, &exchange, 10, 500, 50).await;
+    seed_outbox_from(&f.store, &f.exchange, 10, 500, 50).await;
     // Rows confirmed but not yet marked when the server went away are sent again.
     let all = std::sync::Mutex::new(Vec::new());
     wait_for("1,000 distinct rows", WAIT, || async {
-        let batch = client.drain(&sink).await;
+        let batch = f.client.drain(&f.sink).await;
         let mut all = all.lock().expect("lock");
         all.extend(batch);
         let ids: HashSet<String> = all.iter().map(message_id).collect();
@@ -291,64 +297,38 @@ async fn a_postgres_restart_mid_stream_loses_nothing() {
 async fn rows_wait_in_the_slot_while_the_broker_is_down() {
     let rabbit = Rabbit::start().await;
     let client = Client::connect_to(&rabbit.url()).await;
-    let exchange = unique("cdc-broker");
-    let sink = client.sink(&exchange).await;
-    let url = pg_database().await;
-    let store = migrated_store(&url).await;
-    let slot = slot_name();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = cdc_config(dir.path(), &url, &rabbit.url(), &slot);
-    let metrics = Arc::new(Metrics::default());
-    let relay = run_relay(cdc_relay(&config, store.clone(), metrics.clone()));
-    wait_active(&metrics).await;
+    let f = fresh_on("cdc-broker", client, &rabbit.url(), None).await;
+    let relay = f.active_relay().await;
     rabbit.stop().await;
-    let before = confirmed_lsn(&url, &slot).await.expect("slot");
-    seed_outbox(&store, &exchange, 5, 200).await;
+    let before = confirmed_lsn(&f.url, &f.slot).await.expect("slot");
+    seed_outbox(&f.store, &f.exchange, 5, 200).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(
-        store.outbox_status().await.expect("status").pending,
+        f.store.outbox_status().await.expect("status").pending,
         200,
         "nothing marked"
     );
     assert_eq!(
-        confirmed_lsn(&url, &slot).await,
+        confirmed_lsn(&f.url, &f.slot).await,
         Some(before),
         "the slot does not move past rows the broker did not confirm"
     );
     rabbit.start_again().await;
-    wait_for("all rows published after the outage", WAIT, || async {
-        (store.outbox_status().await.ok()?.pending == 0).then_some(())
-    })
-    .await;
+    wait_published("all rows published after the outage", &f.store, WAIT).await;
     stop_relay(relay).await;
-    let client = Client::connect_to(&rabbit.url()).await;
-    let n = wait_for("200 messages in the sink", WAIT, || async {
-        let n = crate::resilience::queue_depth(&client, &sink).await;
-        (n >= 200).then_some(n)
-    })
-    .await;
+    let n = rabbit.wait_depth(&f.sink, 200, WAIT).await;
     assert_eq!(n, 200, "each row once: the slot had not moved");
-    drop_slot(&url, &slot).await;
+    f.drop_slot().await;
 }
 
 #[tokio::test]
 async fn a_second_relay_stands_by_and_takes_over_when_the_active_one_stops() {
-    let Fresh {
-        client,
-        exchange,
-        sink,
-        url,
-        store,
-        slot,
-        config,
-        _dir,
-    } = fresh("cdc-standby").await;
-    let (ma, mb) = (Arc::new(Metrics::default()), Arc::new(Metrics::default()));
-    let a = run_relay(cdc_relay(&config, store.clone(), ma.clone()));
-    wait_active(&ma).await;
+    let f = fresh("cdc-standby").await;
+    let a = f.active_relay().await;
+    let mb = Arc::new(Metrics::default());
     let b = run_relay(cdc_relay(
-        &config,
-        Store::connect(&url, 4).await.expect("store"),
+        &f.config,
+        Store::connect(&f.url, 4).await.expect("store"),
         mb.clone(),
     ));
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -357,15 +337,15 @@ async fn a_second_relay_stands_by_and_takes_over_when_the_active_one_stops() {
         0,
         "one slot, one reader: b stands by"
     );
-    seed_outbox(&store, &exchange, 5, 100).await;
-    receive(&client, &sink, 100, WAIT).await;
+    seed_outbox(&f.store, &f.exchange, 5, 100).await;
+    f.receive(100).await;
     stop_relay(a).await;
     wait_active(&mb).await;
-    seed_outbox(&store, &exchange, 5, 100).await;
-    let after = receive(&client, &sink, 100, WAIT).await;
+    seed_outbox(&f.store, &f.exchange, 5, 100).await;
+    let after = f.receive(100).await;
     assert_eq!(after.len(), 100, "the standby publishes what follows, once");
     stop_relay(b).await;
-    drop_slot(&url, &slot).await;
+    f.drop_slot().await;
 }
 
 /// A running gateway (the enrollment handler, a PostgreSQL store, `[relay] mode = "cdc"`):
@@ -408,14 +388,12 @@ async fn a_gateway_in_cdc_mode_relays_its_handlers_events_once_in_key_order_thro
             .await;
     }
     let mut all = receive(&client, &sink, 3 * MESSAGES, WAIT).await;
-    wait_for("every outbox row marked published", WAIT, || async {
-        (gw.store.outbox_status().await.ok()?.pending == 0).then_some(())
-    })
-    .await;
-    wait_for(
+    wait_published("every outbox row marked published", &gw.store, WAIT).await;
+    wait_slot_past(
         "the slot advanced past the gateway's commits",
-        WAIT,
-        || async { (confirmed_lsn(&url, &slot).await? > before).then_some(()) },
+        &url,
+        &slot,
+        before,
     )
     .await;
     // A late repeat would land by now: the rows are marked and the slot moved past them.

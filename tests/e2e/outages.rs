@@ -6,7 +6,7 @@ use crate::resilience::Rabbit;
 use crate::support::{
     Client, Gateway, assert_applied_once, counter_config, load_config, migrated_store, repo,
     script, script_quietly, seed_outbox, spawn_relay, sqlite_url, stop_relay, unique, wait_for,
-    with_store,
+    wait_published, with_store,
 };
 use carteiro::store::Store;
 use std::net::TcpListener;
@@ -151,16 +151,8 @@ async fn outbox_rows_wait_for_a_stopped_broker_and_are_published_when_it_returns
     );
 
     rabbit.start_again().await;
-    wait_for("all rows published", WAIT, || async {
-        (store.outbox_status().await.ok()?.pending == 0).then_some(())
-    })
-    .await;
+    wait_published("all rows published", &store, WAIT).await;
     stop_relay(relay).await;
-    let client = Client::connect_to(&rabbit.url()).await;
-    let got = wait_for("20 messages in the sink", WAIT, || async {
-        let n = crate::resilience::queue_depth(&client, &sink).await;
-        (n >= 20).then_some(n)
-    })
-    .await;
+    let got = rabbit.wait_depth(&sink, 20, WAIT).await;
     assert_eq!(got, 20);
 }

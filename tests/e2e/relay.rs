@@ -5,7 +5,7 @@
 use crate::support::{
     Client, Gateway, amqp_url, assert_applied_once, crash_at_fault, load_config, message_id,
     migrated_store, pg_database, plugin_route, receive, seed_outbox, seed_request, spawn_relay,
-    sqlite_config_head, sqlite_url, stop_relay, unique, wait_for,
+    sqlite_config_head, sqlite_url, stop_relay, unique, wait_for, wait_published,
 };
 use carteiro::metrics::Metrics;
 use carteiro::store::Store;
@@ -127,10 +127,7 @@ async fn chained_gateways_deliver_every_event_and_absorb_a_relay_crash() {
     // 3. The full gateway: its relay republishes (same message_id), the downstream inbox absorbs it.
     let second = Gateway::start_in(dir, &toml(true), Arc::new(Metrics::default())).await;
     // The killed relay's leases expire (30 s) before its rows are taken again.
-    wait_for("every row marked published", WAIT, || async {
-        (second.store.outbox_status().await.ok()?.pending == 0).then_some(())
-    })
-    .await;
+    wait_published("every row marked published", &second.store, WAIT).await;
     let runs = wait_for("downstream processed five events", WAIT, || async {
         let entry = second.store.kv_get("downstream", "runs").await.ok()??;
         let runs: i64 = String::from_utf8(entry.value).ok()?.parse().ok()?;

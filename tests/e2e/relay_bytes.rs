@@ -5,7 +5,7 @@
 
 use crate::support::{
     Client, amqp_url, load_config, migrated_store, receive, spawn_relay, sqlite_url, stop_relay,
-    unique, wait_for,
+    unique, wait_published,
 };
 use carteiro::store::{CommitRequest, NewOutboxRow};
 use std::collections::BTreeMap;
@@ -58,10 +58,7 @@ async fn large_rows_flow_through_a_small_byte_window_in_key_order() {
         ),
     );
     let relay = spawn_relay(&config, store.clone());
-    wait_for("every row published", Duration::from_secs(60), || async {
-        (store.outbox_status().await.ok()?.pending == 0).then_some(())
-    })
-    .await;
+    wait_published("every row published", &store, Duration::from_secs(60)).await;
     stop_relay(relay).await;
 
     let got = receive(&client, &sink, ROWS, Duration::from_secs(30)).await;

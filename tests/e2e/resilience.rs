@@ -11,7 +11,7 @@ mod broker;
 mod hostile;
 mod process;
 
-use crate::support::{Client, repo, script, script_quietly, unique};
+use crate::support::{Client, repo, script, script_quietly, unique, wait_for};
 use carteiro::pipeline::RouteConfig;
 use carteiro::topology::RouteTopology;
 use std::io::Read;
@@ -80,6 +80,21 @@ impl Rabbit {
         tokio::task::spawn_blocking(move || rabbitmq_sh(&["start", &name, &port]))
             .await
             .expect("start task");
+    }
+
+    /// Waits (`timeout` at most) until `queue` holds `at_least` messages, on a connection of
+    /// its own (one opened before a restart is gone); returns how many it holds.
+    pub async fn wait_depth(&self, queue: &str, at_least: u32, timeout: Duration) -> u32 {
+        let client = Client::connect_to(&self.url()).await;
+        wait_for(
+            &format!("{at_least} messages in the sink"),
+            timeout,
+            || async {
+                let n = queue_depth(&client, queue).await;
+                (n >= at_least).then_some(n)
+            },
+        )
+        .await
     }
 }
 

@@ -755,6 +755,15 @@ pub async fn stop_relay((stop, task): RelayTask) {
         .expect("relay ok");
 }
 
+/// Waits (`timeout` at most; `what` names it) until the relay has marked every outbox row of
+/// `store` published.
+pub async fn wait_published(what: &str, store: &carteiro::store::Store, timeout: Duration) {
+    wait_for(what, timeout, || async {
+        (store.outbox_status().await.ok()?.pending == 0).then_some(())
+    })
+    .await;
+}
+
 /// Drains `sink` until `n` messages arrived (within `timeout`), then briefly for stragglers.
 pub async fn receive(
     client: &Client,
