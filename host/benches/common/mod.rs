@@ -197,24 +197,12 @@ impl CpuSample {
             box_busy: box_busy_seconds(),
             ..CpuSample::default()
         };
-        if let Ok(entries) = std::fs::read_dir("/proc") {
-            for entry in entries.flatten() {
-                let name = entry.file_name();
-                let Some(pid) = name
-                    .to_str()
-                    .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
-                else {
-                    continue;
-                };
-                let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                    continue;
-                };
-                let seconds = stat_seconds(&stat);
-                match stat_command(&stat) {
-                    "beam.smp" => sample.broker += seconds,
-                    "postgres" => sample.postgres += seconds,
-                    _ => {}
-                }
+        for (_, stat) in process_stats() {
+            let seconds = stat_seconds(&stat);
+            match stat_command(&stat) {
+                "beam.smp" => sample.broker += seconds,
+                "postgres" => sample.postgres += seconds,
+                _ => {}
             }
         }
         sample
@@ -259,6 +247,20 @@ impl std::fmt::Display for CpuBudget {
     }
 }
 
+/// The pid and the `/proc/<pid>/stat` line of every process readable now (none where there
+/// is no `/proc`).
+fn process_stats() -> impl Iterator<Item = (String, String)> {
+    let entries = std::fs::read_dir("/proc").into_iter().flatten().flatten();
+    entries.filter_map(|entry| {
+        let pid = entry.file_name().into_string().ok()?;
+        if !pid.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        Some((pid, stat))
+    })
+}
+
 /// utime + stime of `/proc/<pid>`, in seconds.
 fn process_seconds(pid: &str) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -275,17 +277,9 @@ fn stat_command(stat: &str) -> &str {
 
 /// utime + stime of a `/proc/<pid>/stat` line, in seconds.
 fn stat_seconds(stat: &str) -> f64 {
-    // Fields after the command name (which may hold spaces) start after the last ')'.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
+    let fields = stat_fields(stat);
     // state is field 3 overall = index 0 here; utime/stime are fields 14/15 = index 11/12.
-    (ticks(11) + ticks(12)) / TICKS_PER_SECOND
+    (ticks(&fields, 11) + ticks(&fields, 12)) / TICKS_PER_SECOND
 }
 
 /// Busy seconds of all cores from the `cpu` line of `/proc/stat`.
@@ -315,32 +309,17 @@ pub fn postgres_server_seconds(port: u16) -> Option<f64> {
     let port = port.to_string();
     let mut postmaster = None;
     let mut stats = Vec::new();
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        if postmaster.is_none() && stat_command(&stat) == "postgres" && listens_on(pid, &port) {
-            postmaster = Some(pid.to_owned());
+    for (pid, stat) in process_stats() {
+        if postmaster.is_none() && stat_command(&stat) == "postgres" && listens_on(&pid, &port) {
+            postmaster = Some(pid.clone());
         }
-        stats.push((pid.to_owned(), stat));
+        stats.push((pid, stat));
     }
     let postmaster = postmaster?;
     let mut ticks = 0.0;
     for (pid, stat) in &stats {
         let fields = stat_fields(stat);
-        let field = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
+        let field = |i: usize| ticks(&fields, i);
         // After the command: ppid is index 1, utime/stime 11/12, cutime/cstime 13/14.
         if *pid == postmaster {
             ticks += field(11) + field(12) + field(13) + field(14);
@@ -364,11 +343,20 @@ fn listens_on(pid: &str, port: &str) -> bool {
             .any(|a| a.strip_prefix(b"-p") == Some(port.as_bytes()))
 }
 
-/// The fields of a `/proc/<pid>/stat` line after the command name (state first).
+/// The fields of a `/proc/<pid>/stat` line after the command name (state first): the name
+/// may hold spaces, so they start after the last ')'.
 fn stat_fields(stat: &str) -> Vec<&str> {
     stat.rsplit_once(')')
         .map(|(_, rest)| rest)
         .unwrap_or("")
         .split_whitespace()
         .collect()
+}
+
+/// Field `i` of [`stat_fields`], a count of clock ticks (0 when missing).
+fn ticks(fields: &[&str], i: usize) -> f64 {
+    fields
+        .get(i)
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0)
 }
