@@ -380,6 +380,54 @@ fn row(exchange: &str, keys: usize, i: usize) -> CommitRequest {
     }
 }
 
+/// Commits rows `0..rows` ([`row`]) in batches of 256, each batch checked (`what` names the
+/// commit in a failure).
+async fn commit_rows(store: &Store, exchange: &str, keys: usize, rows: usize, what: &str) {
+    let mut batch = Vec::with_capacity(256);
+    for i in 0..rows {
+        batch.push(row(exchange, keys, i));
+        if batch.len() == 256 || i + 1 == rows {
+            let outcomes = store.commit_batch(&batch).await.expect(what);
+            assert!(outcomes.iter().all(|o| *o == CommitOutcome::Committed));
+            batch.clear();
+        }
+    }
+}
+
+/// A one-connection pool for the clock's "anything pending?" probe, which must stay cheap:
+/// `outbox_status` counts every pending row, which on a 20,000-row backlog every 20 ms took a
+/// good share of a core from the systems measured.
+async fn pending_probe(store_url: &str) -> sqlx::AnyPool {
+    sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(store_url)
+        .await
+        .expect("probe connects to the store")
+}
+
+/// Looks through `probe` every 20 ms until `finished()` (asked before each look) and no row
+/// is pending; past `deadline`, fails with `stuck(the first row still pending)`.
+async fn wait_none_pending(
+    probe: &sqlx::AnyPool,
+    deadline: Instant,
+    finished: impl Fn() -> bool,
+    stuck: impl Fn(Option<i64>) -> String,
+) {
+    loop {
+        let finished = finished();
+        let first: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM outbox WHERE published_at IS NULL LIMIT 1")
+                .fetch_optional(probe)
+                .await
+                .expect("probe");
+        if finished && first.is_none() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{}", stuck(first));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn unix_ms_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -672,44 +720,22 @@ async fn finish(publisher: (CancellationToken, tokio::task::JoinHandle<()>)) {
 
 async fn drain_run(s: &Settings, backend: Backend, which: Publisher) -> (f64, CpuBudget) {
     let f = Fixture::for_publisher(s, backend, which).await;
-    let mut batch = Vec::with_capacity(256);
-    for i in 0..s.rows {
-        batch.push(row(&f.exchange, s.keys, i));
-        if batch.len() == 256 || i + 1 == s.rows {
-            let outcomes = f.store.commit_batch(&batch).await.expect("seed");
-            assert!(outcomes.iter().all(|o| *o == CommitOutcome::Committed));
-            batch.clear();
-        }
-    }
+    commit_rows(&f.store, &f.exchange, s.keys, s.rows, "seed").await;
     assert_eq!(
         f.store.outbox_status().await.expect("status").pending,
         s.rows as i64
     );
-    // The clock's probe must stay cheap: `outbox_status` counts every pending row, which on
-    // a 20,000-row backlog every 20 ms took a good share of a core from the systems measured.
-    let probe = sqlx::any::AnyPoolOptions::new()
-        .max_connections(1)
-        .connect(&f.store_url)
-        .await
-        .expect("probe connects to the store");
+    let probe = pending_probe(&f.store_url).await;
     let (started, cpu) = (Instant::now(), CpuSample::now());
     let publisher = start(which, &f, &s.amqp, None, Arc::new(Metrics::default()));
     let deadline = started + Duration::from_secs(600);
-    loop {
-        let first: Option<i64> =
-            sqlx::query_scalar("SELECT id FROM outbox WHERE published_at IS NULL LIMIT 1")
-                .fetch_optional(&probe)
-                .await
-                .expect("probe");
-        if first.is_none() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{which:?} did not drain: row {first:?} still pending"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_none_pending(
+        &probe,
+        deadline,
+        || true,
+        |first| format!("{which:?} did not drain: row {first:?} still pending"),
+    )
+    .await;
     let elapsed = started.elapsed();
     let budget = cpu.until(&CpuSample::now(), elapsed, s.rows);
     probe.close().await;
@@ -847,45 +873,21 @@ async fn stream_run(s: &Settings, which: Publisher) -> (f64, CpuBudget, f64) {
     let backend = Backend::Postgres;
     let f = Fixture::for_publisher(s, backend, which).await;
     let publisher = start_ready(which, &f, &s.amqp, None).await;
-    // A separate one-connection pool for the cheap "anything pending?" probe, as in (a).
-    let probe = sqlx::any::AnyPoolOptions::new()
-        .max_connections(1)
-        .connect(&f.store_url)
-        .await
-        .expect("probe connects to the store");
+    let probe = pending_probe(&f.store_url).await;
     let pg_before = pg_seconds(s, backend);
     let (started, cpu) = (Instant::now(), CpuSample::now());
     let writer = {
         let (store, exchange, rows, keys) = (f.store.clone(), f.exchange.clone(), s.rows, s.keys);
-        tokio::spawn(async move {
-            let mut batch = Vec::with_capacity(256);
-            for i in 0..rows {
-                batch.push(row(&exchange, keys, i));
-                if batch.len() == 256 || i + 1 == rows {
-                    let outcomes = store.commit_batch(&batch).await.expect("commit");
-                    assert!(outcomes.iter().all(|o| *o == CommitOutcome::Committed));
-                    batch.clear();
-                }
-            }
-        })
+        tokio::spawn(async move { commit_rows(&store, &exchange, keys, rows, "commit").await })
     };
     let deadline = started + Duration::from_secs(600);
-    loop {
-        let written = writer.is_finished();
-        let first: Option<i64> =
-            sqlx::query_scalar("SELECT id FROM outbox WHERE published_at IS NULL LIMIT 1")
-                .fetch_optional(&probe)
-                .await
-                .expect("probe");
-        if written && first.is_none() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{which:?} did not keep up: row {first:?} still pending after 600 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_none_pending(
+        &probe,
+        deadline,
+        || writer.is_finished(),
+        |first| format!("{which:?} did not keep up: row {first:?} still pending after 600 s"),
+    )
+    .await;
     let elapsed = started.elapsed();
     let budget = cpu.until(&CpuSample::now(), elapsed, s.rows);
     let pg_us = pg_us_per_row(pg_before, pg_seconds(s, backend), s.rows);
