@@ -1,10 +1,10 @@
 //! The sandbox with real components: every fixture ends as a classified failure within its
 //! budget, the host stays healthy, and bad components are refused at load with clear errors.
 
-use crate::support::{plugin, plugin_limits};
+use crate::support::{header, plugin, plugin_limits};
 use carteiro::cli::MemoryKv;
 use carteiro::runtime::{
-    Header, LoadError, Message, Plugin, PluginFailure, PluginLimits, Runtime, Verdict,
+    LoadError, Message, Plugin, PluginFailure, PluginLimits, Runtime, Verdict,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,10 +27,7 @@ fn message(body: &str) -> Message {
         id: Some("m-1".into()),
         exchange: "matriculas".into(),
         routing_key: "matricula.confirmada".into(),
-        headers: vec![Header {
-            name: "x-test".into(),
-            value: "1".into(),
-        }],
+        headers: vec![header("x-test", "1")],
         content_type: Some("application/json".into()),
         body: body.as_bytes().to_vec(),
         attempt: 1,

@@ -5,12 +5,12 @@
 //! reuse), at load (request-reply refused by name) and in `carteiro plugin test`.
 
 use crate::support::{
-    Client, Route, plugin, plugin_limits, repo, retry_table, route_config_with, run_ok, unique,
-    wait_for,
+    Client, Route, assert_contains_all, header, plugin, plugin_limits, repo, retry_table,
+    route_config_with, run_ok, unique, wait_for,
 };
 use carteiro::broker::field_table::to_text_pairs;
 use carteiro::runtime::{
-    Header, Isolation, KvSource, LoadError, MemoryKv, Message, Plugin, PluginFailure, Runtime,
+    Isolation, KvSource, LoadError, MemoryKv, Message, Plugin, PluginFailure, Runtime,
     StandardError, Verdict, World,
 };
 use std::collections::BTreeMap;
@@ -251,16 +251,7 @@ fn message(body: &[u8]) -> Message {
         id: Some("m-1".into()),
         exchange: "in".into(),
         routing_key: "orders.created".into(),
-        headers: vec![
-            Header {
-                name: "tenant".into(),
-                value: "acme".into(),
-            },
-            Header {
-                name: "x-carteiro-attempt".into(),
-                value: "2".into(),
-            },
-        ],
+        headers: vec![header("tenant", "acme"), header("x-carteiro-attempt", "2")],
         content_type: None,
         body: body.to_vec(),
         attempt: 1,
@@ -400,14 +391,13 @@ fn plugin_test_runs_both_worlds() {
         "--expect",
         "ack",
     ]);
-    for needle in [
+    let acked = [
         "world    wasi:messaging@0.2.0-draft",
         "answer   ok",
         "verdict  ack",
         "exchange \"out\" routing key \"standard.done\"",
-    ] {
-        assert!(ok.contains(needle), "{needle}:\n{ok}");
-    }
+    ];
+    assert_contains_all(&ok, &acked);
     let other = carteiro_plugin_test(&[
         &standard,
         "--body",

@@ -941,6 +941,14 @@ pub fn assert_any_reason(rows: &[carteiro::store::DeadLetter], parts: &[&str]) {
     );
 }
 
+/// A header of the message a plugin is handed.
+pub fn header(name: &str, value: &str) -> carteiro::runtime::Header {
+    carteiro::runtime::Header {
+        name: name.into(),
+        value: value.into(),
+    }
+}
+
 /// The AMQP `message-id` of a received message (`""` when it has none).
 pub fn message_id(m: &lapin::message::BasicGetMessage) -> String {
     m.delivery

@@ -266,24 +266,22 @@ mod tests {
     use super::*;
     use crate::runtime::bindings::types::{Header, Message};
 
+    fn header(name: &str, value: &str) -> Header {
+        Header {
+            name: name.into(),
+            value: value.into(),
+        }
+    }
+
     fn delivery() -> Message {
         Message {
             id: Some("m-1".into()),
             exchange: "orders".into(),
             routing_key: "order.created".into(),
             headers: vec![
-                Header {
-                    name: "tenant".into(),
-                    value: "acme".into(),
-                },
-                Header {
-                    name: "x-carteiro-attempt".into(),
-                    value: "3".into(),
-                },
-                Header {
-                    name: "X-Carteiro-Seal".into(),
-                    value: "forged".into(),
-                },
+                header("tenant", "acme"),
+                header("x-carteiro-attempt", "3"),
+                header("X-Carteiro-Seal", "forged"),
             ],
             content_type: Some("application/json".into()),
             body: b"{}".to_vec(),
