@@ -2,8 +2,8 @@
 //! idempotency and the relay, each test on its own queues and database.
 
 use crate::support::{
-    Client, Gateway, Route, assert_any_reason, committed, json_props, retry_table, route_config,
-    unique, wait_for,
+    Client, Gateway, Route, assert_any_reason, assert_reason_starts_with, committed, json_props,
+    retry_table, route_config, unique, wait_for,
 };
 use std::time::{Duration, Instant};
 
@@ -121,22 +121,13 @@ async fn malformed_payload_is_dead_lettered_with_reason_and_no_effects() {
 async fn retries_back_off_then_exhaust_into_the_dlq() {
     let extra = retry_table(3, &["300ms"]);
     let route = Route::start("retry", "fixture-always-retry", &extra, None).await;
-    let started = Instant::now();
-    route.publish(json_props("r-1"), b"{}").await;
-    let rows = route.dead_letters(1).await;
-    let took = started.elapsed();
+    let (rows, took) = route.dead_letter_timed(json_props("r-1"), b"{}").await;
     assert!(
         took >= Duration::from_millis(600),
         "two backoffs of 300ms must be honoured, took {took:?}"
     );
     let row = &rows[0];
-    assert!(
-        row.letter
-            .reason
-            .starts_with("retries exhausted after 3 attempts"),
-        "{}",
-        row.letter.reason
-    );
+    assert_reason_starts_with(&row.letter.reason, "retries exhausted after 3 attempts");
     assert_eq!(row.letter.attempts, 3);
     assert!(
         row.letter

@@ -2,7 +2,9 @@
 //! or another store's gateway made it) must not make retries unbounded: a copy that comes
 //! back from the route's own retry tier keeps its attempt count.
 
-use crate::support::{Client, Gateway, json_props, route_config, unique, wait_for};
+use crate::support::{
+    Client, Gateway, assert_reason_starts_with, json_props, route_config, unique, wait_for,
+};
 use carteiro::metrics::Metrics;
 use carteiro::store::DeadLetterFilter;
 use lapin::options::BasicPublishOptions;
@@ -58,11 +60,7 @@ async fn a_copy_sealed_with_another_key_still_counts_towards_the_attempt_limit()
         rows.into_iter().next()
     })
     .await;
-    assert!(
-        dead.letter.reason.starts_with("retries exhausted"),
-        "{}",
-        dead.letter.reason
-    );
+    assert_reason_starts_with(&dead.letter.reason, "retries exhausted");
     assert_eq!(
         dead.letter.attempts, 3,
         "counted from the copy's own attempt"

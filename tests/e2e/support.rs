@@ -486,6 +486,19 @@ impl Route {
     pub async fn dead_letters(&self, at_least: usize) -> Vec<carteiro::store::DeadLetter> {
         dead_letters(&self.gw.store, &self.queue, at_least).await
     }
+
+    /// Publishes one message and waits (30 s at most) until the route dead-lettered it;
+    /// returns the route's dead letters and the time from the publish.
+    pub async fn dead_letter_timed(
+        &self,
+        props: lapin::BasicProperties,
+        body: &[u8],
+    ) -> (Vec<carteiro::store::DeadLetter>, Duration) {
+        let started = Instant::now();
+        self.publish(props, body).await;
+        let rows = self.dead_letters(1).await;
+        (rows, started.elapsed())
+    }
 }
 
 /// A [`route_config`] for the `counter` plugin, emitting its events to `events`.
@@ -930,6 +943,11 @@ pub async fn dead_letters_within(
         },
     )
     .await
+}
+
+/// Asserts that a dead letter's `reason` starts with `prefix`, and shows it when not.
+pub fn assert_reason_starts_with(reason: &str, prefix: &str) {
+    assert!(reason.starts_with(prefix), "{reason}");
 }
 
 /// Asserts that one of `rows` was dead-lettered for a reason containing every one of `parts`.
