@@ -3,6 +3,7 @@
 use super::driver::Browser;
 use super::{PASSWORD, USER, WAIT, console, count, dead_letter, runs};
 use crate::support::wait_for;
+use fantoccini::elements::Element;
 use fantoccini::{Client, Locator};
 
 const MISSING: &str = "missing field `…` at line <n> column <n>";
@@ -50,6 +51,11 @@ pub(super) async fn log_in(c: &Client, listen: &str) {
     c.goto(&format!("http://{USER}:{PASSWORD}@{listen}/login"))
         .await
         .expect("log in");
+}
+
+/// The element `locator` finds; `what` names it in a failure.
+async fn element(c: &Client, locator: Locator<'_>, what: &str) -> Element {
+    c.find(locator).await.expect(what)
 }
 
 /// Clicks the element with id `id`.
@@ -137,10 +143,8 @@ async fn console_in_a_browser() {
     log_in(c, &listen).await;
 
     // Routes.
-    let route_row = c
-        .find(Locator::Css(&format!("tr[data-route='{queue}']")))
-        .await
-        .expect("the route's row");
+    let route_css = format!("tr[data-route='{queue}']");
+    let route_row = element(c, Locator::Css(&route_css), "the route's row").await;
     let row_text = route_row.text().await.expect("text");
     assert!(row_text.contains("counter"), "plugin name: {row_text}");
     let row_html = route_row.html(false).await.expect("html");
@@ -187,10 +191,7 @@ async fn console_in_a_browser() {
 
     // Open a group, then one of its messages from the list.
     open_group(c, &base, MISSING).await;
-    let first = c
-        .find(Locator::Css("tr.message a"))
-        .await
-        .expect("a message link");
+    let first = element(c, Locator::Css("tr.message a"), "a message link").await;
     first.click().await.expect("open the message");
     wait_text(c, "the message page", Locator::Id("body"), |body| {
         body.contains("\"items\": [")
@@ -199,10 +200,7 @@ async fn console_in_a_browser() {
 
     // Replay the group, rate-limited, and watch the counts change.
     open_group(c, &base, MISSING).await;
-    let rate = c
-        .find(Locator::Id("replay-rate"))
-        .await
-        .expect("rate field");
+    let rate = element(c, Locator::Id("replay-rate"), "rate field").await;
     rate.clear().await.expect("clear");
     rate.send_keys("3").await.expect("rate");
     click(c, "replay-group-submit").await;
@@ -293,13 +291,8 @@ async fn console_in_a_browser() {
     // A browser without credentials may look (loopback) but not change anything.
     let anonymous = browser.another_session().await;
     open_group(&anonymous, &base, hostile_group).await;
-    anonymous
-        .find(Locator::Id("replay-group-submit"))
-        .await
-        .expect("button")
-        .click()
-        .await
-        .expect("replay");
+    let replay = element(&anonymous, Locator::Id("replay-group-submit"), "button").await;
+    replay.click().await.expect("replay");
     wait_for("the refusal page", WAIT, || async {
         let page = anonymous.source().await.ok()?;
         page.contains("401 Unauthorized").then_some(())
