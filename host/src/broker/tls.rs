@@ -192,35 +192,24 @@ mod tests {
     #[test]
     fn validation_names_the_key_of_a_missing_or_empty_file() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut tls = BrokerTlsConfig {
-            ca_file: Some("nope.pem".into()),
-            ..Default::default()
+        std::fs::write(dir.path().join("empty.pem"), "not a certificate\n").expect("write");
+        // The key and message `validate` refuses `settings` with (`what` is wrong there).
+        let refused = |settings: &str, what: &str| {
+            let mut tls: BrokerTlsConfig = toml::from_str(settings).expect(settings);
+            tls.validate(dir.path()).expect_err(what)
         };
-        let (key, message) = tls.validate(dir.path()).expect_err("missing CA");
+        let (key, message) = refused(r#"ca_file = "nope.pem""#, "missing CA");
         assert_eq!(key, "ca_file");
         assert!(message.contains("nope.pem"), "{message}");
-
-        std::fs::write(dir.path().join("empty.pem"), "not a certificate\n").expect("write");
-        let mut tls = BrokerTlsConfig {
-            ca_file: Some("empty.pem".into()),
-            ..Default::default()
-        };
-        let (key, message) = tls.validate(dir.path()).expect_err("no certificate");
+        let (key, message) = refused(r#"ca_file = "empty.pem""#, "no certificate");
         assert_eq!(key, "ca_file");
         assert!(message.contains("no PEM certificate"), "{message}");
-
-        let mut tls = BrokerTlsConfig {
-            cert_file: Some("empty.pem".into()),
-            ..Default::default()
-        };
-        assert_eq!(tls.validate(dir.path()).expect_err("no key").0, "key_file");
-
-        let mut tls = BrokerTlsConfig {
-            server_name: Some("not a name".into()),
-            ..Default::default()
-        };
         assert_eq!(
-            tls.validate(dir.path()).expect_err("bad name").0,
+            refused(r#"cert_file = "empty.pem""#, "no key").0,
+            "key_file"
+        );
+        assert_eq!(
+            refused(r#"server_name = "not a name""#, "bad name").0,
             "server_name"
         );
     }
