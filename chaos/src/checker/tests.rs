@@ -82,6 +82,13 @@ fn failing(s: &State) -> Findings {
     f
 }
 
+/// Checks a clean state after `change`, which must make it fail.
+fn failing_after(change: impl FnOnce(&mut State)) -> Findings {
+    let mut s = clean();
+    change(&mut s);
+    failing(&s)
+}
+
 /// Removes the flaky input's effect from `s`; returns its id.
 fn undo_flaky(s: &mut State) -> String {
     let flaky = s.sent[3].id.clone();
@@ -122,19 +129,18 @@ fn one_lost_message_and_one_duplicate_effect_are_both_reported() {
 
 #[test]
 fn a_queued_message_is_not_lost_and_an_unsent_effect_is_unexpected() {
-    let mut s = clean();
-    let flaky = undo_flaky(&mut s);
-    s.queued.insert(flaky);
-    kv(&mut s, NS_ENROLL, "matricula/999", "{}");
-    let f = failing(&s);
+    let f = failing_after(|s| {
+        let flaky = undo_flaky(s);
+        s.queued.insert(flaky);
+        kv(s, NS_ENROLL, "matricula/999", "{}");
+    });
     assert_eq!((f.lost, f.still_queued, f.unexpected), (0, 1, 1), "{f:#?}");
 }
 
 #[test]
 fn counters_above_their_messages_are_duplicates() {
-    let mut s = clean();
-    kv(&mut s, NS_COUNTER, "counter/hot", "3");
-    assert_eq!(check(&s).duplicate_effects, 1);
+    let f = failing_after(|s| kv(s, NS_COUNTER, "counter/hot", "3"));
+    assert_eq!(f.duplicate_effects, 1);
 }
 
 #[test]
@@ -178,10 +184,10 @@ fn a_duplicate_after_a_relays_confirm_timeout_is_reported_not_failed() {
 
 #[test]
 fn out_of_order_events_and_reasonless_dead_letters_fail() {
-    let mut s = clean();
-    s.sink.swap(0, 1);
-    s.dead_letters[0].reason = " ".into();
-    let f = failing(&s);
+    let f = failing_after(|s| {
+        s.sink.swap(0, 1);
+        s.dead_letters[0].reason = " ".into();
+    });
     assert_eq!((f.order_violations, f.dead_letters_without_reason), (1, 1));
 }
 
@@ -215,14 +221,14 @@ fn a_poison_message_published_twice_may_be_dead_lettered_twice() {
 
 #[test]
 fn a_good_message_dead_lettered_is_unexpected() {
-    let mut s = clean();
-    let flaky = undo_flaky(&mut s);
-    s.dead_letters.push(DeadLetter {
-        route: ROUTE_FLAKY.into(),
-        message_id: Some(flaky),
-        reason: "store unavailable".into(),
+    let f = failing_after(|s| {
+        let flaky = undo_flaky(s);
+        s.dead_letters.push(DeadLetter {
+            route: ROUTE_FLAKY.into(),
+            message_id: Some(flaky),
+            reason: "store unavailable".into(),
+        });
     });
-    let f = failing(&s);
     assert_eq!((f.unexpected, f.lost), (1, 0), "{f:#?}");
 }
 
@@ -280,10 +286,10 @@ fn a_duplicate_outside_every_window_fails_and_that_time_is_measured() {
 
 #[test]
 fn an_input_left_in_a_queue_fails_the_run() {
-    let mut s = clean();
-    let flaky = undo_flaky(&mut s);
-    s.queued.insert(flaky);
-    let f = failing(&s);
+    let f = failing_after(|s| {
+        let flaky = undo_flaky(s);
+        s.queued.insert(flaky);
+    });
     let counts = (f.lost, f.still_queued, f.left_in_queues);
     assert_eq!(counts, (0, 1, 1), "{f:#?}");
 }
@@ -291,44 +297,44 @@ fn an_input_left_in_a_queue_fails_the_run() {
 /// A redelivery of a finished message, still in its queue: the drain did not finish.
 #[test]
 fn any_message_left_in_a_queue_fails_the_run_even_with_its_effect_done() {
-    let mut s = clean();
-    s.queued.insert(s.sent[0].id.clone());
-    let f = failing(&s);
+    let f = failing_after(|s| {
+        s.queued.insert(s.sent[0].id.clone());
+    });
     assert_eq!((f.still_queued, f.left_in_queues), (0, 1), "{f:#?}");
 }
 
 #[test]
 fn an_event_with_no_downstream_effect_left_in_a_queue_fails_the_run() {
-    let mut s = clean();
-    s.kv.remove(&(NS_DOWNSTREAM.into(), "seen/ev-2".into()));
-    s.queued.insert("ev-2".into());
-    let f = failing(&s);
+    let f = failing_after(|s| {
+        s.kv.remove(&(NS_DOWNSTREAM.into(), "seen/ev-2".into()));
+        s.queued.insert("ev-2".into());
+    });
     assert_eq!((f.lost, f.still_queued), (0, 1), "{f:#?}");
 }
 
 #[test]
 fn a_run_that_did_not_drain_fails() {
-    let mut s = clean();
-    s.drained = false;
-    failing(&s);
+    failing_after(|s| s.drained = false);
 }
 
 #[test]
 fn a_process_that_exited_on_its_own_fails_the_run() {
-    let mut s = clean();
-    s.exits
-        .push("gateway-1 exited (exit status: 1) at 12.0 s".into());
-    assert_eq!(failing(&s).unexpected_exits, 1);
+    let f = failing_after(|s| {
+        s.exits
+            .push("gateway-1 exited (exit status: 1) at 12.0 s".into())
+    });
+    assert_eq!(f.unexpected_exits, 1);
 }
 
 #[test]
 fn a_fault_with_no_recovery_fails_the_run() {
-    let mut s = clean();
-    s.faults.push(FaultSpan {
-        recovered: false,
-        ..fault(1_000, 2_000)
+    let f = failing_after(|s| {
+        s.faults.push(FaultSpan {
+            recovered: false,
+            ..fault(1_000, 2_000)
+        })
     });
-    assert_eq!(failing(&s).stalled_faults, 1);
+    assert_eq!(f.stalled_faults, 1);
 }
 
 /// The publisher gave up on a message whose publishes all timed out: the broker may never
@@ -362,47 +368,49 @@ fn parked_dead_letters_are_counted_not_lost_and_a_good_one_parked_fails() {
 
 #[test]
 fn an_event_marked_published_that_never_reached_the_sink_is_lost() {
-    let mut s = clean();
-    s.sink.retain(|a| a.event_id != "ev-3");
-    assert_eq!(failing(&s).lost, 1);
+    let f = failing_after(|s| s.sink.retain(|a| a.event_id != "ev-3"));
+    assert_eq!(f.lost, 1);
 }
 
 #[test]
 fn an_event_applied_twice_downstream_or_missing_there_fails() {
-    let mut s = clean();
-    kv(&mut s, NS_DOWNSTREAM, "seen/ev-2", "2");
-    kv(&mut s, NS_DOWNSTREAM, "seen/ev-3", "0");
-    let f = failing(&s);
+    let f = failing_after(|s| {
+        kv(s, NS_DOWNSTREAM, "seen/ev-2", "2");
+        kv(s, NS_DOWNSTREAM, "seen/ev-3", "0");
+    });
     assert_eq!((f.duplicate_effects, f.lost), (1, 1), "{f:#?}");
 }
 
 #[test]
 fn an_enrollment_with_too_few_or_too_many_outbox_rows_fails() {
-    let mut s = clean();
-    s.outbox.retain(|r| r.id != 3);
-    s.sink.retain(|a| a.event_id != "ev-3");
-    assert_eq!(failing(&s).lost, 1);
-    let mut s = clean();
-    let enroll = s.sent[0].id.clone();
-    event(&mut s, 4, ROUTE_ENROLL, &enroll, 30);
-    assert_eq!(failing(&s).duplicate_effects, 1);
+    let too_few = failing_after(|s| {
+        s.outbox.retain(|r| r.id != 3);
+        s.sink.retain(|a| a.event_id != "ev-3");
+    });
+    assert_eq!(too_few.lost, 1);
+    let too_many = failing_after(|s| {
+        let enroll = s.sent[0].id.clone();
+        event(s, 4, ROUTE_ENROLL, &enroll, 30);
+    });
+    assert_eq!(too_many.duplicate_effects, 1);
 }
 
 #[test]
 fn a_transient_input_acked_too_early_or_a_poison_input_that_took_effect_is_unexpected() {
-    let mut s = clean();
-    let flaky = s.sent[3].id.clone();
-    kv(&mut s, NS_FLAKY, &format!("done/{flaky}"), "2");
-    assert_eq!(failing(&s).unexpected, 1);
-    let mut s = clean();
-    kv(&mut s, NS_ENROLL, "matricula/5", "{}");
-    assert_eq!(failing(&s).unexpected, 1);
+    let acked_early = failing_after(|s| {
+        let flaky = s.sent[3].id.clone();
+        kv(s, NS_FLAKY, &format!("done/{flaky}"), "2");
+    });
+    assert_eq!(acked_early.unexpected, 1);
+    let poison_took_effect = failing_after(|s| kv(s, NS_ENROLL, "matricula/5", "{}"));
+    assert_eq!(poison_took_effect.unexpected, 1);
 }
 
 #[test]
 fn events_and_inbox_records_for_nothing_sent_are_unexpected() {
-    let mut s = clean();
-    s.inbox.insert((ROUTE_COUNTER.into(), "m-999".into()));
-    copy(&mut s, "ev-999", 50);
-    assert_eq!(failing(&s).unexpected, 2);
+    let f = failing_after(|s| {
+        s.inbox.insert((ROUTE_COUNTER.into(), "m-999".into()));
+        copy(s, "ev-999", 50);
+    });
+    assert_eq!(f.unexpected, 2);
 }
