@@ -1,7 +1,7 @@
 //! The sandbox with real components: every fixture ends as a classified failure within its
 //! budget, the host stays healthy, and bad components are refused at load with clear errors.
 
-use crate::support::{header, plugin, plugin_limits};
+use crate::support::{message_header, plugin, plugin_limits};
 use carteiro::cli::MemoryKv;
 use carteiro::runtime::{
     LoadError, Message, Plugin, PluginFailure, PluginLimits, Runtime, Verdict,
@@ -27,7 +27,7 @@ fn message(body: &str) -> Message {
         id: Some("m-1".into()),
         exchange: "matriculas".into(),
         routing_key: "matricula.confirmada".into(),
-        headers: vec![header("x-test", "1")],
+        headers: vec![message_header("x-test", "1")],
         content_type: Some("application/json".into()),
         body: body.as_bytes().to_vec(),
         attempt: 1,

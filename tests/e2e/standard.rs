@@ -5,8 +5,8 @@
 //! reuse), at load (request-reply refused by name) and in `carteiro plugin test`.
 
 use crate::support::{
-    Client, Route, assert_contains_all, assert_reason_starts_with, header, plugin, plugin_limits,
-    repo, retry_table, route_config_with, run_ok, unique, wait_for,
+    Client, Route, assert_contains_all, assert_reason_starts_with, message_header, plugin,
+    plugin_limits, repo, retry_table, route_config_with, run_ok, unique, wait_for,
 };
 use carteiro::broker::field_table::to_text_pairs;
 use carteiro::runtime::{
@@ -243,7 +243,10 @@ fn message(body: &[u8]) -> Message {
         id: Some("m-1".into()),
         exchange: "in".into(),
         routing_key: "orders.created".into(),
-        headers: vec![header("tenant", "acme"), header("x-carteiro-attempt", "2")],
+        headers: vec![
+            message_header("tenant", "acme"),
+            message_header("x-carteiro-attempt", "2"),
+        ],
         content_type: None,
         body: body.to_vec(),
         attempt: 1,

@@ -960,7 +960,7 @@ pub fn assert_any_reason(rows: &[carteiro::store::DeadLetter], parts: &[&str]) {
 }
 
 /// A header of the message a plugin is handed.
-pub fn header(name: &str, value: &str) -> carteiro::runtime::Header {
+pub fn message_header(name: &str, value: &str) -> carteiro::runtime::Header {
     carteiro::runtime::Header {
         name: name.into(),
         value: value.into(),

@@ -106,17 +106,17 @@ mod tests {
         let denied = || Err(StandardError::PermissionDenied("no".into()));
         let other = || Err(StandardError::Other("bad input".into()));
         // The same reason under either policy: retried, or dead-lettered at once.
-        for (policy, verdict) in [
+        for (policy, outcome) in [
             (StandardErrorPolicy::Retry, "retry(None)"),
             (StandardErrorPolicy::DeadLetter, "dead-letter"),
         ] {
             assert_eq!(
                 shown(denied(), policy),
-                format!("{verdict} wasi:messaging error: permission-denied: no")
+                format!("{outcome} wasi:messaging error: permission-denied: no")
             );
             assert_eq!(
                 shown(other(), policy),
-                format!("{verdict} wasi:messaging error: other: bad input")
+                format!("{outcome} wasi:messaging error: other: bad input")
             );
         }
     }
