@@ -63,40 +63,43 @@ impl ActiveAlert {
 pub enum Change {
     /// Crossed the threshold: log it.
     Raised,
-    /// Still over it a whole window after the last log: log it again.
+    /// Still over it a whole reminder period after the last log: log it again.
     Reminder,
     /// Under the threshold again.
     Cleared,
 }
 
-/// One route's alert, as a pure state machine over (count, time) observations.
+/// An alert that is logged when raised, again every reminder period while it stays raised,
+/// and once when it clears: a pure state machine over (over the threshold, time)
+/// observations. Times are durations since an origin the caller keeps (the Unix epoch, an
+/// `Instant` it took), so a wall clock and a monotonic one serve alike.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AlertState {
-    raised_at: Option<i64>,
-    logged_at: Option<i64>,
+pub struct LoggedAlert {
+    raised_at: Option<Duration>,
+    logged_at: Option<Duration>,
 }
 
-impl AlertState {
+impl LoggedAlert {
     pub fn is_raised(&self) -> bool {
         self.raised_at.is_some()
     }
 
-    /// Feeds the count of dead letters in the window at `now_ms`.
-    pub fn observe(
-        &mut self,
-        count: u64,
-        rule: &DeadLetterAlertConfig,
-        now_ms: i64,
-    ) -> Option<Change> {
-        let window_ms = i64::try_from(rule.window.as_millis()).unwrap_or(i64::MAX);
-        match (count >= rule.count, self.logged_at) {
+    /// When it was raised, while it is.
+    pub fn raised_at(&self) -> Option<Duration> {
+        self.raised_at
+    }
+
+    /// Feeds whether the watched value is `over` the threshold at `now`; while it stays
+    /// over, it is logged again once `remind` has passed since the last log.
+    pub fn observe(&mut self, over: bool, now: Duration, remind: Duration) -> Option<Change> {
+        match (over, self.logged_at) {
             (true, None) => {
-                self.raised_at = Some(now_ms);
-                self.logged_at = Some(now_ms);
+                self.raised_at = Some(now);
+                self.logged_at = Some(now);
                 Some(Change::Raised)
             }
-            (true, Some(logged)) if now_ms.saturating_sub(logged) >= window_ms => {
-                self.logged_at = Some(now_ms);
+            (true, Some(logged)) if now.saturating_sub(logged) >= remind => {
+                self.logged_at = Some(now);
                 Some(Change::Reminder)
             }
             (true, Some(_)) => None,
@@ -106,6 +109,36 @@ impl AlertState {
             }
             (false, None) => None,
         }
+    }
+}
+
+/// One route's alert over (count, ms since the epoch) observations, reminded every window.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AlertState(LoggedAlert);
+
+impl AlertState {
+    pub fn is_raised(&self) -> bool {
+        self.0.is_raised()
+    }
+
+    /// Raised at (ms since the epoch), while it is.
+    fn raised_at_ms(&self) -> Option<i64> {
+        let raised_at = self.0.raised_at()?;
+        Some(i64::try_from(raised_at.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// Feeds the count of dead letters in the window at `now_ms`.
+    pub fn observe(
+        &mut self,
+        count: u64,
+        rule: &DeadLetterAlertConfig,
+        now_ms: i64,
+    ) -> Option<Change> {
+        // In whole ms, as the times are.
+        let window_ms = u64::try_from(rule.window.as_millis()).unwrap_or(u64::MAX);
+        let now = Duration::from_millis(u64::try_from(now_ms).unwrap_or(0));
+        self.0
+            .observe(count >= rule.count, now, Duration::from_millis(window_ms))
     }
 }
 
@@ -191,7 +224,7 @@ impl DeadLetterAlerts {
                 count,
                 threshold: w.rule.count,
                 window_secs: w.rule.window.as_secs(),
-                since_ms: w.state.raised_at.unwrap_or(now),
+                since_ms: w.state.raised_at_ms().unwrap_or(now),
                 top_reasons,
             };
             let message = match change {

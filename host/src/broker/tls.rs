@@ -40,23 +40,19 @@ pub enum BrokerTlsError {
 /// `[broker.tls]`: how an `amqps://` connection checks the broker and proves who Carteiro is.
 /// Every URL of `[broker]` must then be `amqps://`; nothing is ever sent in clear.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct BrokerTlsConfig {
     /// PEM file with the CA certificate(s) that signed the broker's certificate (relative to
     /// the config file). When set, only these are trusted; unset, the system trust store is.
-    #[serde(default)]
     pub ca_file: Option<PathBuf>,
     /// The name the broker's certificate must carry (a DNS name or an IP address). Default:
     /// the host of the URL being connected to.
-    #[serde(default)]
     pub server_name: Option<String>,
     /// PEM file with the client certificate (and its chain) Carteiro presents, for brokers
     /// that verify peers (`ssl_options.verify = verify_peer`) and for `?auth_mechanism=external`
     /// in the URL. Needs `key_file`.
-    #[serde(default)]
     pub cert_file: Option<PathBuf>,
     /// PEM file with the private key of `cert_file` (PKCS#8, PKCS#1 or SEC1, unencrypted).
-    #[serde(default)]
     pub key_file: Option<PathBuf>,
 }
 

@@ -7,28 +7,23 @@ use serde::Deserialize;
 
 /// `[admin]`
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct AdminConfig {
     /// Address of the admin HTTP server; empty disables it. Loopback by default. A
     /// non-loopback address needs `token` or `basic`: every page then asks for them.
-    #[serde(default = "default_admin_listen")]
     pub listen: String,
     /// Bearer token (`Authorization: Bearer ...`) for state changes (and every page off
     /// loopback); `${VAR}` is replaced from the environment. Never printed.
-    #[serde(default)]
     pub token: Option<Secret>,
     /// Basic auth for the console in a browser; `${VAR}` is replaced in the password.
-    #[serde(default)]
     pub basic: Option<BasicAuth>,
     /// What needs credentials: `"writes"` (state changes; every page too off loopback) or
     /// `"all"` (every page and JSON read as well, on loopback too; `/healthz` and the
     /// status line of `/readyz` stay open for probes).
-    #[serde(default)]
     pub require_auth: RequireAuth,
     /// Host names (`Host` header, without the port) the admin server answers to besides
     /// loopback names and IP addresses, e.g. `["carteiro.internal"]`. Any other name is
     /// refused (403): a DNS-rebinding page cannot reach the console.
-    #[serde(default)]
     pub allowed_hosts: Vec<String>,
 }
 
@@ -72,14 +67,10 @@ impl AdminConfig {
     }
 }
 
-fn default_admin_listen() -> String {
-    "127.0.0.1:9090".to_owned()
-}
-
 impl Default for AdminConfig {
     fn default() -> Self {
         Self {
-            listen: default_admin_listen(),
+            listen: "127.0.0.1:9090".to_owned(),
             token: None,
             basic: None,
             require_auth: RequireAuth::default(),

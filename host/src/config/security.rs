@@ -9,18 +9,16 @@ const MIN_KEY_BYTES: usize = 32;
 
 /// `[security]`
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct SecurityConfig {
     /// The key that seals Carteiro's headers, as hex of at least 32 bytes (`openssl rand
     /// -hex 32`), normally `"${CARTEIRO_SEAL_KEY}"` from the environment. Set, it replaces the
     /// key Carteiro otherwise keeps in the store's `carteiro_secrets` table, which is then
     /// neither read nor written. Every gateway and CLI on one store must use the same key.
     /// Never printed.
-    #[serde(default)]
     pub seal_key: Option<Secret>,
     /// Instead of `seal_key`: a file holding it (hex; relative to the config file), e.g. a
     /// mounted secret. Should be readable by Carteiro's user only (a warning says otherwise).
-    #[serde(default)]
     pub seal_key_file: Option<PathBuf>,
 }
 

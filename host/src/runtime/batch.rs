@@ -18,7 +18,7 @@ use super::bindings::types;
 use super::effects::{Effects, KvSource};
 use super::host::{BatchSlots, HostCalls};
 use super::linked::{Exports, Linked};
-use super::plugin::{Code, Invocation, Plugin, PluginFailure, Spent, classify, forward_output};
+use super::plugin::{Code, Invocation, Plugin, PluginFailure};
 use super::pool::Bound;
 use std::sync::Arc;
 
@@ -41,18 +41,9 @@ impl Plugin {
         if messages.is_empty() {
             return Ok(Vec::new());
         }
-        let plugin = self.clone();
         let messages = messages.to_vec();
-        self.runtime
-            .compute
-            .spawn(async move {
-                let mut spent = None;
-                let outcome = plugin.run_batch(&messages, kv, &mut spent).await;
-                drop(spent);
-                outcome
-            })
+        self.run_on_compute(move |plugin| async move { plugin.run_batch(&messages, kv).await })
             .await
-            .unwrap_or_else(|e| Err(PluginFailure::Trap(format!("the handler task failed: {e}"))))
     }
 
     /// [`Plugin::handle_batch`] on the calling task (the dispatch benchmark).
@@ -61,15 +52,13 @@ impl Plugin {
         messages: &[types::Message],
         kv: Arc<dyn KvSource>,
     ) -> Result<Vec<Invocation>, PluginFailure> {
-        let mut spent = None;
-        self.run_batch(messages, kv, &mut spent).await
+        self.run_batch(messages, kv).await
     }
 
     async fn run_batch(
         &self,
         messages: &[types::Message],
         kv: Arc<dyn KvSource>,
-        spent: &mut Option<Spent>,
     ) -> Result<Vec<Invocation>, PluginFailure> {
         let Code::Wasm(linked @ Linked::Batch(_)) = &self.code else {
             return Err(PluginFailure::Instantiate(format!(
@@ -105,9 +94,10 @@ impl Plugin {
             let verdicts = batch
                 .call_handle_batch(&mut instance.store, messages)
                 .await?;
-            Ok::<_, wasmtime::Error>((exports, verdicts))
+            Ok::<_, wasmtime::Error>((Bound::Carteiro(exports), verdicts))
         };
         let outcome = tokio::time::timeout(timeout + super::EPOCH_TICK * 5, call).await;
+        // Each message's effects, taken out before `conclude` finishes the current one.
         let per_message = {
             let state = instance.store.data_mut();
             match state.batch.take() {
@@ -115,20 +105,11 @@ impl Plugin {
                 None => vec![state.calls.finish()],
             }
         };
-        let finished = instance.finish();
-        let stderr_text = forward_output(self.name(), &finished.stdout, &finished.stderr);
-        let verdicts = match outcome {
-            Err(_) => Err(PluginFailure::Timeout(timeout)),
-            Ok(Err(error)) => Err(classify(error, timeout, &stderr_text)),
-            Ok(Ok((exports, verdicts))) => {
-                instance.handler = Some(Bound::Carteiro(exports));
-                Ok(verdicts)
-            }
-        };
+        let (_, verdicts) = self.conclude(&mut instance, timeout, outcome);
         let store_trouble = per_message.iter().any(|(_, e)| e.is_some());
         let right_length = verdicts.as_ref().is_ok_and(|v| v.len() == messages.len());
         let reusable = right_length && !store_trouble;
-        *spent = Some(self.release(instance, reusable, turn));
+        let _spent = self.release(instance, reusable, turn);
         let verdicts = verdicts?;
         if verdicts.len() != messages.len() {
             let reason = format!(

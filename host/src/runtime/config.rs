@@ -10,26 +10,20 @@ use std::time::Duration;
 
 /// `[runtime]`
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct RuntimeConfig {
     /// Plugin instances alive at once across all routes (pooling allocator slots).
-    #[serde(default = "default_max_instances")]
     pub max_instances: u32,
     /// Folder for compiled components, reused across starts (`""` turns the cache off;
     /// relative to this file). Default `$XDG_CACHE_HOME/carteiro/compiled` or
     /// `~/.cache/carteiro/compiled`.
-    #[serde(default = "crate::runtime::default_compile_cache")]
     pub compile_cache: Option<PathBuf>,
-}
-
-fn default_max_instances() -> u32 {
-    256
 }
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
-            max_instances: default_max_instances(),
+            max_instances: 256,
             compile_cache: crate::runtime::default_compile_cache(),
         }
     }
@@ -160,36 +154,24 @@ pub struct CanaryConfig {
 
 /// `rollback_on = { failure_rate = 0.05, min_deliveries = 200, window = "5m" }`
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct RollbackConfig {
     /// Roll back when the canary's failure rate (retry, dead-letter and trap verdicts)
     /// exceeds the stable version's by more than this (0.05: five points).
-    #[serde(default = "default_failure_rate")]
     pub failure_rate: f64,
     /// ... once the canary handled at least this many deliveries within the window.
-    #[serde(default = "default_min_deliveries")]
     pub min_deliveries: u64,
     /// The sliding window both rates are measured over.
-    #[serde(default = "default_canary_window", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub window: Duration,
-}
-
-fn default_failure_rate() -> f64 {
-    0.05
-}
-fn default_min_deliveries() -> u64 {
-    200
-}
-fn default_canary_window() -> Duration {
-    Duration::from_secs(300)
 }
 
 impl Default for RollbackConfig {
     fn default() -> Self {
         Self {
-            failure_rate: default_failure_rate(),
-            min_deliveries: default_min_deliveries(),
-            window: default_canary_window(),
+            failure_rate: 0.05,
+            min_deliveries: 200,
+            window: Duration::from_secs(300),
         }
     }
 }

@@ -13,7 +13,7 @@ use super::limits::{
 };
 use super::linked::Linked;
 use super::native::{NativeHandler, NativeHost};
-use super::pool::{Bound, Instance, InstancePool, Isolation};
+use super::pool::{Bound, Finished, Instance, InstancePool, Isolation};
 use super::standard::{
     self, MessagingCorePre, StandardError, StandardErrorPolicy, World, WorldProblem,
 };
@@ -201,9 +201,8 @@ pub fn short_version(digest: &str) -> &str {
     digest.get(..VERSION_DIGITS).unwrap_or(digest)
 }
 
-/// What a finished delivery leaves for the caller to drop: its instance unless the pool
-/// kept it (dropping it resets its pooling slot and gives the slot back), and the plugin's
-/// permit.
+/// What a finished delivery leaves to drop: its instance unless the pool kept it (dropping
+/// it resets its pooling slot and gives the slot back), and the plugin's permit.
 pub(super) struct Spent {
     _instance: Option<Instance>,
     _turn: tokio::sync::OwnedSemaphorePermit,
@@ -411,17 +410,24 @@ impl Plugin {
         if matches!(self.code, Code::Native(_)) {
             return self.handle_in_place(message, kv).await;
         }
-        let plugin = self.clone();
         let message = message.clone();
+        self.run_on_compute(move |plugin| async move { plugin.run_instance(&message, kv).await })
+            .await
+    }
+
+    /// Runs the call `run` makes of a clone of this plugin on the runtime's compute threads
+    /// (see [`Plugin::handle`]); a panic there is a trap.
+    pub(super) async fn run_on_compute<T, F>(
+        &self,
+        run: impl FnOnce(Plugin) -> F,
+    ) -> Result<T, PluginFailure>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, PluginFailure>> + Send + 'static,
+    {
         self.runtime
             .compute
-            .spawn(async move {
-                let mut spent = None;
-                let outcome = plugin.run_instance(&message, kv, &mut spent).await;
-                // Answering before this drop (the slot's reset) measured no faster.
-                drop(spent);
-                outcome
-            })
+            .spawn(run(self.clone()))
             .await
             .unwrap_or_else(|e| Err(PluginFailure::Trap(format!("the handler task failed: {e}"))))
     }
@@ -437,18 +443,16 @@ impl Plugin {
         if let Code::Native(handler) = &self.code {
             return self.run_native(handler.as_ref(), message, kv).await;
         }
-        let mut spent = None;
-        self.run_instance(message, kv, &mut spent).await
+        self.run_instance(message, kv).await
     }
 
     /// One delivery on an instance of its own: fresh, or idle in the plugin's pool. The
-    /// instance (unless the pool keeps it) and the permit it held are left in `spent`, for
-    /// the caller to drop.
+    /// instance (unless the pool keeps it) and the permit it held are dropped as it returns,
+    /// on the compute thread for [`Plugin::handle`].
     async fn run_instance(
         &self,
         message: &types::Message,
         kv: Arc<dyn KvSource>,
-        spent: &mut Option<Spent>,
     ) -> Result<Invocation, PluginFailure> {
         if matches!(self.code, Code::Native(_)) {
             return Err(PluginFailure::Instantiate("not a component".into()));
@@ -481,20 +485,12 @@ impl Plugin {
         };
         // Host awaits (kv reads) do not advance the guest's deadline check; bound them too.
         let outcome = tokio::time::timeout(timeout + super::EPOCH_TICK * 5, call).await;
-        let finished = instance.finish();
-        let stderr_text = forward_output(self.name(), &finished.stdout, &finished.stderr);
-        let verdict = match outcome {
-            Err(_) => Err(PluginFailure::Timeout(timeout)),
-            Ok(Err(error)) => Err(classify(error, timeout, &stderr_text)),
-            Ok(Ok((bound, answer))) => {
-                instance.handler = Some(bound);
-                Ok(answer)
-            }
-        };
+        let (finished, verdict) = self.conclude(&mut instance, timeout, outcome);
         // Only an instance whose delivery ended with a verdict may serve another: after a
         // trap, a timeout, a limit or a host error (the store down) its state is suspect.
         let reusable = verdict.is_ok() && finished.store_error.is_none();
-        *spent = Some(self.release(instance, reusable, turn));
+        // Answering before this drop (the slot's reset) measured no faster.
+        let _spent = self.release(instance, reusable, turn);
         let (verdict, standard_error) = verdict?;
         Ok(Invocation {
             verdict,
@@ -533,6 +529,29 @@ impl Plugin {
             }
         };
         Ok((instance, turn))
+    }
+
+    /// Ends a call on `instance` that ran under `timeout` with `outcome`: forwards the
+    /// guest's output, maps a timeout or an error to its failure, and keeps the bound export
+    /// for the instance's next call. Returns what the call left in the instance (its effects,
+    /// unless a batch took them out first) and its answer.
+    pub(super) fn conclude<T>(
+        &self,
+        instance: &mut Instance,
+        timeout: Duration,
+        outcome: Result<wasmtime::Result<(Bound, T)>, tokio::time::error::Elapsed>,
+    ) -> (Finished, Result<T, PluginFailure>) {
+        let finished = instance.finish();
+        let stderr_text = forward_output(self.name(), &finished.stdout, &finished.stderr);
+        let answer = match outcome {
+            Err(_) => Err(PluginFailure::Timeout(timeout)),
+            Ok(Err(error)) => Err(classify(error, timeout, &stderr_text)),
+            Ok(Ok((bound, answer))) => {
+                instance.handler = Some(bound);
+                Ok(answer)
+            }
+        };
+        (finished, answer)
     }
 
     /// Gives a finished call's instance back to the pool when `reusable` (and the pool
@@ -595,7 +614,7 @@ impl Plugin {
 }
 
 /// Maps a wasmtime error to the failure the route policy understands.
-pub(super) fn classify(error: wasmtime::Error, timeout: Duration, stderr: &str) -> PluginFailure {
+fn classify(error: wasmtime::Error, timeout: Duration, stderr: &str) -> PluginFailure {
     if error.downcast_ref::<DeadlineReached>().is_some() {
         return PluginFailure::Timeout(timeout);
     }
@@ -652,7 +671,7 @@ pub(super) fn classify(error: wasmtime::Error, timeout: Duration, stderr: &str) 
 }
 
 /// Sends the guest's captured output to tracing under the plugin's name; returns stderr.
-pub(super) fn forward_output(plugin: &str, stdout: &[u8], stderr: &[u8]) -> String {
+fn forward_output(plugin: &str, stdout: &[u8], stderr: &[u8]) -> String {
     if stdout.is_empty() && stderr.is_empty() {
         return String::new();
     }

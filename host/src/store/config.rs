@@ -7,53 +7,34 @@ use std::time::Duration;
 
 /// `[store]`
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
     /// `sqlite://PATH` (relative to the config file) or `postgres://...`; `${VAR}` allowed.
-    #[serde(default = "default_store_url")]
     pub url: String,
     /// Connection pool size.
-    #[serde(default = "default_max_connections")]
     pub max_connections: u32,
     /// How long idempotency records are kept (a redelivery older than this runs again).
-    #[serde(default = "default_inbox_retention", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub inbox_retention: Duration,
     /// Most deliveries committed in one database transaction (group commit).
-    #[serde(default = "default_commit_batch")]
     pub commit_batch: usize,
     /// Longest a statement may run. On PostgreSQL every connection sets it as its
     /// `statement_timeout` (an overrun is SQLSTATE 57014: the store counts as unavailable,
     /// the delivery is requeued). On both backends every store operation (a commit batch, a
     /// batched read, a relay claim, ...) is also abandoned client-side after this plus 5 s,
     /// so a database that stops answering cannot hang commits.
-    #[serde(default = "default_statement_timeout", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub statement_timeout: Duration,
-}
-
-fn default_store_url() -> String {
-    "sqlite://carteiro.db".to_owned()
-}
-fn default_max_connections() -> u32 {
-    8
-}
-fn default_inbox_retention() -> Duration {
-    Duration::from_secs(7 * 24 * 3600)
-}
-fn default_commit_batch() -> usize {
-    256
-}
-fn default_statement_timeout() -> Duration {
-    Duration::from_secs(30)
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
         Self {
-            url: default_store_url(),
-            max_connections: default_max_connections(),
-            inbox_retention: default_inbox_retention(),
-            commit_batch: default_commit_batch(),
-            statement_timeout: default_statement_timeout(),
+            url: "sqlite://carteiro.db".to_owned(),
+            max_connections: 8,
+            inbox_retention: Duration::from_secs(7 * 24 * 3600),
+            commit_batch: 256,
+            statement_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -6,41 +6,29 @@ use std::time::Duration;
 
 /// `[telemetry]`: OpenTelemetry traces over OTLP/HTTP (protobuf). See docs/telemetry.md.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct TelemetryConfig {
     /// The collector's OTLP/HTTP base URL, e.g. `http://127.0.0.1:4318` (spans go to
     /// `/v1/traces` under it; a URL already ending in `/v1/traces` is used as is). Unset or
     /// empty: telemetry is off and costs nothing. `${VAR}` allowed. Plain `http://` only.
-    #[serde(default)]
     pub otlp_endpoint: Option<String>,
     /// `service.name` of every span's resource.
-    #[serde(default = "default_service_name")]
     pub service_name: String,
     /// How often finished spans are sent in one batch.
-    #[serde(default = "default_export_interval", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub export_interval: Duration,
     /// Bound on one export request (and on the final flush at shutdown).
-    #[serde(default = "default_export_timeout", with = "humantime_serde")]
+    #[serde(with = "humantime_serde")]
     pub export_timeout: Duration,
-}
-
-fn default_service_name() -> String {
-    "carteiro".to_owned()
-}
-fn default_export_interval() -> Duration {
-    Duration::from_secs(5)
-}
-fn default_export_timeout() -> Duration {
-    Duration::from_secs(10)
 }
 
 impl Default for TelemetryConfig {
     fn default() -> Self {
         Self {
             otlp_endpoint: None,
-            service_name: default_service_name(),
-            export_interval: default_export_interval(),
-            export_timeout: default_export_timeout(),
+            service_name: "carteiro".to_owned(),
+            export_interval: Duration::from_secs(5),
+            export_timeout: Duration::from_secs(10),
         }
     }
 }

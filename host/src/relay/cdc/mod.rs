@@ -31,6 +31,7 @@ use pgwire_replication::{PgWireError, ReplicationClient};
 use tokio_util::sync::CancellationToken;
 
 use super::{Relay, sleep_or_stop};
+use crate::alerts::Change;
 use crate::broker::JitteredBackoff;
 
 /// How often a standing-by relay tries to take the slot.
@@ -242,7 +243,7 @@ async fn watch_lag(
                     .set(i64::try_from(bytes).unwrap_or(i64::MAX));
                 let shown = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
                 match alert.observe(bytes, cdc.max_slot_lag, Instant::now(), LAG_REMIND) {
-                    Some(slot::LagChange::Raised | slot::LagChange::Reminder) => tracing::error!(
+                    Some(Change::Raised | Change::Reminder) => tracing::error!(
                         slot = %cdc.slot,
                         retained = %shown(bytes),
                         max_slot_lag = %shown(cdc.max_slot_lag),
@@ -250,7 +251,7 @@ async fn watch_lag(
                          no relay is confirming (broker down, relay stopped or failing). PostgreSQL \
                          keeps this WAL until the slot advances; bound it with max_slot_wal_keep_size"
                     ),
-                    Some(slot::LagChange::Cleared) => {
+                    Some(Change::Cleared) => {
                         tracing::warn!(slot = %cdc.slot, retained = %shown(bytes), "replication slot lag back under [relay] max_slot_lag")
                     }
                     None => {}

@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 
 use sqlx::Connection;
 
+use crate::alerts::{Change, LoggedAlert};
+
 /// Why the CDC relay cannot start on this PostgreSQL.
 #[derive(Debug, thiserror::Error)]
 pub enum SlotError {
@@ -113,24 +115,27 @@ pub async fn current_wal_lsn(store_url: &str) -> Result<u64, sqlx::Error> {
     Ok(u64::try_from(lsn).unwrap_or(0))
 }
 
-/// What a look at the slot's lag changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LagChange {
-    Raised,
-    Reminder,
-    Cleared,
-}
-
 /// The `[relay] max_slot_lag` alert: raised when the slot holds more WAL than the bound,
 /// logged again every `remind` while raised, cleared under it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct LagAlert {
-    logged_at: Option<Instant>,
+    /// Where the alert's (monotonic) clock starts.
+    origin: Instant,
+    state: LoggedAlert,
+}
+
+impl Default for LagAlert {
+    fn default() -> Self {
+        Self {
+            origin: Instant::now(),
+            state: LoggedAlert::default(),
+        }
+    }
 }
 
 impl LagAlert {
     pub fn is_raised(&self) -> bool {
-        self.logged_at.is_some()
+        self.state.is_raised()
     }
 
     pub fn observe(
@@ -139,23 +144,9 @@ impl LagAlert {
         max: u64,
         now: Instant,
         remind: Duration,
-    ) -> Option<LagChange> {
-        match (bytes > max, self.logged_at) {
-            (true, None) => {
-                self.logged_at = Some(now);
-                Some(LagChange::Raised)
-            }
-            (true, Some(at)) if now.duration_since(at) >= remind => {
-                self.logged_at = Some(now);
-                Some(LagChange::Reminder)
-            }
-            (true, Some(_)) => None,
-            (false, Some(_)) => {
-                self.logged_at = None;
-                Some(LagChange::Cleared)
-            }
-            (false, None) => None,
-        }
+    ) -> Option<Change> {
+        let now = now.saturating_duration_since(self.origin);
+        self.state.observe(bytes > max, now, remind)
     }
 }
 
@@ -169,16 +160,16 @@ mod tests {
         let t0 = Instant::now();
         let minute = Duration::from_secs(60);
         assert_eq!(alert.observe(10, 100, t0, minute), None);
-        assert_eq!(alert.observe(101, 100, t0, minute), Some(LagChange::Raised));
+        assert_eq!(alert.observe(101, 100, t0, minute), Some(Change::Raised));
         assert!(alert.is_raised());
         assert_eq!(alert.observe(500, 100, t0 + minute / 2, minute), None);
         assert_eq!(
             alert.observe(500, 100, t0 + minute, minute),
-            Some(LagChange::Reminder)
+            Some(Change::Reminder)
         );
         assert_eq!(
             alert.observe(100, 100, t0 + minute, minute),
-            Some(LagChange::Cleared)
+            Some(Change::Cleared)
         );
         assert!(!alert.is_raised());
     }

@@ -37,8 +37,28 @@ pub fn view(state: &mut HostState) -> StandardHost<'_> {
 }
 
 impl StandardHost<'_> {
-    fn message(&self, message: &Resource<MessageData>) -> wasmtime::Result<&MessageData> {
-        Ok(self.table.get(message)?)
+    /// A host call that reads a `field` of `message`.
+    fn read<T: Clone>(
+        &mut self,
+        message: &Resource<MessageData>,
+        field: impl FnOnce(&MessageData) -> &T,
+    ) -> wasmtime::Result<T> {
+        self.calls.count_call()?;
+        Ok(field(self.table.get(message)?).clone())
+    }
+
+    /// A host call that hands over `bytes` (counted against the event total) and makes a
+    /// `change` to `message` with them.
+    fn write(
+        &mut self,
+        message: &Resource<MessageData>,
+        bytes: usize,
+        change: impl FnOnce(&mut MessageData),
+    ) -> wasmtime::Result<()> {
+        self.calls.count_call()?;
+        self.calls.spend("event", bytes)?;
+        change(self.message_mut(message)?);
+        Ok(())
     }
 
     fn message_mut(
@@ -99,16 +119,14 @@ impl types::HostMessage for StandardHost<'_> {
     }
 
     async fn topic(&mut self, message: Resource<MessageData>) -> wasmtime::Result<Option<String>> {
-        self.calls.count_call()?;
-        Ok(self.message(&message)?.topic.clone())
+        self.read(&message, |m| &m.topic)
     }
 
     async fn content_type(
         &mut self,
         message: Resource<MessageData>,
     ) -> wasmtime::Result<Option<String>> {
-        self.calls.count_call()?;
-        Ok(self.message(&message)?.content_type.clone())
+        self.read(&message, |m| &m.content_type)
     }
 
     async fn set_content_type(
@@ -116,15 +134,13 @@ impl types::HostMessage for StandardHost<'_> {
         message: Resource<MessageData>,
         content_type: String,
     ) -> wasmtime::Result<()> {
-        self.calls.count_call()?;
-        self.calls.spend("event", content_type.len())?;
-        self.message_mut(&message)?.content_type = Some(content_type);
-        Ok(())
+        self.write(&message, content_type.len(), |m| {
+            m.content_type = Some(content_type);
+        })
     }
 
     async fn data(&mut self, message: Resource<MessageData>) -> wasmtime::Result<Vec<u8>> {
-        self.calls.count_call()?;
-        Ok(self.message(&message)?.data.clone())
+        self.read(&message, |m| &m.data)
     }
 
     async fn set_data(
@@ -132,18 +148,14 @@ impl types::HostMessage for StandardHost<'_> {
         message: Resource<MessageData>,
         data: Vec<u8>,
     ) -> wasmtime::Result<()> {
-        self.calls.count_call()?;
-        self.calls.spend("event", data.len())?;
-        self.message_mut(&message)?.data = data;
-        Ok(())
+        self.write(&message, data.len(), |m| m.data = data)
     }
 
     async fn metadata(
         &mut self,
         message: Resource<MessageData>,
     ) -> wasmtime::Result<Option<types::Metadata>> {
-        self.calls.count_call()?;
-        Ok(self.message(&message)?.metadata.clone())
+        self.read(&message, |m| &m.metadata)
     }
 
     async fn add_metadata(
@@ -152,13 +164,12 @@ impl types::HostMessage for StandardHost<'_> {
         key: String,
         value: String,
     ) -> wasmtime::Result<()> {
-        self.calls.count_call()?;
-        self.calls.spend("event", key.len() + value.len())?;
-        let entries = self.message_mut(&message)?.metadata.get_or_insert_default();
-        // Overwrites an existing value for the key, as the WIT says.
-        entries.retain(|(k, _)| *k != key);
-        entries.push((key, value));
-        Ok(())
+        self.write(&message, key.len() + value.len(), |m| {
+            let entries = m.metadata.get_or_insert_default();
+            // Overwrites an existing value for the key, as the WIT says.
+            entries.retain(|(k, _)| *k != key);
+            entries.push((key, value));
+        })
     }
 
     async fn set_metadata(
@@ -166,11 +177,8 @@ impl types::HostMessage for StandardHost<'_> {
         message: Resource<MessageData>,
         meta: types::Metadata,
     ) -> wasmtime::Result<()> {
-        self.calls.count_call()?;
         let bytes = meta.iter().map(|(k, v)| k.len() + v.len()).sum();
-        self.calls.spend("event", bytes)?;
-        self.message_mut(&message)?.metadata = Some(meta);
-        Ok(())
+        self.write(&message, bytes, |m| m.metadata = Some(meta))
     }
 
     async fn remove_metadata(

@@ -16,13 +16,12 @@ message: module globals set while handling one message are seen by the next ones
 
 from __future__ import annotations
 
-import inspect
 import sys
 from typing import TypeVar
 
 from carteiro import _registry
 from carteiro._batch import Batch, BatchFn, check_verdicts
-from carteiro._registry import where
+from carteiro._decorator import check_handler_function
 
 F = TypeVar("F", bound=BatchFn)
 
@@ -37,22 +36,9 @@ def batch_handler(fn: F) -> F:
     :func:`carteiro.handler`. Natively it only records the function: tests call it through
     :func:`carteiro.testing.run_batch`.
     """
-    if not callable(fn):
-        raise TypeError(f"@carteiro.batch_handler needs a function, not {fn!r}")
-    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
-        raise TypeError(
-            f"@carteiro.batch_handler: {where(fn)} is async; a batch handler is a plain "
-            "function `def handle(batch: Batch) -> list[Verdict]`"
-        )
-    try:
-        inspect.signature(fn).bind(None)
-    except TypeError:
-        raise TypeError(
-            f"@carteiro.batch_handler: {where(fn)} must take exactly one argument, the batch: "
-            "`def handle(batch: Batch) -> list[Verdict]`"
-        ) from None
-    except ValueError:
-        pass
+    check_handler_function(
+        fn, "batch_handler", "batch", "`def handle(batch: Batch) -> list[Verdict]`"
+    )
     if sys.platform == "wasi":
         from carteiro import _component
 

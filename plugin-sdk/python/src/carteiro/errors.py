@@ -6,6 +6,8 @@ is written in. Each error knows its conventional verdict: :meth:`KvError.to_verd
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from carteiro.verdict import Verdict
 
 
@@ -24,70 +26,75 @@ class KvError(CarteiroError):
     transient: bool = False
 
 
-class InvalidKey(KvError):
-    """The key is empty, too long, or contains a NUL character."""
+class _WhyError(CarteiroError):
+    """An error about ``why``: its text is the class's ``_text`` with ``{why}`` filled in."""
+
+    _text: ClassVar[str]
 
     def __init__(self, why: str) -> None:
-        super().__init__(f"kv: invalid key: {why}")
+        super().__init__(self._text.format(why=why))
         self.why = why
 
 
-class ValueTooLarge(KvError):
-    """The value is larger than the host accepts; ``limit`` is in bytes."""
+class _LimitError(CarteiroError):
+    """An error about a ``limit``: its text is the class's ``_text`` with ``{limit}`` filled in."""
+
+    _text: ClassVar[str]
 
     def __init__(self, limit: int) -> None:
-        super().__init__(f"kv: value larger than the {limit}-byte limit")
+        super().__init__(self._text.format(limit=limit))
         self.limit = limit
 
 
-class StoreUnavailable(KvError):
+class InvalidKey(_WhyError, KvError):
+    """The key is empty, too long, or contains a NUL character."""
+
+    _text = "kv: invalid key: {why}"
+
+
+class ValueTooLarge(_LimitError, KvError):
+    """The value is larger than the host accepts; ``limit`` is in bytes."""
+
+    _text = "kv: value larger than the {limit}-byte limit"
+
+
+class StoreUnavailable(_WhyError, KvError):
     """The store could not be reached; returning a retry is usually right."""
 
     transient = True
-
-    def __init__(self, why: str) -> None:
-        super().__init__(f"kv unavailable: {why}")
-        self.why = why
+    _text = "kv unavailable: {why}"
 
     def to_verdict(self) -> Verdict:
         """Retry: the store may answer later."""
         return Verdict.retry(str(self))
 
 
-class InvalidValue(KvError):
+class InvalidValue(_WhyError, KvError):
     """SDK-side only: a stored value is not the text, JSON or integer asked for."""
 
-    def __init__(self, why: str) -> None:
-        super().__init__(f"kv: {why}")
-        self.why = why
+    _text = "kv: {why}"
 
 
 class OutboxError(CarteiroError):
     """An outbox emit failed. Outbox errors are permanent for a given message."""
 
 
-class InvalidEvent(OutboxError):
+class InvalidEvent(_WhyError, OutboxError):
     """An exchange, routing key or header is not acceptable (NUL byte, too long, ...)."""
 
-    def __init__(self, why: str) -> None:
-        super().__init__(f"outbox: invalid event: {why}")
-        self.why = why
+    _text = "outbox: invalid event: {why}"
 
 
-class TooManyEvents(OutboxError):
+class TooManyEvents(_LimitError, OutboxError):
     """This message already emitted the maximum number of events (``limit``)."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"outbox: too many events for one message (limit {limit})")
-        self.limit = limit
+    _text = "outbox: too many events for one message (limit {limit})"
 
 
-class PayloadTooLarge(OutboxError):
+class PayloadTooLarge(_LimitError, OutboxError):
     """The payload is larger than the host accepts; ``limit`` is in bytes."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"outbox: payload larger than the {limit}-byte limit")
-        self.limit = limit
+    _text = "outbox: payload larger than the {limit}-byte limit"
 
 
 class BodyError(CarteiroError, ValueError):
