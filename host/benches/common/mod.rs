@@ -316,18 +316,18 @@ pub fn postgres_server_seconds(port: u16) -> Option<f64> {
         stats.push((pid, stat));
     }
     let postmaster = postmaster?;
-    let mut ticks = 0.0;
+    let mut total = 0.0;
     for (pid, stat) in &stats {
         let fields = stat_fields(stat);
         let field = |i: usize| ticks(&fields, i);
         // After the command: ppid is index 1, utime/stime 11/12, cutime/cstime 13/14.
         if *pid == postmaster {
-            ticks += field(11) + field(12) + field(13) + field(14);
+            total += field(11) + field(12) + field(13) + field(14);
         } else if fields.get(1).copied() == Some(postmaster.as_str()) {
-            ticks += field(11) + field(12);
+            total += field(11) + field(12);
         }
     }
-    Some(ticks / TICKS_PER_SECOND)
+    Some(total / TICKS_PER_SECOND)
 }
 
 /// Whether `/proc/<pid>/cmdline` holds `-p PORT` (or `-pPORT`).
