@@ -188,10 +188,8 @@ pub struct ReplayRequest {
     #[serde(flatten)]
     target: Target,
     /// Replays per second.
-    #[serde(default)]
     rate: Option<f64>,
     /// Stop after this many.
-    #[serde(default)]
     limit: Option<u64>,
     /// Take replayed ones too.
     #[serde(default)]
@@ -252,7 +250,6 @@ pub struct PurgeRequest {
     #[serde(flatten)]
     target: Target,
     confirm: i64,
-    #[serde(default)]
     max_id: Option<i64>,
 }
 
@@ -278,7 +275,6 @@ pub struct ShadowRequest {
     #[serde(flatten)]
     target: Target,
     path: String,
-    #[serde(default)]
     sha256: Option<String>,
 }
 

@@ -13,7 +13,6 @@ pub struct Target {
     /// The route (work queue).
     pub route: String,
     /// A group: the normalised reason, as the groups page shows it.
-    #[serde(default)]
     pub reason: Option<String>,
     /// A selection: these ids (of `route`).
     #[serde(default)]

@@ -31,7 +31,6 @@ pub struct BrokerConfig {
     pub reconnect_max_backoff: Duration,
     /// `[broker.tls]`: the CA to trust, the name to verify and an optional client certificate
     /// for `amqps://` URLs (see docs/tls.md). When set, every URL must be `amqps://`.
-    #[serde(default)]
     pub tls: Option<BrokerTlsConfig>,
 }
 

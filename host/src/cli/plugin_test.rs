@@ -86,17 +86,12 @@ fn parse_pair(text: &str) -> Result<(String, String), String> {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct MessageFile {
-    #[serde(default)]
     body: Option<serde_json::Value>,
     #[serde(default)]
     headers: BTreeMap<String, serde_json::Value>,
-    #[serde(default)]
     message_id: Option<String>,
-    #[serde(default)]
     routing_key: Option<String>,
-    #[serde(default)]
     exchange: Option<String>,
-    #[serde(default)]
     content_type: Option<String>,
 }
 

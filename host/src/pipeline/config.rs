@@ -36,7 +36,6 @@ pub struct RouteConfig {
     #[serde(default = "default_max_body", with = "crate::common::units::size")]
     pub max_body_size: u64,
     /// If set, messages with another content type are dead-lettered before the plugin runs.
-    #[serde(default)]
     pub content_type: Option<String>,
     /// Exchanges and routing keys bound to the work queue.
     #[serde(default)]
@@ -56,15 +55,12 @@ pub struct RouteConfig {
     #[serde(default, with = "humantime_serde")]
     pub message_ttl: Option<std::time::Duration>,
     /// Optional `x-max-length` on the work queue (overflow is dead-lettered).
-    #[serde(default)]
     pub max_length: Option<u64>,
     /// Optional alert: an ERROR log, a gauge and a `/readyz` note when the route's dead
     /// letters within `window` reach `count`.
-    #[serde(default)]
     pub dead_letter_alert: Option<DeadLetterAlertConfig>,
     /// Optional batching: up to `max` deliveries gathered for `wait` and handed to the
     /// plugin's `handle-batch` in one call (the plugin must export it).
-    #[serde(default)]
     pub batch: Option<BatchConfig>,
 }
 

@@ -48,7 +48,6 @@ pub struct PluginConfig {
     /// Path to the `.wasm` component, relative to the config file.
     pub path: PathBuf,
     /// Optional pin: the component's SHA-256 (hex). A mismatch refuses to load it.
-    #[serde(default)]
     pub sha256: Option<String>,
     /// Wall-clock budget for one `handle` call.
     #[serde(default = "default_timeout", with = "humantime_serde")]
@@ -73,7 +72,6 @@ pub struct PluginConfig {
     pub max_event_bytes: u64,
     /// Instances of this plugin alive at once. Default: two per CPU core for components of
     /// 4 MiB or more (a Python or JavaScript runtime inside), else only the instance pool.
-    #[serde(default)]
     pub max_concurrency: Option<u32>,
     /// Total bytes of log messages one delivery may write through the `log` import.
     #[serde(default = "default_max_log_bytes", with = "crate::common::units::size")]
@@ -85,7 +83,6 @@ pub struct PluginConfig {
     pub isolation: IsolationMode,
     /// With `isolation = "per-batch"`: deliveries one instance serves before a fresh one
     /// replaces it, 1 to 10,000 (default 64). Refused with `"per-delivery"`.
-    #[serde(default)]
     pub reuse: Option<u32>,
     /// Variables the plugin reads through the `config` import; `${VAR}` allowed.
     #[serde(default)]
@@ -93,15 +90,12 @@ pub struct PluginConfig {
     /// For a wasi:messaging component: the exchange its `producer.send` publishes to,
     /// through the outbox, with the topic as routing key (`""`: the default exchange).
     /// Unset: `client.connect` answers `permission-denied`, so the component cannot send.
-    #[serde(default)]
     pub standard_exchange: Option<String>,
     /// A new version run beside this one on live traffic (same settings and kv namespace,
     /// a throwaway store): its verdicts and effects are compared and counted, never
     /// committed or published. Relative to the config file.
-    #[serde(default)]
     pub shadow: Option<PathBuf>,
     /// Optional pin of the shadow component's SHA-256 (hex).
-    #[serde(default)]
     pub shadow_sha256: Option<String>,
     /// Share of deliveries also run on the shadow, 0.0 to 1.0.
     #[serde(default = "default_shadow_sample")]
@@ -112,7 +106,6 @@ pub struct PluginConfig {
     pub shadow_max_in_flight: u32,
     /// A canary: a new version that takes a share of the deliveries and is rolled back
     /// automatically when it fails more than the stable one.
-    #[serde(default)]
     pub canary: Option<CanaryConfig>,
 }
 
@@ -142,7 +135,6 @@ pub struct CanaryConfig {
     /// The new component, relative to the config file.
     pub path: PathBuf,
     /// Optional pin of its SHA-256 (hex).
-    #[serde(default)]
     pub sha256: Option<String>,
     /// Share of deliveries (0 to 100, by a hash of the idempotency key: a redelivery meets
     /// the same version) that run on the canary.
