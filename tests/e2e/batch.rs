@@ -230,4 +230,18 @@ async fn batch_on_a_plugin_without_handle_batch_is_a_config_error_naming_both() 
         error.contains(&queue) && error.contains("`counter`") && error.contains("handle-batch"),
         "{error}"
     );
+    // `carteiro check` refuses it too, before anything is consumed.
+    let mut check = crate::resilience::carteiro();
+    check
+        .args(["check", "--no-environment", "-c"])
+        .arg(dir.path().join("carteiro.toml"));
+    let out = crate::resilience::run_to_end(check, Duration::from_secs(60)).await;
+    assert_ne!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains(&queue)
+            && out.stderr.contains("`counter`")
+            && out.stderr.contains("handle-batch"),
+        "{}",
+        out.stderr
+    );
 }

@@ -50,6 +50,12 @@ pub async fn check(path: &Path, no_environment: bool) -> anyhow::Result<i32> {
     for (name, plugin) in &plugins {
         println!("plugin   {name}: loads, sha256 {}", plugin.digest());
     }
+    // What `run` refuses once the plugins are loaded: `batch` on a plugin without it.
+    for route in &config.routes {
+        if let Some(plugin) = plugins.get(route.plugin_name()) {
+            crate::live::check_batch(route, plugin)?;
+        }
+    }
     for (name, p) in &config.plugins {
         if let Some(shadow) = services::load_shadow(&runtime, name, p)? {
             println!("shadow   {name}: loads, sha256 {}", shadow.digest());

@@ -18,7 +18,7 @@ mod reload;
 mod supervisor;
 
 pub use error::{CanaryError, ReloadError};
-pub use supervisor::{Shared, Supervisor};
+pub use supervisor::{Shared, Supervisor, check_batch};
 
 use crate::pipeline::canary::Canary;
 use crate::pipeline::live_shadow::ShadowLog;

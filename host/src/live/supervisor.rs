@@ -275,7 +275,7 @@ impl Supervisor {
 }
 
 /// A route with `batch` needs a plugin that exports `handle-batch`.
-pub(super) fn check_batch(route: &RouteConfig, plugin: &Plugin) -> Result<(), ReloadError> {
+pub fn check_batch(route: &RouteConfig, plugin: &Plugin) -> Result<(), ReloadError> {
     if route.batch.is_some() && !plugin.supports_batch() {
         return Err(ReloadError::BatchUnsupported {
             queue: route.queue.clone(),
