@@ -1,5 +1,6 @@
 //! A store that answers reads but refuses writes for longer than any retry loop (a revoked
-//! grant on PostgreSQL): the gate stays closed until a write succeeds, held deliveries are
+//! grant on PostgreSQL, a full disk under SQLite): the gate stays closed until a write
+//! succeeds, held deliveries are
 //! never requeued (so a quorum queue's delivery limit is never spent), no dead letter is
 //! dropped, and a gateway started meanwhile waits (healthy, not ready) instead of exiting.
 
@@ -120,17 +121,27 @@ async fn a_revoked_grant_holds_quorum_deliveries_and_dead_letters_without_spendi
     client.wait_for_consumer(&queue).await;
 
     allow_writes(&db, false).await;
+    publish_and_hold(&client, &queue, &exchange, &metrics).await;
+    allow_writes(&db, true).await;
+    all_settled_once(&client, &queue, &gw, &metrics).await;
+    gw.stop().await;
+}
+
+/// Publishes three messages the handler acks and two it dead-letters while every store write
+/// fails, and checks for [`REFUSED_FOR`] that the gate stays closed (a read-only probe would
+/// reopen it at once), nothing is requeued (each requeue spends a quorum queue's delivery
+/// limit) and nothing is parked.
+async fn publish_and_hold(client: &Client, queue: &str, exchange: &str, metrics: &Metrics) {
     for i in 0..3 {
         let id = format!("good-{i}");
-        client.publish(&exchange, "k", json_props(&id), b"ok").await;
+        client.publish(exchange, "k", json_props(&id), b"ok").await;
     }
     for i in 0..2 {
         let id = format!("dead-{i}");
         client
-            .publish(&exchange, "k", json_props(&id), b"remember")
+            .publish(exchange, "k", json_props(&id), b"remember")
             .await;
     }
-    // The gate must stay closed the whole time: a read-only probe would reopen it at once.
     wait_for("the store gate to close", WAIT, || async {
         (metrics.store.available.get() == 0).then_some(())
     })
@@ -145,16 +156,16 @@ async fn a_revoked_grant_holds_quorum_deliveries_and_dead_letters_without_spendi
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert_eq!(
-        metrics.delivered(&queue, Outcome::Requeued),
+        metrics.delivered(queue, Outcome::Requeued),
         0,
         "a held delivery was requeued during the outage (each requeue spends a quorum queue's delivery limit)"
     );
-    assert_eq!(
-        queue_depth(&client, &format!("{queue}.dlq.parked")).await,
-        0
-    );
+    assert_eq!(queue_depth(client, &format!("{queue}.dlq.parked")).await, 0);
+}
 
-    allow_writes(&db, true).await;
+/// Once writes succeed again: the three good messages processed, both dead letters archived
+/// by the handler's verdict, nothing left in `Q.dlq` or parked, and still no requeue.
+async fn all_settled_once(client: &Client, queue: &str, gw: &Gateway, metrics: &Metrics) {
     for i in 0..3 {
         let id = format!("good-{i}");
         wait_for(&format!("{id} processed"), WAIT, || async {
@@ -162,8 +173,7 @@ async fn a_revoked_grant_holds_quorum_deliveries_and_dead_letters_without_spendi
         })
         .await;
     }
-    // Both dead letters archived.
-    let archived = dead_letters_within(&gw.store, &queue, 2, WAIT).await;
+    let archived = dead_letters_within(&gw.store, queue, 2, WAIT).await;
     assert_eq!(archived.len(), 2, "{archived:?}");
     assert!(
         archived
@@ -171,12 +181,87 @@ async fn a_revoked_grant_holds_quorum_deliveries_and_dead_letters_without_spendi
             .all(|d| d.letter.reason.starts_with("runs ")),
         "only the two dead letters, by the handler's verdict: {archived:?}"
     );
-    assert_eq!(queue_depth(&client, &format!("{queue}.dlq")).await, 0);
-    assert_eq!(
-        queue_depth(&client, &format!("{queue}.dlq.parked")).await,
-        0
-    );
-    assert_eq!(metrics.delivered(&queue, Outcome::Requeued), 0);
+    assert_eq!(queue_depth(client, &format!("{queue}.dlq")).await, 0);
+    assert_eq!(queue_depth(client, &format!("{queue}.dlq.parked")).await, 0);
+    assert_eq!(metrics.delivered(queue, Outcome::Requeued), 0);
+}
+
+/// A small tmpfs of its own (CI and the tests run as root), unmounted on drop: a disk that
+/// can be filled to the last byte without touching the machine's.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(bytes: u64) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("run mount");
+        assert!(
+            status.success(),
+            "mounting a {bytes}-byte tmpfs failed ({status}): this test needs root, as CI has"
+        );
+        Self { dir }
+    }
+
+    fn filler(&self) -> std::path::PathBuf {
+        self.dir.path().join("filler")
+    }
+
+    /// Writes a file until the disk has no byte left (ENOSPC).
+    fn fill(&self) {
+        use std::io::Write;
+        let mut file = std::fs::File::create(self.filler()).expect("create the filler");
+        for chunk in [1 << 16, 1 << 12, 1 << 9, 1] {
+            let zeros = vec![0u8; chunk];
+            while file.write_all(&zeros).is_ok() {}
+        }
+    }
+
+    /// Gives the filler's space back.
+    fn free(&self) {
+        std::fs::remove_file(self.filler()).expect("remove the filler");
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        // Lazy: the gateway's store connections may still hold files open.
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// SQLite on a full disk answers reads and fails every write with SQLITE_FULL (13): the same
+/// hold as a revoked grant, and the same settling once space is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_holds_quorum_deliveries_and_dead_letters_until_space_returns() {
+    let disk = SmallDisk::mount(8 << 20);
+    let url = format!("sqlite://{}/carteiro.db", disk.dir.path().display());
+    let (client, queue, exchange) = client_and_names("full").await;
+    let metrics = Arc::new(Metrics::default());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gw = Gateway::start_in(dir, &quorum_route(&queue, &exchange, &url), metrics.clone()).await;
+    client.wait_for_consumer(&queue).await;
+    client
+        .publish(&exchange, "k", json_props("before"), b"ok")
+        .await;
+    wait_for(
+        "a message processed before the disk fills",
+        WAIT,
+        || async { done(&gw.store, "before").await.then_some(()) },
+    )
+    .await;
+
+    disk.fill();
+    publish_and_hold(&client, &queue, &exchange, &metrics).await;
+    disk.free();
+    all_settled_once(&client, &queue, &gw, &metrics).await;
     gw.stop().await;
 }
 
