@@ -187,6 +187,22 @@ impl Store {
             // already treat that as a store failure (requeue, pause, retry) and sqlx drops
             // the broken connection, so the next attempt gets a fresh one.
             .test_before_acquire(false)
+            // A connection whose transaction SQLite ended by itself (a COMMIT that failed with
+            // SQLITE_FULL rolls back) keeps sqlx's transaction depth at 1: the ROLLBACK sqlx
+            // then sends fails, and every later BEGIN on it is refused. Returned to the pool,
+            // it kept the store "unavailable" after the disk had room again. Replace it.
+            .before_acquire(|conn, _| {
+                Box::pin(async move {
+                    let stuck = conn.is_in_transaction();
+                    if stuck {
+                        tracing::warn!(
+                            "store connection left inside a transaction the database already \
+                             ended; replacing it"
+                        );
+                    }
+                    Ok(!stuck)
+                })
+            })
             .after_connect(move |conn, _| {
                 Box::pin(async move {
                     if backend == Backend::Postgres {
