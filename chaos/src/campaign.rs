@@ -353,7 +353,9 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
         ..State::default()
     };
     collect::store(&pool, &mut state).await?;
-    state.confirm_timeouts = logs::confirm_timeouts(&dir)?;
+    let relay_logs = logs::relay_logs(&dir)?;
+    state.confirm_timeouts = relay_logs.confirm_timeouts;
+    state.failed_publishes = relay_logs.failed_publishes;
     let findings = checker::check(&state);
     let (rate_quiet, rate_faults, rate_by_fault) = rates(
         &samples.lock().await,

@@ -101,6 +101,11 @@ pub struct State {
     /// (`no publisher confirm within the timeout`): the broker may or may not have them, so
     /// the relay sends them again (G3, at least once), fault or not.
     pub confirm_timeouts: HashSet<String>,
+    /// Events whose publish a relay logged as failed otherwise (returned unroutable, nacked):
+    /// the row stayed pending and was retried with backoff, so a resend of one whose first
+    /// copy went out before a fault (a gateway killed before its mark) can come after that
+    /// fault's window.
+    pub failed_publishes: HashSet<String>,
 }
 
 /// What the checker found. [`Findings::passed`] says which counts must be zero.
@@ -121,6 +126,10 @@ pub struct Findings {
     /// Copies of events whose publish a relay saw time out without a confirm, beyond every
     /// fault's window: the documented at-least-once resend, reported but not a failure.
     pub duplicate_events_after_confirm_timeout: usize,
+    /// Copies, beyond every window, of events whose first copy lies in a fault's window and
+    /// whose publish a relay then logged as failed and retried: the fault's resend, delayed
+    /// by the retries' backoff. Reported but not a failure.
+    pub duplicate_events_after_failed_publishes: usize,
     /// Time from the start to the last arrival that no fault's window covers: where a
     /// duplicate event is always a finding (the check is not vacuous when this is > 0).
     pub ms_outside_windows: u64,

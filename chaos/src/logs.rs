@@ -1,5 +1,6 @@
 //! What the processes' logs tell the checker: the events whose publish a relay stopped
-//! waiting for a confirm on, and so sent again.
+//! waiting for a confirm on, and so sent again; and the events whose publish failed and was
+//! retried (the row stayed pending).
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -7,41 +8,64 @@ use std::path::Path;
 /// The error a relay logs with `outbox publish failed` when no confirm came in time.
 const CONFIRM_TIMEOUT: &str = "no publisher confirm within the timeout";
 
-/// Event ids whose publish timed out without a confirm, from every `*.log` in `dir` (the
-/// relays, and gateways that run one).
-pub fn confirm_timeouts(dir: &Path) -> std::io::Result<HashSet<String>> {
-    let mut ids = HashSet::new();
+/// What a relay logs when a publish did not go through and the row stays pending.
+const PUBLISH_FAILED: &str = "outbox publish failed";
+
+/// What the relays logged about their publishes (see [`relay_logs`]).
+#[derive(Debug, Default)]
+pub struct RelayLogs {
+    /// Events whose publish timed out without a confirm.
+    pub confirm_timeouts: HashSet<String>,
+    /// Events whose publish failed otherwise (returned unroutable, nacked, the channel
+    /// closed): the row stayed pending and was retried with backoff.
+    pub failed_publishes: HashSet<String>,
+}
+
+/// Reads every `*.log` in `dir` (the relays, and gateways that run one).
+pub fn relay_logs(dir: &Path) -> std::io::Result<RelayLogs> {
+    let mut logs = RelayLogs::default();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         if path.extension().is_some_and(|e| e == "log") {
-            ids.extend(timed_out(&std::fs::read_to_string(&path)?));
+            logs.read(&std::fs::read_to_string(&path)?);
         }
     }
-    Ok(ids)
+    Ok(logs)
 }
 
-fn timed_out(log: &str) -> Vec<String> {
-    log.lines()
-        .filter(|line| line.contains(CONFIRM_TIMEOUT))
-        .filter_map(|line| {
-            line.split_whitespace()
+impl RelayLogs {
+    fn read(&mut self, log: &str) {
+        for line in log.lines().filter(|line| line.contains(PUBLISH_FAILED)) {
+            let Some(id) = line
+                .split_whitespace()
                 .find_map(|word| word.strip_prefix("event_id="))
-        })
-        .map(str::to_owned)
-        .collect()
+            else {
+                continue;
+            };
+            let ids = if line.contains(CONFIRM_TIMEOUT) {
+                &mut self.confirm_timeouts
+            } else {
+                &mut self.failed_publishes
+            };
+            ids.insert(id.to_owned());
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::timed_out;
+    use super::RelayLogs;
 
     #[test]
-    fn only_outbox_publishes_that_timed_out_are_taken() {
+    fn outbox_publishes_that_timed_out_or_failed_are_told_apart() {
         let log = "\
 2026-12-02T07:12:43.288714Z  WARN carteiro::relay::session: outbox publish failed; the row stays pending event_id=01a2-ab exchange=chaos.events routing_key=acesso.liberado attempts=1 error=no publisher confirm within the timeout; the message may or may not be stored
 2026-12-02T07:12:44.000000Z  WARN carteiro::relay::session: outbox publish failed; the row stays pending event_id=01a2-cd exchange=chaos.events routing_key=x attempts=1 error=returned as unroutable
 2026-12-02T07:12:45.000000Z  WARN carteiro::pipeline::process: retry copy failed error=no publisher confirm within the timeout; the message may or may not be stored
 ";
-        assert_eq!(timed_out(log), vec!["01a2-ab".to_owned()]);
+        let mut logs = RelayLogs::default();
+        logs.read(log);
+        assert_eq!(logs.confirm_timeouts, ["01a2-ab".to_owned()].into());
+        assert_eq!(logs.failed_publishes, ["01a2-cd".to_owned()].into());
     }
 }

@@ -106,6 +106,10 @@ pub fn markdown(o: &Outcome, command: &str, date: &str) -> String {
             &f.duplicate_events_after_confirm_timeout,
         ),
         (
+            "duplicate events resent after a fault, past its window by failed publishes' backoff (at least once)",
+            &f.duplicate_events_after_failed_publishes,
+        ),
+        (
             "dead letters archived twice (at least once)",
             &f.repeated_dead_letters,
         ),

@@ -130,13 +130,17 @@ pub(super) fn check_sink(state: &State, events: &HashMap<&str, Vec<&OutboxRow>>,
                 f.duplicate_events_after_confirm_timeout += 1;
                 continue;
             }
-            if state
-                .faults
-                .iter()
-                .map(|s| window(state, s))
-                .any(|(from, to)| from <= first_at && at <= to)
-            {
+            let mut windows = state.faults.iter().map(|s| window(state, s));
+            if windows.any(|(from, to)| from <= first_at && at <= to) {
                 f.duplicate_events_within_window += 1;
+            } else if state.failed_publishes.contains(*id)
+                && state
+                    .faults
+                    .iter()
+                    .map(|s| window(state, s))
+                    .any(|(from, to)| from <= first_at && first_at <= to)
+            {
+                f.duplicate_events_after_failed_publishes += 1;
             } else {
                 f.duplicate_events_beyond_window += 1;
                 f.note(

@@ -182,6 +182,32 @@ fn a_duplicate_after_a_relays_confirm_timeout_is_reported_not_failed() {
     );
 }
 
+/// A gateway killed after its relay's publish and before the mark: the restarted relay
+/// sends the row again, but its publishes fail (an unroutable fault) and back off past the
+/// kill's window. Excused only for that event, and only when its first copy lies in a
+/// fault's window.
+#[test]
+fn a_resend_delayed_by_failed_publishes_past_its_faults_window_is_reported_not_failed() {
+    let mut s = clean();
+    s.faults.push(fault(2_500, 3_000));
+    s.sink[0].at_ms = 2_800;
+    copy(&mut s, "ev-1", 9_000);
+    s.failed_publishes.insert("ev-2".into());
+    assert_eq!(failing(&s).duplicate_events_beyond_window, 1);
+    s.failed_publishes.insert("ev-1".into());
+    let f = passing(&s);
+    assert_eq!(
+        (
+            f.duplicate_events_beyond_window,
+            f.duplicate_events_after_failed_publishes
+        ),
+        (0, 1)
+    );
+    // A first copy outside every window: no fault to resend it, so still a finding.
+    s.sink[0].at_ms = 6_000;
+    assert_eq!(failing(&s).duplicate_events_beyond_window, 1);
+}
+
 #[test]
 fn out_of_order_events_and_reasonless_dead_letters_fail() {
     let f = failing_after(|s| {
