@@ -2,9 +2,10 @@
 //! logical, as scripts/postgres.sh starts it) and RabbitMQ: rows reach the sink once and in
 //! key order through the slot; killed over and over it loses nothing and repeats only rows
 //! that were confirmed but not yet marked; it survives PostgreSQL restarts and broker
-//! outages (the slot does not move meanwhile, and its lag alert rises); a second relay stands by and takes over; a
-//! whole gateway in cdc mode relays its handler's events through the slot; and SQLite
-//! refuses the mode. Every test uses its own slot (slots are per server) and drops it.
+//! outages (the slot does not move meanwhile, and its lag alert rises); a second relay
+//! stands by and takes over; a whole gateway in cdc mode relays its handler's events through
+//! the slot; and SQLite refuses the mode. Every test uses its own slot (slots are per
+//! server) and drops it.
 
 use crate::outages::Postgres;
 use crate::resilience::Rabbit;
