@@ -2,9 +2,10 @@
 //! logical, as scripts/postgres.sh starts it) and RabbitMQ: rows reach the sink once and in
 //! key order through the slot; killed over and over it loses nothing and repeats only rows
 //! that were confirmed but not yet marked; it survives PostgreSQL restarts and broker
-//! outages (the slot does not move meanwhile); a second relay stands by and takes over; a
-//! whole gateway in cdc mode relays its handler's events through the slot; and SQLite
-//! refuses the mode. Every test uses its own slot (slots are per server) and drops it.
+//! outages (the slot does not move meanwhile, and its lag alert rises); a second relay
+//! stands by and takes over; a whole gateway in cdc mode relays its handler's events through
+//! the slot; and SQLite refuses the mode. Every test uses its own slot (slots are per
+//! server) and drops it.
 
 use crate::outages::Postgres;
 use crate::resilience::Rabbit;
@@ -86,10 +87,15 @@ async fn fresh_on(prefix: &str, client: Client, amqp: &str, store_url: Option<St
 impl Fresh {
     /// Starts a CDC relay on the test's store and waits until it reads the slot.
     async fn active_relay(&self) -> RelayTask {
+        self.active_relay_counted().await.0
+    }
+
+    /// [`Fresh::active_relay`], and the relay's metrics.
+    async fn active_relay_counted(&self) -> (RelayTask, Arc<Metrics>) {
         let metrics = Arc::new(Metrics::default());
         let relay = run_relay(cdc_relay(&self.config, self.store.clone(), metrics.clone()));
         wait_active(&metrics).await;
-        relay
+        (relay, metrics)
     }
 
     /// Drains the sink until `n` messages arrived (see [`receive`]).
@@ -297,8 +303,10 @@ async fn a_postgres_restart_mid_stream_loses_nothing() {
 async fn rows_wait_in_the_slot_while_the_broker_is_down() {
     let rabbit = Rabbit::start().await;
     let client = Client::connect_to(&rabbit.url()).await;
-    let f = fresh_on("cdc-broker", client, &rabbit.url(), None).await;
-    let relay = f.active_relay().await;
+    let mut f = fresh_on("cdc-broker", client, &rabbit.url(), None).await;
+    // The 200 rows held in the slot below are more WAL than this: the alert must rise.
+    f.config.relay.max_slot_lag = 1024;
+    let (relay, metrics) = f.active_relay_counted().await;
     rabbit.stop().await;
     let before = confirmed_lsn(&f.url, &f.slot).await.expect("slot");
     seed_outbox(&f.store, &f.exchange, 5, 200).await;
@@ -313,6 +321,13 @@ async fn rows_wait_in_the_slot_while_the_broker_is_down() {
         Some(before),
         "the slot does not move past rows the broker did not confirm"
     );
+    wait_for(
+        "the slot-lag alert while nothing confirms",
+        WAIT,
+        || async { metrics.outbox.slot_lag_alert().map(|_| ()) },
+    )
+    .await;
+    assert!(metrics.outbox.cdc_slot_lag_bytes.get() > 1024);
     rabbit.start_again().await;
     wait_published("all rows published after the outage", &f.store, WAIT).await;
     stop_relay(relay).await;

@@ -28,6 +28,9 @@ pub async fn ready(
         for alert in h.alerts.active() {
             detail.push_str(&format!("dead-letter alert: {}\n", alert.describe()));
         }
+        if let Some(lag) = h.metrics.outbox.slot_lag_alert() {
+            detail.push_str(&format!("relay alert: {lag}\n"));
+        }
     }
     if h.gate.is_healthy() {
         (StatusCode::OK, format!("ready\n{detail}")).into_response()

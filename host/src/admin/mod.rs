@@ -113,11 +113,13 @@ impl FromRef<AdminState> for GatewayHandle {
 
 /// Banners shown at the top of every console page: the raised dead-letter alerts.
 pub fn banners(handle: &GatewayHandle) -> Vec<String> {
-    handle
-        .alerts
-        .active()
+    let active = handle.alerts.active();
+    let dead_letters = active
         .iter()
-        .map(|alert| format!("Dead-letter alert: {}", alert.describe()))
+        .map(|alert| format!("Dead-letter alert: {}", alert.describe()));
+    let slot_lag = handle.metrics.outbox.slot_lag_alert();
+    dead_letters
+        .chain(slot_lag.map(|lag| format!("Relay alert: {lag}")))
         .collect()
 }
 

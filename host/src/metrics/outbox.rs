@@ -28,6 +28,19 @@ pub struct OutboxMetrics {
 }
 
 impl OutboxMetrics {
+    /// While this process's CDC relay has its `max_slot_lag` alert raised: what the console's
+    /// banner and `/readyz` say.
+    pub fn slot_lag_alert(&self) -> Option<String> {
+        (self.cdc_slot_lag_alert.get() == 1).then(|| {
+            format!(
+                "the outbox replication slot holds back {:.1} MiB of WAL, more than [relay] \
+                 max_slot_lag: no relay is confirming (broker down, relay stopped or failing); \
+                 see docs/relay.md",
+                self.cdc_slot_lag_bytes.get() as f64 / f64::from(1u32 << 20)
+            )
+        })
+    }
+
     pub(super) fn register(registry: &mut Registry) -> Self {
         Self {
             published: registry.new_metric("outbox_published", "Outbox rows confirmed"),
@@ -54,5 +67,26 @@ impl OutboxMetrics {
                 "1 while the replication slot holds back more than [relay] max_slot_lag",
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::metrics::Metrics;
+
+    #[test]
+    fn the_slot_lag_alert_is_described_only_while_raised() {
+        let metrics = Metrics::default();
+        let outbox = &metrics.outbox;
+        outbox.cdc_slot_lag_bytes.set(3 << 20);
+        assert_eq!(outbox.slot_lag_alert(), None, "not raised");
+        outbox.cdc_slot_lag_alert.set(1);
+        let note = outbox.slot_lag_alert().expect("raised");
+        assert!(
+            note.starts_with("the outbox replication slot holds back 3.0 MiB of WAL"),
+            "{note}"
+        );
+        outbox.cdc_slot_lag_alert.set(0);
+        assert_eq!(outbox.slot_lag_alert(), None, "cleared");
     }
 }
