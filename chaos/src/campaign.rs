@@ -353,9 +353,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
         ..State::default()
     };
     collect::store(&pool, &mut state).await?;
-    let relay_logs = logs::relay_logs(&dir)?;
-    state.confirm_timeouts = relay_logs.confirm_timeouts;
-    state.failed_publishes = relay_logs.failed_publishes;
+    state.relay_logs = logs::relay_logs(&dir)?;
     let findings = checker::check(&state);
     let (rate_quiet, rate_faults, rate_by_fault) = rates(
         &samples.lock().await,

@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use crate::logs::RelayLogs;
 use crate::workload::{Kind, Sent};
 use events::{check_downstream, check_sink, events_by_ordering_key};
 use inputs::{check_counters, check_unexpected_keys, dead_letters_by_id, effect, missing};
@@ -97,15 +98,11 @@ pub struct State {
     pub drained: bool,
     /// Processes that exited without being killed.
     pub exits: Vec<String>,
-    /// Events a relay published and then gave up waiting for the broker's confirm on
-    /// (`no publisher confirm within the timeout`): the broker may or may not have them, so
-    /// the relay sends them again (G3, at least once), fault or not.
-    pub confirm_timeouts: HashSet<String>,
-    /// Events whose publish a relay logged as failed otherwise (returned unroutable, nacked):
-    /// the row stayed pending and was retried with backoff, so a resend of one whose first
-    /// copy went out before a fault (a gateway killed before its mark) can come after that
-    /// fault's window.
-    pub failed_publishes: HashSet<String>,
+    /// What the relays logged about their publishes: events whose confirm timed out are sent
+    /// again (G3, at least once), fault or not; events whose publish failed otherwise stayed
+    /// pending and were retried with backoff, so a resend of one whose first copy went out
+    /// before a fault (a gateway killed before its mark) can come after that fault's window.
+    pub relay_logs: RelayLogs,
 }
 
 /// What the checker found. [`Findings::passed`] says which counts must be zero.

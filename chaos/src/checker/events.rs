@@ -126,14 +126,14 @@ pub(super) fn check_sink(state: &State, events: &HashMap<&str, Vec<&OutboxRow>>,
         }
         let first_at = times[0];
         for &at in &times[1..] {
-            if state.confirm_timeouts.contains(*id) {
+            if state.relay_logs.confirm_timeouts.contains(*id) {
                 f.duplicate_events_after_confirm_timeout += 1;
                 continue;
             }
             let mut windows = state.faults.iter().map(|s| window(state, s));
             if windows.any(|(from, to)| from <= first_at && at <= to) {
                 f.duplicate_events_within_window += 1;
-            } else if state.failed_publishes.contains(*id)
+            } else if state.relay_logs.failed_publishes.contains(*id)
                 && state
                     .faults
                     .iter()

@@ -162,23 +162,33 @@ fn duplicate_events_are_judged_by_the_fault_window() {
     passing(&s);
 }
 
+/// Adds `excuse` for another event, then for the duplicated ev-1 (first copy at 2.8 s, the
+/// other at 9 s): the run fails until ev-1's own excuse, then passes with the copy counted
+/// by `counted` and none beyond a window.
+fn excused_only_for_its_event(
+    s: &mut State,
+    excuse: fn(&mut RelayLogs, &str),
+    counted: fn(&Findings) -> usize,
+) {
+    s.sink[0].at_ms = 2_800;
+    copy(s, "ev-1", 9_000);
+    excuse(&mut s.relay_logs, "ev-2");
+    assert_eq!(failing(s).duplicate_events_beyond_window, 1);
+    excuse(&mut s.relay_logs, "ev-1");
+    let f = passing(s);
+    assert_eq!((f.duplicate_events_beyond_window, counted(&f)), (0, 1));
+}
+
 /// A relay that got no confirm within its timeout sends the event again, with no fault: the
 /// documented at-least-once resend. Only that event's copies are excused.
 #[test]
 fn a_duplicate_after_a_relays_confirm_timeout_is_reported_not_failed() {
-    let mut s = clean();
-    s.sink[0].at_ms = 2_800;
-    copy(&mut s, "ev-1", 4_400);
-    s.confirm_timeouts.insert("ev-2".into());
-    assert_eq!(failing(&s).duplicate_events_beyond_window, 1);
-    s.confirm_timeouts.insert("ev-1".into());
-    let f = passing(&s);
-    assert_eq!(
-        (
-            f.duplicate_events_beyond_window,
-            f.duplicate_events_after_confirm_timeout
-        ),
-        (0, 1)
+    excused_only_for_its_event(
+        &mut clean(),
+        |logs, id| {
+            logs.confirm_timeouts.insert(id.into());
+        },
+        |f| f.duplicate_events_after_confirm_timeout,
     );
 }
 
@@ -190,18 +200,12 @@ fn a_duplicate_after_a_relays_confirm_timeout_is_reported_not_failed() {
 fn a_resend_delayed_by_failed_publishes_past_its_faults_window_is_reported_not_failed() {
     let mut s = clean();
     s.faults.push(fault(2_500, 3_000));
-    s.sink[0].at_ms = 2_800;
-    copy(&mut s, "ev-1", 9_000);
-    s.failed_publishes.insert("ev-2".into());
-    assert_eq!(failing(&s).duplicate_events_beyond_window, 1);
-    s.failed_publishes.insert("ev-1".into());
-    let f = passing(&s);
-    assert_eq!(
-        (
-            f.duplicate_events_beyond_window,
-            f.duplicate_events_after_failed_publishes
-        ),
-        (0, 1)
+    excused_only_for_its_event(
+        &mut s,
+        |logs, id| {
+            logs.failed_publishes.insert(id.into());
+        },
+        |f| f.duplicate_events_after_failed_publishes,
     );
     // A first copy outside every window: no fault to resend it, so still a finding.
     s.sink[0].at_ms = 6_000;
