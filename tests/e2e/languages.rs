@@ -6,8 +6,8 @@
 
 use crate::support::dead_letters;
 use crate::support::{
-    Client, Gateway, crash_at_fault, json_props, message_id, plugin, plugin_limits, route_config,
-    unique, wait_for, wait_published,
+    Client, Gateway, assert_once_or_resent, crash_at_fault, json_props, plugin, plugin_limits,
+    route_config, unique, wait_for, wait_published,
 };
 use carteiro::common::labels::Outcome;
 use carteiro::metrics::Metrics;
@@ -252,35 +252,8 @@ async fn sigkill_after_commit(plugin: &str) {
     assert!(record(&gw, plugin, "K1").await.is_some());
     wait_published(&format!("{plugin}: every event published"), &gw.store, WAIT).await;
     let after = route.client.drain(&route.sink).await;
-    assert_once_or_resent(plugin, &before_kill, &after);
+    assert_once_or_resent(plugin, 3, &before_kill, &after);
     gw.stop().await;
-}
-
-/// The handler's three events all arrived, each once, or twice when the first copy came
-/// from the killed gateway (`before_kill`) and the restarted relay sent it again.
-fn assert_once_or_resent(
-    plugin: &str,
-    before_kill: &[lapin::message::BasicGetMessage],
-    after: &[lapin::message::BasicGetMessage],
-) {
-    let early: Vec<String> = before_kill.iter().map(message_id).collect();
-    let mut copies: std::collections::HashMap<String, usize> = Default::default();
-    for id in early.iter().cloned().chain(after.iter().map(message_id)) {
-        *copies.entry(id).or_default() += 1;
-    }
-    assert_eq!(
-        copies.len(),
-        3,
-        "{plugin}: every event, none extra: {copies:?}"
-    );
-    for (id, n) in &copies {
-        let allowed = 1 + usize::from(early.contains(id));
-        assert!(
-            *n <= allowed,
-            "{plugin}: event {id} arrived {n} times ({} before the kill)",
-            allowed - 1
-        );
-    }
 }
 
 macro_rules! per_language {

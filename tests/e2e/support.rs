@@ -2,6 +2,7 @@
 
 use carteiro::config::{self, Config};
 use carteiro::metrics::Metrics;
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -964,6 +965,36 @@ pub fn message_header(name: &str, value: &str) -> carteiro::runtime::Header {
     carteiro::runtime::Header {
         name: name.into(),
         value: value.into(),
+    }
+}
+
+/// After a SIGKILL: `expected` distinct events arrived, each once, or twice when the first
+/// copy came from the killed gateway (`before_kill`, drained before the restart) and the
+/// restarted relay sent it again because the kill fell between its confirm and its mark
+/// (G3, at least once).
+pub fn assert_once_or_resent(
+    what: &str,
+    expected: usize,
+    before_kill: &[lapin::message::BasicGetMessage],
+    after: &[lapin::message::BasicGetMessage],
+) {
+    let early: Vec<String> = before_kill.iter().map(message_id).collect();
+    let mut copies: HashMap<String, usize> = HashMap::new();
+    for id in early.iter().cloned().chain(after.iter().map(message_id)) {
+        *copies.entry(id).or_default() += 1;
+    }
+    assert_eq!(
+        copies.len(),
+        expected,
+        "{what}: every event, none extra: {copies:?}"
+    );
+    for (id, n) in &copies {
+        let allowed = 1 + usize::from(early.contains(id));
+        assert!(
+            *n <= allowed,
+            "{what}: event {id} arrived {n} times ({} before the kill)",
+            allowed - 1
+        );
     }
 }
 
