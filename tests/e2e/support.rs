@@ -193,6 +193,7 @@ impl Gateway {
 
     /// Like [`Gateway::start`], in a given folder and recording into `metrics`.
     pub async fn start_in(dir: tempfile::TempDir, toml: &str, metrics: Arc<Metrics>) -> Self {
+        test_logs();
         let toml = toml.replace("{dir}", &dir.path().display().to_string());
         let config = load_config(dir.path(), &toml);
         let store = carteiro::services::open_store(&config)
@@ -231,6 +232,20 @@ impl Gateway {
             .expect("gateway ran without error");
         self.dir
     }
+}
+
+/// `CARTEIRO_TEST_LOG=<filter>` (e.g. `info,carteiro=debug`) shows the in-process gateways'
+/// logs in a failing test's output, for a failure that does not say why.
+fn test_logs() {
+    static INIT: std::sync::Once = std::sync::Once::new();
+    INIT.call_once(|| {
+        if let Ok(filter) = std::env::var("CARTEIRO_TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_test_writer()
+                .try_init();
+        }
+    });
 }
 
 /// The top of a config on the test broker and a SQLite store in the gateway's directory, with
