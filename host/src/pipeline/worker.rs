@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 /// Broker settings shared by every route.
 #[derive(Clone)]
@@ -196,9 +197,8 @@ async fn session(
 
     if outcome.is_ok() {
         // Graceful stop: no new deliveries; let in-flight ones finish and ack.
-        let _ = channel
-            .basic_cancel(tag.as_str().into(), BasicCancelOptions::default())
-            .await;
+        let cancel = channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default());
+        bounded_step(&ctx.settings.queue, "basic.cancel", cancel).await;
         let drained = tokio::time::timeout(broker.shutdown_grace, async {
             while in_flight.join_next().await.is_some() {}
         })
@@ -215,8 +215,19 @@ async fn session(
         {
             tracing::warn!(queue = %ctx.settings.queue, "acks not sent within 5 s; those deliveries return to the queue");
         }
-        let _ = channel.close(200, "shutdown".into()).await;
-        let _ = conn.close(200, "shutdown".into()).await;
+        let queue = &ctx.settings.queue;
+        bounded_step(
+            queue,
+            "channel.close",
+            channel.close(200, "shutdown".into()),
+        )
+        .await;
+        bounded_step(
+            queue,
+            "connection.close",
+            conn.close(200, "shutdown".into()),
+        )
+        .await;
         tracing::info!(queue = %ctx.settings.queue, "consumer stopped");
     } else {
         // The channel is dead: its unacked deliveries are back in the queue already, so
@@ -224,8 +235,30 @@ async fn session(
         in_flight.abort_all();
         acker.abort();
     }
-    let _ = archiver.await;
-    let _ = parked.await;
+    let queue = &ctx.settings.queue;
+    bounded_step(
+        queue,
+        "the dead-letter archiver's end",
+        AbortOnDropHandle::new(archiver),
+    )
+    .await;
+    bounded_step(
+        queue,
+        "the parked-letter watch's end",
+        AbortOnDropHandle::new(parked),
+    )
+    .await;
     ctx.deps.metrics.set_connected(&ctx.settings.queue, false);
     outcome
+}
+
+/// How long each step of a route's stop after its in-flight grace may wait (the broker's
+/// reply to a cancel or close, a helper task's end): a stop never hangs on one of them.
+const STOP_STEP: Duration = Duration::from_secs(5);
+
+/// Waits for one shutdown step at most [`STOP_STEP`], and says which one did not end.
+async fn bounded_step<T>(queue: &str, step: &str, work: impl std::future::Future<Output = T>) {
+    if tokio::time::timeout(STOP_STEP, work).await.is_err() {
+        tracing::warn!(queue, step, after = ?STOP_STEP, "route stop: a step did not end in time; going on without it");
+    }
 }

@@ -1,10 +1,11 @@
 //! The real binary against hostile plugins and process-level faults (issue 12): per-delivery
 //! totals with the gateway's peak RSS measured, a panicking delivery, SIGHUP (a reload in place), and SIGTERM
-//! while the store is unavailable.
+//! while the store is unavailable or the broker does not answer.
 
 use super::{Running, carteiro};
+use crate::blackhole::Blackhole;
 use crate::support::dead_letters;
-use crate::support::{Client, json_props, load_config, route_config, unique, wait_for};
+use crate::support::{Client, amqp_url, json_props, load_config, route_config, unique, wait_for};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -45,10 +46,22 @@ struct Child {
 }
 
 async fn start(plugin: &str, extra: &str, fault: Option<&str>) -> Child {
+    start_edited(plugin, extra, fault, |toml| toml).await
+}
+
+/// [`start`] with the config changed by `edit` first.
+async fn start_edited(
+    plugin: &str,
+    extra: &str,
+    fault: Option<&str>,
+    edit: impl FnOnce(String) -> String,
+) -> Child {
     let (queue, exchange) = (unique("hostile"), unique("in"));
     let dir = tempfile::tempdir().expect("tempdir");
-    let toml = route_config(&queue, plugin, &exchange, "", extra)
-        .replace("memory = \"32MiB\"", "memory = \"64MiB\"");
+    let toml = edit(
+        route_config(&queue, plugin, &exchange, "", extra)
+            .replace("memory = \"32MiB\"", "memory = \"64MiB\""),
+    );
     let path = write_config(dir.path(), &toml);
     let client = Client::connect().await;
     client.sink(&exchange).await;
@@ -245,4 +258,41 @@ async fn sigterm_finishes_within_the_grace_period_while_the_store_is_locked() {
     let depth = super::queue_depth(&child.client, &child.queue).await;
     let dlq = super::queue_depth(&child.client, &format!("{}.dlq", child.queue)).await;
     assert_eq!((depth, dlq), (1, 1), "both wait in the broker");
+}
+
+/// A broker that stops answering (a blackholed network, with heartbeats too slow to notice
+/// it soon) does not hold a SIGTERM: each step of a route's stop that waits for the broker
+/// (the consumer's cancel, the channel's and connection's close) gives up after 5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_while_the_broker_does_not_answer() {
+    let url = amqp_url();
+    let port: u16 = url
+        .rsplit_once(':')
+        .and_then(|(_, rest)| rest.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .expect("the test broker's port");
+    let hole = Blackhole::start(port).await;
+    let proxied = url.replace(&format!(":{port}/"), &format!(":{}/", hole.port));
+    let child = start_edited("fixture-mixed", "", None, |toml| {
+        toml.replace(&url, &proxied)
+            .replace("heartbeat = \"5s\"", "heartbeat = \"120s\"")
+    })
+    .await;
+    hole.close();
+    signal(child.gateway.pid(), "TERM");
+    let started = std::time::Instant::now();
+    let finished = child.gateway.finish(Duration::from_secs(90)).await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(40),
+        "took {took:?}: {}",
+        finished.stderr
+    );
+    assert!(
+        finished
+            .stderr
+            .contains("route stop: a step did not end in time"),
+        "{}",
+        finished.stderr
+    );
 }
