@@ -39,6 +39,20 @@ impl Blackhole {
         Self { port, closed }
     }
 
+    /// A proxy in front of the server that `url` names (`scheme://...:port/...`), and `url`
+    /// through it.
+    pub async fn in_front_of(url: &str) -> (Self, String) {
+        let port: u16 = url
+            .rsplit_once(':')
+            .and_then(|(_, rest)| rest.split('/').next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {url}"));
+        let hole = Self::start(port).await;
+        let proxied = url.replacen(&format!(":{port}/"), &format!(":{}/", hole.port), 1);
+        assert_ne!(proxied, url, "the proxied URL names the proxy");
+        (hole, proxied)
+    }
+
     /// Holds every byte from now on; connections stay open.
     pub fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);

@@ -133,14 +133,7 @@ async fn a_read_only_database_pauses_the_route_and_dead_letters_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blackholed_database_holds_deliveries_and_the_gateway_recovers() {
     let direct = pg_database().await;
-    let port: u16 = direct
-        .rsplit_once(':')
-        .and_then(|(_, rest)| rest.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .expect("port");
-    let hole = Blackhole::start(port).await;
-    let proxied = direct.replacen(&format!(":{port}/"), &format!(":{}/", hole.port), 1);
-    assert_ne!(proxied, direct);
+    let (hole, proxied) = Blackhole::in_front_of(&direct).await;
     let (client, queue, exchange, gw) =
         counter_route("blackhole", &proxied, "statement_timeout = \"1s\"").await;
     let observer = Store::connect(&direct, 2).await.expect("observer");

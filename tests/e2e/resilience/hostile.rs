@@ -266,13 +266,7 @@ async fn sigterm_finishes_within_the_grace_period_while_the_store_is_locked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_while_the_broker_does_not_answer() {
     let url = amqp_url();
-    let port: u16 = url
-        .rsplit_once(':')
-        .and_then(|(_, rest)| rest.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .expect("the test broker's port");
-    let hole = Blackhole::start(port).await;
-    let proxied = url.replace(&format!(":{port}/"), &format!(":{}/", hole.port));
+    let (hole, proxied) = Blackhole::in_front_of(&url).await;
     let child = start_edited("fixture-mixed", "", None, |toml| {
         toml.replace(&url, &proxied)
             .replace("heartbeat = \"5s\"", "heartbeat = \"120s\"")

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{TestDb, both_backends, event, request, with_database, write};
+use super::{TestDb, both_backends, event, request, write};
 use crate::store::{
     CommitOutcome, CommitRequest, KvWrite, NewDeadLetter, Store, StoreError, StoreOptions,
 };
@@ -278,18 +278,7 @@ use blackhole::Blackhole;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blackholed_database_cannot_hang_commits() {
     let db = TestDb::postgres().await;
-    let port: u16 = db
-        .url
-        .rsplit_once(':')
-        .and_then(|(_, rest)| rest.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .expect("port in the test URL");
-    let proxy = Blackhole::start(port).await;
-    let name = db.pg.as_ref().unwrap().1.clone();
-    let url = with_database(
-        &format!("postgres://postgres@127.0.0.1:{}/x", proxy.port),
-        &name,
-    );
+    let (proxy, url) = Blackhole::in_front_of(&db.url).await;
     let opts = StoreOptions {
         max_connections: 2,
         statement_timeout: Duration::from_secs(1),
