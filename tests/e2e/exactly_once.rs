@@ -4,7 +4,8 @@
 
 use crate::support::{
     Client, Gateway, assert_any_reason, assert_once_or_resent, crash_at_fault, dead_letters_within,
-    json_props, pg_database, receive, unique, wait_for, wait_published, with_store,
+    drain_after_kill, json_props, pg_database, receive, unique, wait_for, wait_published,
+    with_store,
 };
 use carteiro::common::labels::Outcome;
 use carteiro::metrics::Metrics;
@@ -135,9 +136,7 @@ async fn crash_then_recover(fault: &str, handler_runs: u64, why: &str) {
     });
     publisher.await;
     crash.await.expect("crash task");
-    // What the killed gateway's relay published before it died.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let before_kill = client.drain(&sink).await;
+    let before_kill = drain_after_kill(&client, &sink).await;
 
     let metrics = Arc::new(Metrics::default());
     let gw = Gateway::start_in(dir, &toml, metrics.clone()).await;

@@ -6,8 +6,8 @@
 
 use crate::support::dead_letters;
 use crate::support::{
-    Client, Gateway, assert_once_or_resent, crash_at_fault, json_props, plugin, plugin_limits,
-    route_config, unique, wait_for, wait_published,
+    Client, Gateway, assert_once_or_resent, crash_at_fault, drain_after_kill, json_props, plugin,
+    plugin_limits, route_config, unique, wait_for, wait_published,
 };
 use carteiro::common::labels::Outcome;
 use carteiro::metrics::Metrics;
@@ -232,10 +232,9 @@ async fn sigkill_after_commit(plugin: &str) {
         tokio::task::spawn_blocking(move || crash_at_fault("run", &config, "hang-after-commit"));
     publish.await;
     crash.await.expect("crash task");
-    // The killed gateway's relay may have published events already; what it had not marked
-    // when it was killed goes out again from the restarted one (G3: at least once).
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let before_kill = route.client.drain(&route.sink).await;
+    // What the killed gateway's relay had not marked goes out again from the restarted one
+    // (G3: at least once).
+    let before_kill = drain_after_kill(&route.client, &route.sink).await;
     let metrics = Arc::new(Metrics::default());
     let gw = route.start(dir, metrics.clone()).await;
     wait_for(

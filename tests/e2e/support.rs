@@ -983,8 +983,15 @@ pub fn message_header(name: &str, value: &str) -> carteiro::runtime::Header {
     }
 }
 
+/// What reached `sink` from a gateway just SIGKILLed (its relay may have published some of
+/// its events), once the broker has routed the last frames it sent.
+pub async fn drain_after_kill(client: &Client, sink: &str) -> Vec<lapin::message::BasicGetMessage> {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    client.drain(sink).await
+}
+
 /// After a SIGKILL: `expected` distinct events arrived, each once, or twice when the first
-/// copy came from the killed gateway (`before_kill`, drained before the restart) and the
+/// copy came from the killed gateway (`before_kill`, [`drain_after_kill`] before the restart) and the
 /// restarted relay sent it again because the kill fell between its confirm and its mark
 /// (G3, at least once).
 pub fn assert_once_or_resent(

@@ -195,10 +195,11 @@ async fn session(
     // The acker stops once the in-flight deliveries, the last holders, are gone.
     drop(acks);
 
+    let queue = ctx.settings.queue.as_str();
     if outcome.is_ok() {
         // Graceful stop: no new deliveries; let in-flight ones finish and ack.
         let cancel = channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default());
-        bounded_step(&ctx.settings.queue, "basic.cancel", cancel).await;
+        bounded_step(queue, "basic.cancel", cancel).await;
         let drained = tokio::time::timeout(broker.shutdown_grace, async {
             while in_flight.join_next().await.is_some() {}
         })
@@ -215,7 +216,6 @@ async fn session(
         {
             tracing::warn!(queue = %ctx.settings.queue, "acks not sent within 5 s; those deliveries return to the queue");
         }
-        let queue = &ctx.settings.queue;
         bounded_step(
             queue,
             "channel.close",
@@ -235,7 +235,6 @@ async fn session(
         in_flight.abort_all();
         acker.abort();
     }
-    let queue = &ctx.settings.queue;
     bounded_step(
         queue,
         "the dead-letter archiver's end",
@@ -252,8 +251,8 @@ async fn session(
     outcome
 }
 
-/// How long each step of a route's stop after its in-flight grace may wait (the broker's
-/// reply to a cancel or close, a helper task's end): a stop never hangs on one of them.
+/// How long each step of a route's stop other than the in-flight grace may wait (the
+/// broker's reply to a cancel or close, a helper task's end): a stop never hangs on one.
 const STOP_STEP: Duration = Duration::from_secs(5);
 
 /// Waits for one shutdown step at most [`STOP_STEP`], and says which one did not end.
