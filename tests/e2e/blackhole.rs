@@ -73,8 +73,14 @@ async fn pump(
     let mut buf = vec![0u8; 64 << 10];
     loop {
         let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
+            Ok(n) if n > 0 => n,
+            // The end of a connection is held too: nothing crosses a blackholed network.
+            _ => {
+                while hole.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                return;
+            }
         };
         while hole.load(Ordering::Relaxed) {
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -153,7 +153,7 @@ async fn inserts_in_slot(url: &str, slot: &str) -> Option<i64> {
 }
 
 /// Drops the test's slot (an abandoned slot would hold the test server's WAL for ever).
-async fn drop_slot(url: &str, slot: &str) {
+pub(crate) async fn drop_slot(url: &str, slot: &str) {
     for _ in 0..30 {
         if let Ok(mut conn) = sqlx::PgConnection::connect(url).await {
             let dropped = sqlx::query("SELECT pg_drop_replication_slot($1)")
@@ -168,7 +168,7 @@ async fn drop_slot(url: &str, slot: &str) {
     }
 }
 
-async fn wait_active(metrics: &Metrics) {
+pub(crate) async fn wait_active(metrics: &Metrics) {
     wait_for("the CDC relay active", WAIT, || async {
         (metrics.outbox.cdc_active.get() == 1).then_some(())
     })

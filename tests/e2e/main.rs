@@ -4,6 +4,7 @@
 mod batch;
 mod blackhole;
 mod cdc;
+mod cdc_process;
 mod console;
 mod edit;
 mod exactly_once;
@@ -19,6 +20,7 @@ mod operators;
 mod outages;
 mod relay;
 mod relay_bytes;
+mod relay_parked;
 mod replay;
 mod resilience;
 mod runtime;

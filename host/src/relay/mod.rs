@@ -144,7 +144,14 @@ impl Relay {
                     }
                 },
             };
-            match session::Session::new(self, current).run(&stop).await {
+            let (end, progressed) = session::Session::new(self, current).run(&stop).await;
+            // A session that published rows before it ended was not a failure to retry
+            // slower and slower: one bad spell must not leave every later restart waiting
+            // the longest delay.
+            if progressed {
+                backoff.reset();
+            }
+            match end {
                 session::End::Stopped => break,
                 session::End::Broker(e) => {
                     tracing::warn!(error = %e, "relay lost the broker; reconnecting");

@@ -85,6 +85,8 @@ pub(super) struct Session<'a> {
     held: HeldBytes,
     /// The last claim probably stopped at its byte budget: claim again once bytes free up.
     byte_capped: bool,
+    /// Some row was marked published: the relay's reconnect backoff starts over.
+    progressed: bool,
 }
 
 impl<'a> Session<'a> {
@@ -103,10 +105,12 @@ impl<'a> Session<'a> {
             window: 0,
             held: HeldBytes::default(),
             byte_capped: false,
+            progressed: false,
         }
     }
 
-    pub async fn run(mut self, stop: &tokio_util::sync::CancellationToken) -> End {
+    /// Runs the session until it ends; also says whether it marked any row published.
+    pub async fn run(mut self, stop: &tokio_util::sync::CancellationToken) -> (End, bool) {
         tracing::debug!(owner = %self.owner, "relay session started");
         let (marker, mut marked) = Marker::spawn(self.relay.store.clone());
         let marks = marker.sender();
@@ -160,6 +164,7 @@ impl<'a> Session<'a> {
                     }
                 }
                 Some(ids) = marked.recv() => {
+                    self.progressed = true;
                     self.window = self.window.saturating_sub(ids.len());
                     want_claim |= self.byte_capped;
                 }
@@ -171,8 +176,9 @@ impl<'a> Session<'a> {
                 () = stop.cancelled() => break End::Stopped,
             }
         };
+        let progressed = self.progressed;
         self.quiesce(claim, marker, marks, &end).await;
-        end
+        (end, progressed)
     }
 
     fn room(&self) -> usize {
@@ -456,10 +462,7 @@ async fn record_failure(
         // key) with the reason, for `carteiro outbox status` and the operator.
         tracing::error!(event_id = %row.event.event_id, exchange = %row.event.exchange, routing_key = %row.event.routing_key, %why, "outbox row can never be published; parked with its error");
         let error = format!("permanent: cannot be published: {why}");
-        let held = relay
-            .store
-            .outbox_mark_failed(row.id, owner, &error, i64::MAX)
-            .await?;
+        let held = relay.store.outbox_park(row.id, owner, &error).await?;
         lease_lost_unless(held, row);
         return Ok(());
     }

@@ -46,6 +46,10 @@ pub struct OutboxStatus {
     pub leased: i64,
 }
 
+/// `next_attempt_at` of a parked row, one AMQP can never carry: no clock reaches it, and the
+/// row holds its ordering key (see the claim's held-back keys).
+pub(super) const PARKED: i64 = i64::MAX;
+
 /// Ids per `IN (...)` list: far below both backends' statement limits.
 const ID_CHUNK: usize = 1_000;
 
@@ -249,6 +253,28 @@ impl Store {
                 .bind(nul_free::lossy(error))
                 .bind(retry_after_ms)
                 .bind(owner);
+            Ok(self.execute_write(update).await? == 1)
+        })
+        .await
+    }
+
+    /// Row `id` can never be published (AMQP cannot carry it): count the attempt, keep
+    /// `error` and park it, so it holds its ordering key (an unordered row holds nothing)
+    /// until an operator deals with it. Only while `owner` still leases it, as
+    /// [`Store::outbox_mark_failed`]. Parked is a fixed `next_attempt_at`, not the clock plus
+    /// a delay: `clock + i64::MAX` overflows PostgreSQL's `bigint`.
+    pub async fn outbox_park(&self, id: i64, owner: &str, error: &str) -> Result<bool, StoreError> {
+        self.bounded("outbox park", async {
+            nul_free::text("lease owner", owner)?;
+            let update = sqlx::query(
+                "UPDATE outbox SET attempts = attempts + 1, last_error = $2, \
+                 next_attempt_at = $3, lease_owner = NULL, lease_until = NULL \
+                 WHERE id = $1 AND published_at IS NULL AND lease_owner = $4",
+            )
+            .bind(id)
+            .bind(nul_free::lossy(error))
+            .bind(PARKED)
+            .bind(owner);
             Ok(self.execute_write(update).await? == 1)
         })
         .await

@@ -5,12 +5,9 @@
 
 use sqlx::Row;
 
+use super::outbox::PARKED;
 use super::sql::{Placeholders, shaped_chunks};
 use super::{Store, StoreError, nul_free};
-
-/// `next_attempt_at` of a parked row: it can never be published (see the polling relay's
-/// `record_failure`), and it holds its ordering key.
-const PARKED: i64 = i64::MAX;
 
 impl Store {
     /// Which of `ids` are still in the outbox unpublished. A row already marked (by a relay
@@ -86,6 +83,21 @@ impl Store {
             .fetch_one(self.pool())
             .await?;
             Ok(n)
+        })
+        .await
+    }
+
+    /// The backend process that reads replication slot `slot` now (`None`: nobody does, or
+    /// there is no such slot): the CDC relay's fence (PostgreSQL only).
+    pub async fn replication_slot_reader(&self, slot: &str) -> Result<Option<i32>, StoreError> {
+        self.bounded("replication slot reader", async {
+            let pid: Option<Option<i32>> = sqlx::query_scalar(
+                "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
+            )
+            .bind(slot)
+            .fetch_optional(self.pool())
+            .await?;
+            Ok(pid.flatten())
         })
         .await
     }

@@ -5,7 +5,9 @@
 //! row of it and of every earlier commit is confirmed *and* marked published.
 //!
 //! One relay reads the slot at a time; the others get "replication slot ... is active"
-//! and stand by, retrying every few seconds (`carteiro_relay_cdc_active` 0/1).
+//! and stand by, retrying every few seconds (`carteiro_relay_cdc_active` 0/1). A reader
+//! publishes only while its fence shows the slot is still read through its own connection
+//! (`fence`), and a new reader waits out the old one's last permission before it publishes.
 //!
 //! At each start, before reading the slot, the relay drains through the polling path the
 //! unpublished rows already in the table (the backlog from before the slot existed, or rows
@@ -16,10 +18,12 @@
 //! # Layout
 //! - this file: the standby/active loop, the backlog hand-over, the slot-lag watch.
 //! - `session`: one replication session: commits → per-key chains → confirms → marks → slot.
+//! - `fence`: who reads the slot now, asked before each publish.
 //! - `pgoutput`, `window`, `slot`, `conn`: decoding, the commit-LSN window, slot setup and
 //!   lag, the replication connection's settings.
 
 mod conn;
+mod fence;
 mod pgoutput;
 mod session;
 mod slot;
@@ -51,7 +55,11 @@ pub(super) struct CdcSettings {
 
 /// Why a replication session could not start.
 enum Opened {
-    Active(ReplicationClient),
+    /// The slot is this session's, read through the backend process `reader`.
+    Active {
+        client: ReplicationClient,
+        reader: i32,
+    },
     /// Another relay holds the slot.
     Standby,
     Failed(PgWireError),
@@ -95,8 +103,8 @@ pub(super) async fn run(
                 continue;
             }
         };
-        let client = match open(settings.clone()).await {
-            Opened::Active(client) => client,
+        let (client, reader) = match open(settings.clone()).await {
+            Opened::Active { client, reader } => (client, reader),
             Opened::Standby => {
                 if !standing_by {
                     tracing::info!(slot = %cdc.slot, "another relay reads the replication slot; standing by");
@@ -115,8 +123,18 @@ pub(super) async fn run(
         standing_by = false;
         relay.metrics.outbox.cdc_active.set(1);
         tracing::info!(slot = %cdc.slot, "CDC relay active: reading the replication slot");
-        // The slot is ours: no other relay publishes while the backlog drains.
+        let session_stop = stop.child_token();
+        let fence = fence::watch(
+            relay.store.clone(),
+            cdc.slot.clone(),
+            reader,
+            session_stop.clone(),
+        );
+        // The slot is ours: once the previous reader's last permission ran out, no other
+        // relay publishes while the backlog drains.
+        fence::grace(stop).await;
         if let Err(e) = drain_backlog(relay, stop).await {
+            session_stop.cancel();
             tracing::warn!(error = %e, "CDC relay could not drain the outbox backlog; retrying");
             relay.metrics.outbox.cdc_active.set(0);
             drop(client);
@@ -126,6 +144,7 @@ pub(super) async fn run(
         let recheck_until = match slot::current_wal_lsn(&relay.store_url).await {
             Ok(lsn) => lsn,
             Err(e) => {
+                session_stop.cancel();
                 tracing::warn!(error = %e, "CDC relay cannot read the WAL position; retrying");
                 relay.metrics.outbox.cdc_active.set(0);
                 drop(client);
@@ -134,9 +153,10 @@ pub(super) async fn run(
             }
         };
         backoff.reset();
-        let end = session::Session::new(relay, publisher, client, recheck_until)
+        let end = session::Session::new(relay, publisher, client, fence, recheck_until)
             .run(stop)
             .await;
+        session_stop.cancel();
         relay.metrics.outbox.cdc_active.set(0);
         match end {
             session::End::Stopped => break Ok(()),
@@ -150,6 +170,9 @@ pub(super) async fn run(
             session::End::Store(e) => {
                 tracing::warn!(error = %e, "CDC relay cannot reach the store; retrying");
             }
+            session::End::Fenced(e) => {
+                tracing::warn!(error = %e, "CDC relay stopped publishing; it stands by");
+            }
         }
         sleep_or_stop(backoff.next_delay(), stop).await;
     };
@@ -158,20 +181,37 @@ pub(super) async fn run(
 }
 
 /// Starts replication on the slot and waits until the server accepted it (the slot is then
-/// this session's alone).
+/// this session's alone). The backend's process id, asked first on the same connection, is
+/// what `pg_replication_slots.active_pid` names while the slot is this session's.
 async fn open(settings: pgwire_replication::ReplicationConfig) -> Opened {
-    let mut client = match ReplicationClient::connect(settings).await {
+    let mut client = match ReplicationClient::connect_gated(settings).await {
         Ok(c) => c,
         Err(e) => return Opened::Failed(e),
     };
+    let reader = match backend_pid(&mut client).await {
+        Ok(pid) => pid,
+        Err(e) => return Opened::Failed(e),
+    };
+    if let Err(e) = client.start().await {
+        return Opened::Failed(e);
+    }
     match tokio::time::timeout(Duration::from_secs(30), client.wait_started()).await {
-        Ok(Ok(())) => Opened::Active(client),
+        Ok(Ok(())) => Opened::Active { client, reader },
         Ok(Err(e)) if slot_in_use(&e) => Opened::Standby,
         Ok(Err(e)) => Opened::Failed(e),
         Err(_) => Opened::Failed(PgWireError::Task(
             "START_REPLICATION not answered within 30s".into(),
         )),
     }
+}
+
+/// The process id of the replication connection's backend.
+async fn backend_pid(client: &mut ReplicationClient) -> Result<i32, PgWireError> {
+    let rows = client.simple_query("SELECT pg_backend_pid()").await?;
+    rows.first()
+        .and_then(|row| row.first().cloned().flatten())
+        .and_then(|text| std::str::from_utf8(&text).ok()?.parse().ok())
+        .ok_or_else(|| PgWireError::Protocol("pg_backend_pid() gave no number".into()))
 }
 
 /// "replication slot ... is active for PID ..." (SQLSTATE 55006, object_in_use).
