@@ -20,6 +20,7 @@ mod operators;
 mod outages;
 mod relay;
 mod relay_bytes;
+mod relay_model;
 mod relay_parked;
 mod replay;
 mod resilience;
