@@ -40,10 +40,11 @@ pub async fn run(config_path: &Path, command: SealCommand) -> anyhow::Result<i32
             let rotated = store.header_seal_rotate(ms(accept_old_for), ms(SEAL_KEY_ACTIVATION));
             let secrets = match rotated.await {
                 Ok(secrets) => secrets,
-                Err(e) => {
-                    eprintln!("not rotated: {e}");
+                Err(crate::store::StoreError::Invalid(why)) => {
+                    eprintln!("not rotated: {why}");
                     return Ok(1);
                 }
+                Err(e) => return Err(e.into()),
             };
             println!(
                 "rotated: the new key verifies on every gateway within 30 s and seals from {}; \
