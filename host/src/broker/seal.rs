@@ -139,8 +139,13 @@ impl SealKey {
         if let Some((current, retired)) = reader().await {
             let before = self.current_id();
             self.update(&current, &retired);
-            let known = !self.names_unknown_key(properties);
-            tracing::info!(key = %self.current_id(), sealing_key_changed = before != self.current_id(), known, "read the header-seal keys again for a seal naming a key this gateway did not know");
+            let (key, changed) = (self.current_id(), before != self.current_id());
+            if self.names_unknown_key(properties) {
+                // Forged, or a key of another store: worth a trace, not a log line a second.
+                tracing::debug!(key = %key, "read the header-seal keys again: the seal's key is still unknown");
+            } else {
+                tracing::info!(key = %key, sealing_key_changed = changed, "read the header-seal keys again for a seal naming a key this gateway did not know yet");
+            }
         }
         *last = Some(Instant::now());
     }

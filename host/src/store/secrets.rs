@@ -128,6 +128,36 @@ fn keyring(rows: &[(String, String)], now: i64) -> Result<SealSecrets, StoreErro
     })
 }
 
+/// The rows a rotation writes: the key that seals now (written back: a next key whose time
+/// came is promoted), the same key retired until `accept_old_ms` after `activates`, and a
+/// fresh key that seals from `activates`.
+fn rotation_rows(current: &[u8], activates: i64, accept_old_ms: i64) -> [(String, String); 3] {
+    let expires = activates.saturating_add(accept_old_ms.max(0));
+    let unique = || uuid::Uuid::now_v7().simple().to_string();
+    [
+        (HEADER_SEAL.to_owned(), hex::encode(current)),
+        (
+            format!("{RETIRED_PREFIX}{expires}:{}", unique()),
+            hex::encode(current),
+        ),
+        (
+            format!("{NEXT_PREFIX}{activates}:{}", unique()),
+            hex::encode(rand::random::<[u8; 32]>()),
+        ),
+    ]
+}
+
+/// The rows a rotation at `now` deletes: retired keys past their window, and next keys
+/// (whose time came: the rotation promotes the newest).
+fn stale_rows(rows: &[(String, String)], now: i64) -> impl Iterator<Item = &str> {
+    rows.iter()
+        .map(|(name, _)| name.as_str())
+        .filter(move |name| match name.strip_prefix(RETIRED_PREFIX) {
+            Some(rest) => time_in(rest) <= now,
+            None => name.starts_with(NEXT_PREFIX),
+        })
+}
+
 impl Store {
     /// The key that seals now: created on first use (the first gateway's key wins a race),
     /// then the same for every gateway and CLI on this store.
@@ -221,32 +251,12 @@ impl Store {
             )));
         }
         let activates = now.saturating_add(activate_after_ms.max(0));
-        let expires = activates.saturating_add(accept_old_ms.max(0));
-        let unique = || uuid::Uuid::now_v7().simple().to_string();
-        let writes = [
-            // The key that seals now is written back (a next key whose time came is promoted)
-            // and retired; the fresh one waits for its time.
-            (HEADER_SEAL.to_owned(), hex::encode(&ring.current)),
-            (
-                format!("{RETIRED_PREFIX}{expires}:{}", unique()),
-                hex::encode(&ring.current),
-            ),
-            (
-                format!("{NEXT_PREFIX}{activates}:{}", unique()),
-                hex::encode(rand::random::<[u8; 32]>()),
-            ),
-        ];
-        for (name, _) in &rows {
-            let gone = match name.strip_prefix(RETIRED_PREFIX) {
-                Some(rest) => time_in(rest) <= now,
-                None => name.starts_with(NEXT_PREFIX),
-            };
-            if gone {
-                sqlx::query("DELETE FROM carteiro_secrets WHERE name = $1")
-                    .bind(name)
-                    .execute(&mut *tx)
-                    .await?;
-            }
+        let writes = rotation_rows(&ring.current, activates, accept_old_ms);
+        for name in stale_rows(&rows, now) {
+            sqlx::query("DELETE FROM carteiro_secrets WHERE name = $1")
+                .bind(name)
+                .execute(&mut *tx)
+                .await?;
         }
         for (name, value) in writes {
             sqlx::query(
