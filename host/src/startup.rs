@@ -33,7 +33,7 @@ pub async fn open(config: &Config, seal_secret: Option<&[u8]>) -> Result<Opened,
         store = store.with_header_seal_secret(secret.to_vec());
     }
     let secrets = store.header_seal_secrets().await?;
-    let seal = SealKey::with_retired(&secrets.current, &secrets.retired);
+    let seal = SealKey::with_retired(&secrets.current, &secrets.verifying());
     Ok(Opened { store, seal })
 }
 
@@ -41,10 +41,25 @@ pub async fn open(config: &Config, seal_secret: Option<&[u8]>) -> Result<Opened,
 /// (`carteiro seal rotate`) reaches it without a restart.
 pub const KEYRING_REFRESH: Duration = Duration::from_secs(30);
 
-/// Keeps `seal` equal to the store's keyring until `stop`. A failed read keeps the keys it
-/// has: copies sealed with a key it does not know yet still count their attempts (see
-/// `pipeline::received`).
+/// How long after `carteiro seal rotate` its new key starts sealing (it verifies at once):
+/// one [`KEYRING_REFRESH`], so every running gateway has read it by then, and as much again
+/// for a slow read or a busy gateway.
+pub const SEAL_KEY_ACTIVATION: Duration = Duration::from_secs(2 * KEYRING_REFRESH.as_secs());
+
+/// Keeps `seal` equal to the store's keyring until `stop`, and lets it read the keyring
+/// again when a seal names a key it does not know (`SealKey::learn_unknown_key`). A failed
+/// read keeps the keys it has: copies sealed with a key it does not know yet still count
+/// their attempts (see `pipeline::received`).
 pub async fn refresh_keyring(store: Store, seal: SealKey, stop: CancellationToken) {
+    let reader = store.clone();
+    seal.reread_with(std::sync::Arc::new(move || {
+        let store = reader.clone();
+        Box::pin(async move {
+            read_keyring(&store)
+                .await
+                .map(|s| (s.current.clone(), s.verifying()))
+        })
+    }));
     let mut tick = tokio::time::interval(KEYRING_REFRESH);
     tick.tick().await;
     loop {
@@ -52,20 +67,23 @@ pub async fn refresh_keyring(store: Store, seal: SealKey, stop: CancellationToke
             _ = tick.tick() => {}
             () = stop.cancelled() => return,
         }
-        match store.header_seal_keyring().await {
-            Ok(secrets) => {
-                let before = seal.current_id();
-                seal.update(&secrets.current, &secrets.retired);
-                let now = seal.current_id();
-                if now != before {
-                    tracing::info!(key = %now, retired = secrets.retired.len(), "header-seal key rotated: sealing with the new key");
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "could not read the header-seal keys; keeping the ones in use")
+        if let Some(secrets) = read_keyring(&store).await {
+            let before = seal.current_id();
+            seal.update(&secrets.current, &secrets.verifying());
+            let now = seal.current_id();
+            if now != before {
+                tracing::info!(key = %now, retired = secrets.retired.len(), "header-seal key rotated: sealing with the new key");
             }
         }
     }
+}
+
+async fn read_keyring(store: &Store) -> Option<crate::store::SealSecrets> {
+    store
+        .header_seal_keyring()
+        .await
+        .inspect_err(|e| tracing::warn!(error = %e, "could not read the header-seal keys; keeping the ones in use"))
+        .ok()
 }
 
 /// [`open`] until it succeeds, while each failure is transient (the store's trouble, not a

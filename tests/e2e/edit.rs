@@ -270,3 +270,58 @@ async fn dlq_edit_through_a_running_gateway() {
     assert!(ran.stdout.contains("outcome: applied"), "{ran:?}");
     route.gw.stop().await;
 }
+
+/// Two edits of one dead letter in a row, both keeping its message id, on a queue nobody
+/// consumes yet: the first copy is still in the queue, so the route's inbox does not know the
+/// id. The second must be refused (its copy would be acked as a duplicate of the first, and
+/// dropped, once the route consumes them), naming why and what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_edit_keeping_the_id_waits_until_the_first_copy_settles() {
+    let client = Client::connect().await;
+    let (queue, dir, store) = unconsumed_route(&client, "edittwice").await;
+    let record = NewDeadLetter {
+        headers: vec![
+            (":message-id".into(), "tw-1".into()),
+            ("x-tenant".into(), "acme".into()),
+        ],
+        body: b"{\"n\":1}".to_vec(),
+        ..counter_dead_letter(&queue, "boom", 1)
+    };
+    let id = store.dead_letter_insert(&record).await.expect("archive");
+    let id_text = id.to_string();
+    let config = dir.path().join("carteiro.toml");
+
+    let first = ["edit", id_text.as_str(), "--set-header", "x-fix=1"];
+    let ran = dlq(&config, &first).await;
+    assert_eq!(ran.code, 0, "{ran:?}");
+    let second = ["edit", id_text.as_str(), "--set-header", "x-fix=2"];
+    let ran = dlq(&config, &second).await;
+    assert_eq!(
+        ran.code, 1,
+        "a second edit keeping message id tw-1 was sent while the first copy is still queued: \
+         {ran:?}"
+    );
+    assert!(ran.stderr.contains("has not settled"), "{ran:?}");
+    assert!(ran.stderr.contains("--new-id"), "{ran:?}");
+    assert!(ran.stderr.contains("nothing was sent"), "{ran:?}");
+    // A new id is a new message: sent at once.
+    let fresh = [
+        "edit",
+        id_text.as_str(),
+        "--set-header",
+        "x-fix=3",
+        "--new-id",
+    ];
+    let ran = dlq(&config, &fresh).await;
+    assert_eq!(ran.code, 0, "{ran:?}");
+    let copies = collect(&client, &queue, Duration::from_secs(2)).await;
+    let fixes: Vec<_> = copies.iter().map(|c| header(c, "x-fix")).collect();
+    assert_eq!(fixes, [Some("1".to_owned()), Some("3".to_owned())]);
+    let events = store.dead_letter_events(id).await.expect("events");
+    assert_eq!(
+        events.len(),
+        2,
+        "the refused edit is not recorded: {events:?}"
+    );
+    delete_queue(&client, &queue).await;
+}

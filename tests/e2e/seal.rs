@@ -1,6 +1,8 @@
 //! A retry copy whose seal this gateway cannot verify (the key was rotated past its window,
 //! or another store's gateway made it) must not make retries unbounded: a copy that comes
 //! back from the route's own retry tier keeps its attempt count.
+//! A dead letter sealed with a key the archiving gateway has not read yet (another gateway
+//! read a rotation first) keeps its reason, plugin and attempts.
 
 use crate::support::{
     Client, Gateway, assert_reason_starts_with, json_props, route_config, unique, wait_for,
@@ -77,6 +79,72 @@ async fn a_copy_sealed_with_another_key_still_counts_towards_the_attempt_limit()
             .iter()
             .any(|(k, _)| k == "x-untrusted-carteiro-attempt"),
         "{:?}",
+        dead.letter.headers
+    );
+    gw.stop().await;
+}
+
+/// Two gateways on one store after `carteiro seal rotate`: one has read the new key and seals
+/// a dead letter with it (here, past its activation), the other has not read the keyring
+/// since (its next read is up to 30 s away) and archives that dead letter. It must keep its
+/// reason, plugin and attempts: the archiving gateway reads the keys again when a seal names
+/// a key it does not know.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_sealed_with_a_key_this_gateway_has_not_read_keeps_its_story() {
+    let client = Client::connect().await;
+    let (queue, exchange) = (unique("rotated"), unique("in"));
+    client.sink(&exchange).await;
+    let toml = route_config(&queue, "fixture-always-retry", &exchange, "", "");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gw = Gateway::start_in(dir, &toml, Arc::new(Metrics::default())).await;
+    let dlq = carteiro::topology::dlq_name(&queue);
+    client.wait_for_consumer(&dlq).await;
+
+    // The other gateway: it rotated (the new key seals at once here) and read the keyring.
+    let rotated = gw
+        .store
+        .header_seal_rotate(60_000, 0)
+        .await
+        .expect("rotate");
+    let other =
+        carteiro::broker::seal::SealKey::with_retired(&rotated.current, &rotated.verifying());
+    let mut headers = FieldTable::default();
+    let text = |s: &str| AMQPValue::LongString(s.into());
+    headers.insert("x-carteiro-reason".into(), text("handler trapped: boom"));
+    headers.insert("x-carteiro-plugin".into(), text("other-plugin"));
+    headers.insert("x-carteiro-attempts".into(), AMQPValue::LongLongInt(5));
+    let props = other.seal(&queue, json_props("m-rot").with_headers(headers), b"{}");
+    client
+        .channel
+        .basic_publish(
+            "".into(),
+            dlq.as_str().into(),
+            BasicPublishOptions::default(),
+            b"{}",
+            props,
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("confirm");
+
+    let route = DeadLetterFilter {
+        route: Some(queue.clone()),
+        ..Default::default()
+    };
+    let dead = wait_for("the dead letter archived", WAIT, || async {
+        let rows = gw.store.dead_letters_list(&route).await.ok()?;
+        rows.into_iter().next()
+    })
+    .await;
+    assert_eq!(
+        (
+            dead.letter.reason.as_str(),
+            dead.letter.plugin.as_deref(),
+            dead.letter.attempts
+        ),
+        ("handler trapped: boom", Some("other-plugin"), 5),
+        "archived without the story its seal vouches for: {:?}",
         dead.letter.headers
     );
     gw.stop().await;

@@ -159,25 +159,62 @@ pub fn section(d: &DeadLetter, inbox: &Inbox, events: &[DeadLetterEvent]) -> Mar
     }
 }
 
+/// What a browser sends for a text input holding `text`: its value without line breaks.
+fn as_input_sends(text: &str) -> String {
+    text.chars().filter(|c| !matches!(c, '\r' | '\n')).collect()
+}
+
+/// The body to send for the textarea's `sent` text. A browser sends a textarea's line breaks
+/// (LF, CR or CRLF) all as CRLF, so a body the operator did not touch is the archived one,
+/// byte for byte; an edited one keeps CRLF only if the archived body used CRLF throughout.
+fn body_of(archived: &[u8], sent: &str) -> Vec<u8> {
+    let lf = |text: &str| text.replace("\r\n", "\n").replace('\r', "\n");
+    let sent_lf = lf(sent);
+    let Ok(archived_text) = std::str::from_utf8(archived) else {
+        return sent_lf.into_bytes();
+    };
+    if lf(archived_text) == sent_lf {
+        return archived.to_vec();
+    }
+    let crlf_throughout = archived_text.contains("\r\n")
+        && archived_text.matches('\n').count() == archived_text.matches("\r\n").count()
+        && archived_text.matches('\r').count() == archived_text.matches("\r\n").count();
+    if crlf_throughout {
+        sent_lf.replace('\n', "\r\n").into_bytes()
+    } else {
+        sent_lf.into_bytes()
+    }
+}
+
+/// The header row (`name`, `value`) as the operator meant it: an archived header the row
+/// shows unchanged (as a browser sends it: trimmed name, value without line breaks) is that
+/// archived header exactly.
+fn header_of(editable: &[(String, String)], name: &str, value: &str) -> (String, String) {
+    let name = name.trim();
+    editable
+        .iter()
+        .find(|(n, v)| as_input_sends(n).trim() == name && as_input_sends(v) == value)
+        .cloned()
+        .unwrap_or_else(|| (name.to_owned(), value.to_owned()))
+}
+
 /// The edit a submitted form asks for: `body` (absent: unchanged), the header rows (`hname`
-/// and `hvalue` pairs; an `unset` tick drops a row), `new_id`.
+/// and `hvalue` pairs; an `unset` tick drops a row), `new_id`. Fields the operator did not
+/// touch come back as archived ([`body_of`], [`header_of`]).
 fn request_of(d: &DeadLetter, f: &Fields) -> EditRequest {
-    let body = f.all("body").first().map(|text| {
-        // A browser sends a textarea's line breaks as CRLF: back to LF unless the archived
-        // body had CRs of its own.
-        if d.letter.body.contains(&b'\r') {
-            text.as_bytes().to_vec()
-        } else {
-            text.replace("\r\n", "\n").into_bytes()
-        }
-    });
-    let (names, values, unset) = (f.all("hname"), f.all("hvalue"), f.all("unset"));
+    let body = f
+        .all("body")
+        .first()
+        .map(|text| body_of(&d.letter.body, text));
+    let (names, values) = (f.all("hname"), f.all("hvalue"));
+    let unset: Vec<String> = f.all("unset").into_iter().map(as_input_sends).collect();
+    let editable = edit::editable_headers(d);
     let wanted: Vec<(String, String)> = names
         .iter()
         .copied()
         .zip(values.iter().copied().chain(std::iter::repeat("")))
-        .filter(|(name, _)| !name.trim().is_empty() && !unset.contains(name))
-        .map(|(name, value)| (name.trim().to_owned(), value.to_owned()))
+        .filter(|(name, _)| !name.trim().is_empty() && !unset.contains(&as_input_sends(name)))
+        .map(|(name, value)| header_of(&editable, name, value))
         .collect();
     let (set, unset) = edit::header_changes(d, &wanted);
     EditRequest {
@@ -191,7 +228,9 @@ fn request_of(d: &DeadLetter, f: &Fields) -> EditRequest {
 /// The status an edit's refusal or failure answers with.
 fn refusal(e: EditError) -> Refusal {
     let status = match &e {
-        EditError::AlreadyApplied { .. } | EditError::Busy { .. } => StatusCode::CONFLICT,
+        EditError::AlreadyApplied { .. } | EditError::Busy { .. } | EditError::Unsettled { .. } => {
+            StatusCode::CONFLICT
+        }
         EditError::UnknownRoute { .. } => StatusCode::UNPROCESSABLE_ENTITY,
         EditError::NotSent { .. } => StatusCode::BAD_GATEWAY,
         EditError::Store(_) | EditError::Unrecorded { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -309,6 +348,32 @@ mod tests {
         let untouched = request_of(&d, &Fields::parse("hname=x-tenant&hvalue=acme"));
         assert_eq!(untouched.body, None, "no textarea: the body is kept");
         assert_eq!(untouched.unset, ["x-region"], "a row left out is removed");
+    }
+
+    /// What a browser submits for fields the operator did not touch: a textarea's line
+    /// breaks all as CRLF, a text input's value without its line breaks. Adding one header
+    /// must change nothing else.
+    #[test]
+    fn untouched_fields_come_back_as_archived() {
+        let headers = vec![
+            ("x-note".into(), "first\nsecond".into()),
+            ("x-tenant".into(), "acme".into()),
+            (":message-id".into(), "m-1".into()),
+        ];
+        let d = DeadLetter::fixture(3, headers, b"line1\r\nline2\nline3");
+        let form = "body=line1%0D%0Aline2%0D%0Aline3\
+                    &hname=x-note&hvalue=firstsecond\
+                    &hname=x-tenant&hvalue=acme\
+                    &hname=x-new&hvalue=1";
+        let request = request_of(&d, &Fields::parse(form));
+        let body = request.body.as_deref().unwrap_or(&d.letter.body);
+        assert_eq!(
+            String::from_utf8_lossy(body),
+            "line1\r\nline2\nline3",
+            "the body was not touched"
+        );
+        assert_eq!(request.set, vec![("x-new".to_owned(), "1".to_owned())]);
+        assert!(request.unset.is_empty(), "{:?}", request.unset);
     }
 
     #[test]

@@ -10,11 +10,13 @@
 //! anything else they are renamed `x-untrusted-carteiro-*`: kept for the record, visible to
 //! the plugin under that name, never believed.
 
+use futures::future::BoxFuture;
 use hmac::{Hmac, Mac};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use sha2::{Digest, Sha256};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use super::field_table::value_to_text;
 
@@ -37,11 +39,29 @@ pub struct Checked {
     pub unsealed: bool,
 }
 
-/// The store-held keys that seal Carteiro's headers: the current one seals, and keys
-/// retired by a rotation still verify until their window ends. Clones share one keyring,
-/// which [`SealKey::update`] replaces while everything runs (a rotation needs no restart).
+/// The store-held keys that seal Carteiro's headers: the current one seals; keys retired by
+/// a rotation, and the key a rotation brings in before it seals, only verify. Clones share
+/// one keyring, which [`SealKey::update`] replaces while everything runs (a rotation needs
+/// no restart).
 #[derive(Clone)]
-pub struct SealKey(Arc<RwLock<Keyring>>);
+pub struct SealKey(Arc<Shared>);
+
+struct Shared {
+    ring: RwLock<Keyring>,
+    /// Reads the keyring again ([`SealKey::reread_with`]); none in the CLI and tests.
+    reader: OnceLock<Reader>,
+    /// When the last re-read for an unknown key finished; held while one runs.
+    last_reread: tokio::sync::Mutex<Option<Instant>>,
+}
+
+/// Reads the keys from where they are kept: the current key and the verify-only ones, or
+/// `None` when that failed (the keys in use stay).
+pub type Reader =
+    Arc<dyn Fn() -> BoxFuture<'static, Option<(Vec<u8>, Vec<Vec<u8>>)>> + Send + Sync>;
+
+/// At most one re-read for a seal naming an unknown key per this interval: a flood of
+/// forged seals with made-up key ids costs the store one read a second, no more.
+pub const REREAD_EVERY: Duration = Duration::from_secs(1);
 
 struct Keyring {
     current: Key,
@@ -80,13 +100,73 @@ impl SealKey {
 
     /// The current key, and retired ones that still verify.
     pub fn with_retired(current: &[u8], retired: &[Vec<u8>]) -> Self {
-        Self(Arc::new(RwLock::new(Keyring::of(current, retired))))
+        Self(Arc::new(Shared {
+            ring: RwLock::new(Keyring::of(current, retired)),
+            reader: OnceLock::new(),
+            last_reread: tokio::sync::Mutex::new(None),
+        }))
     }
 
-    /// Replaces the keys of this keyring and of every clone of it.
+    /// Replaces the keys of this keyring and of every clone of it: `current` seals, the
+    /// `retired` (verify-only) keys and `current` verify.
     pub fn update(&self, current: &[u8], retired: &[Vec<u8>]) {
         let ring = Keyring::of(current, retired);
-        *self.0.write().unwrap_or_else(PoisonError::into_inner) = ring;
+        *self.0.ring.write().unwrap_or_else(PoisonError::into_inner) = ring;
+    }
+
+    /// Lets [`Self::learn_unknown_key`] read the keys again with `reader` (set once; a
+    /// second call changes nothing).
+    pub fn reread_with(&self, reader: Reader) {
+        let _ = self.0.reader.set(reader);
+    }
+
+    /// Before [`Self::check`]: when `properties` carry a seal naming a key this keyring
+    /// does not hold (a rotation this gateway has not read yet, another gateway has), reads
+    /// the keys again so the copy keeps its headers. At most one re-read per
+    /// [`REREAD_EVERY`], one at a time; a caller that waited for a running one uses its
+    /// result.
+    pub async fn learn_unknown_key(&self, properties: &BasicProperties) {
+        if !self.names_unknown_key(properties) {
+            return;
+        }
+        let Some(reader) = self.0.reader.get() else {
+            return;
+        };
+        let mut last = self.0.last_reread.lock().await;
+        if last.is_some_and(|at| at.elapsed() < REREAD_EVERY) {
+            return;
+        }
+        if let Some((current, retired)) = reader().await {
+            let before = self.current_id();
+            self.update(&current, &retired);
+            let (key, changed) = (self.current_id(), before != self.current_id());
+            if self.names_unknown_key(properties) {
+                // Forged, or a key of another store: worth a trace, not a log line a second.
+                tracing::debug!(key = %key, "read the header-seal keys again: the seal's key is still unknown");
+            } else {
+                tracing::info!(key = %key, sealing_key_changed = changed, "read the header-seal keys again for a seal naming a key this gateway did not know yet");
+            }
+        }
+        *last = Some(Instant::now());
+    }
+
+    /// The seal in `properties` names a key id that is not in this keyring.
+    fn names_unknown_key(&self, properties: &BasicProperties) -> bool {
+        let Some(seal) = properties
+            .headers()
+            .as_ref()
+            .and_then(|t| t.inner().get(SEAL))
+            .map(value_to_text)
+        else {
+            return false;
+        };
+        let Some((id, _)) = seal.split_once(':') else {
+            return false;
+        };
+        let ring = self.ring();
+        !std::iter::once(&ring.current)
+            .chain(&ring.accepted)
+            .any(|key| key.id == id)
     }
 
     /// The id of the key that seals now.
@@ -95,7 +175,7 @@ impl SealKey {
     }
 
     fn ring(&self) -> std::sync::RwLockReadGuard<'_, Keyring> {
-        self.0.read().unwrap_or_else(PoisonError::into_inner)
+        self.0.ring.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn mac(key: &Key, route: &str, properties: &BasicProperties, body: &[u8]) -> Hmac<Sha256> {
@@ -318,6 +398,40 @@ mod tests {
             sealed_new.clone().with_headers(t)
         };
         assert!(gateway.verify("orders", &legacy, b"body"));
+    }
+
+    #[tokio::test]
+    async fn an_unknown_key_id_rereads_the_keys_at_most_once_a_second() {
+        let (old, new) = (
+            b"old key, thirty-two bytes long!!",
+            b"new key, thirty-two bytes long!!",
+        );
+        let stale = SealKey::new(old);
+        let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = reads.clone();
+        stale.reread_with(Arc::new(move || {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async move { Some((old.to_vec(), vec![new.to_vec()])) })
+        }));
+        let sealed_new = SealKey::new(new).seal("orders", props(2), b"body");
+        assert!(!stale.verify("orders", &sealed_new, b"body"));
+        stale.learn_unknown_key(&sealed_new).await;
+        assert!(
+            stale.verify("orders", &sealed_new, b"body"),
+            "learnt the new key"
+        );
+        assert_eq!(
+            stale.current_id(),
+            SealKey::new(old).current_id(),
+            "still seals with old"
+        );
+        // Known ids and forged ids within the interval: no more reads.
+        stale.learn_unknown_key(&sealed_new).await;
+        let forged =
+            SealKey::new(b"a forger's key, 32 bytes long!!!").seal("orders", props(9), b"x");
+        stale.learn_unknown_key(&forged).await;
+        stale.learn_unknown_key(&forged).await;
+        assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     #[test]

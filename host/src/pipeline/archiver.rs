@@ -153,6 +153,8 @@ fn record_of(ctx: &RouteContext, delivery: &Delivery) -> NewDeadLetter {
 }
 
 async fn archive(ctx: &RouteContext, delivery: Delivery, stop: &CancellationToken) {
+    // A dead letter sealed by a gateway that read a rotation first keeps its reason.
+    ctx.deps.seal.learn_unknown_key(&delivery.properties).await;
     let record = record_of(ctx, &delivery);
     let mut backoff = JitteredBackoff::new(Duration::from_millis(200), Duration::from_secs(5));
     // Held, never requeued: on a quorum DLQ each requeue spends its delivery limit, and a

@@ -70,6 +70,9 @@ pub async fn process_batch(
         alone(&ctx, &publisher, &acks, deliveries).await;
         return;
     }
+    for delivery in &deliveries {
+        ctx.deps.seal.learn_unknown_key(&delivery.properties).await;
+    }
     let entries: Vec<Entry> = deliveries
         .into_iter()
         .map(|delivery| Entry {

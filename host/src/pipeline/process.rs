@@ -57,6 +57,7 @@ pub async fn process(
     delivery: Delivery,
 ) {
     let started = Instant::now();
+    ctx.deps.seal.learn_unknown_key(&delivery.properties).await;
     let received = Received::new(&ctx, &delivery);
     // The version this delivery runs on, whatever a reload swaps in meanwhile: the stable
     // one, or the canary when its key's hash falls in the canary's share.

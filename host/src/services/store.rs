@@ -53,5 +53,8 @@ pub async fn seal_key(store: &Store) -> anyhow::Result<SealKey> {
         .header_seal_secrets()
         .await
         .context("cannot read the header-seal key from the store")?;
-    Ok(SealKey::with_retired(&secrets.current, &secrets.retired))
+    Ok(SealKey::with_retired(
+        &secrets.current,
+        &secrets.verifying(),
+    ))
 }

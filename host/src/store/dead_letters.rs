@@ -201,6 +201,15 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
             }
+            if let Some(of) = replay_of {
+                let route = stored.route.as_str();
+                let message_id = dl
+                    .headers
+                    .iter()
+                    .find(|(name, _)| name == crate::common::header_names::PROP_MESSAGE_ID)
+                    .map(|(_, value)| value.as_str());
+                super::edit_claims::settle(&mut tx, of, route, message_id).await?;
+            }
             tx.commit().await?;
             Ok(id)
         })

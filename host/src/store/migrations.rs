@@ -67,6 +67,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "dead letter search",
         include_str!("../../migrations/sqlite/0011_dead_letter_search.sql"),
     ),
+    (
+        12,
+        "dead letter edit claims",
+        include_str!("../../migrations/sqlite/0012_dead_letter_edit_claims.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str, &str)] = &[
@@ -119,6 +124,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         11,
         "dead letter search",
         include_str!("../../migrations/postgres/0011_dead_letter_search.sql"),
+    ),
+    (
+        12,
+        "dead letter edit claims",
+        include_str!("../../migrations/postgres/0012_dead_letter_edit_claims.sql"),
     ),
 ];
 

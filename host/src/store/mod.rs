@@ -16,6 +16,8 @@
 //!   `dead_letter_text`: [`NewDeadLetter`] and the lossless encoding that lets any of
 //!   them be archived; `dead_letter_history`: each replay and edit of a dead letter
 //!   ([`DeadLetterEvent`]), the claims they take and the marks they leave;
+//!   `edit_claims`: the claim an edited copy holds on its idempotency key until it settles
+//!   ([`EditKeyClaim`]);
 //!   `dead_letter_search`: what a dead letter is found by (message and correlation ids, a
 //!   JSON body's fields: [`BodyField`]), worked out when it is archived, and the indexed
 //!   [`SearchTerms`] of a filter.
@@ -35,6 +37,7 @@ mod dead_letter_history;
 mod dead_letter_search;
 mod dead_letter_text;
 mod dead_letters;
+mod edit_claims;
 mod error;
 mod inbox;
 mod kv;
@@ -63,6 +66,7 @@ pub use dead_letter_search::{
 };
 pub use dead_letter_text::NewDeadLetter;
 pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterHour, DeadLetterStat, HOUR_MS};
+pub use edit_claims::{EditKeyClaim, HeldEditClaim};
 pub use error::StoreError;
 pub use kv::KvEntry;
 pub use outbox::{OUTBOX_NOTIFY_CHANNEL, OutboxRow, OutboxStatus};

@@ -167,3 +167,39 @@ async fn console_edit_needs_credentials_and_the_console_origin() {
     runs(&gw.store, 2).await;
     gw.stop().await;
 }
+
+/// The console refuses an edit whose key an earlier edit's copy still holds (that copy waits
+/// in the queue, so the inbox does not know the key yet), as `carteiro dlq edit` does; once
+/// the claim is gone the same form post is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_edit_waits_until_an_earlier_copy_with_the_key_settles() {
+    let (queue, port, _, gw) = console("editwait").await;
+    let id = dead_letter(&gw.store, &queue, "boom", "ew-1", b"{}").await;
+    let earlier = carteiro::store::EditKeyClaim {
+        route: &queue,
+        key: "ew-1",
+        dead_letter_id: id,
+        message_id: Some("ew-1"),
+        owner: "an earlier edit",
+        lease_ms: 60_000,
+    };
+    let claimed = gw.store.edit_claim_key(&earlier).await.expect("claim");
+    assert_eq!(claimed, Ok(()));
+    let path = format!("/dead-letters/message/{id}/edit");
+    let form = "body=%7B%22a%22%3A1%7D";
+    let (status, _, page) = post_form(port, &path, form).await;
+    assert_eq!(status, 409, "{page}");
+    assert!(page.contains("has not settled"), "{page}");
+    assert!(page.contains("new message id"), "{page}");
+    let d = archived(&gw.store, id).await;
+    assert!(d.edited_at.is_none() && d.replay_count == 0, "nothing sent");
+
+    gw.store
+        .edit_release_key(&queue, "ew-1", "an earlier edit")
+        .await
+        .expect("release");
+    let (status, head, _) = post_form(port, &path, form).await;
+    assert_eq!(status, 303, "{head}");
+    runs(&gw.store, 1).await;
+    gw.stop().await;
+}

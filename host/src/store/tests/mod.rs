@@ -7,6 +7,7 @@ mod commit;
 mod concurrency;
 mod dead_letter_hours;
 mod dead_letters;
+mod edit_claims;
 mod faults;
 mod housekeeping;
 mod outage;

@@ -12,20 +12,32 @@
 //!   key already committed would be acked as a duplicate without running the handler, so it
 //!   is refused (a new message id helps when the route deduplicates by message id). Then it
 //!   takes the row's replay claim (migration 0006: a replay running at the same time skips the
-//!   row, and an edit never takes a row a replay holds), publishes the copy (sealed, with a
+//!   row, and an edit never takes a row a replay holds) and the claim of the copy's key
+//!   (`claim`: the inbox cannot see an earlier edit's copy still in the queue, so a second copy
+//!   with the same key waits until the first settles), publishes the copy (sealed, with a
 //!   publisher confirm) and records the edit in one transaction: the row counts as replayed
 //!   and edited — no later replay sends its original — and its history keeps who edited it,
 //!   when, what changed and the body sent. The archived original is never rewritten.
+//!
+//! Layout: `dedup` ([`Dedup`], the route's key and inbox check), `claim` (the key claim),
+//! `error` ([`EditError`]).
+
+mod claim;
+mod dedup;
+mod error;
+
+use claim::KeyClaim;
+
+pub use claim::SETTLE_MAX;
+pub use dedup::Dedup;
+pub use error::EditError;
 
 use super::{MARK_TRIES, claim_lease, is_failure_header, with_replay_of};
 use crate::broker::outgoing::{MAX_SHORT_STRING, is_broker_record, replay_properties};
 use crate::broker::seal::{PREFIX, SealKey};
 use crate::broker::{ConfirmedPublisher, Outgoing};
 use crate::common::header_names::{PROP_CONTENT_TYPE, PROP_CORRELATION_ID, PROP_MESSAGE_ID};
-use crate::config::Config;
-use crate::pipeline::key::{self, MissingKey};
-use crate::pipeline::{KeySource, MissingKeyPolicy};
-use crate::store::{DeadLetter, Store, StoreError};
+use crate::store::{DeadLetter, Store};
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -113,98 +125,6 @@ pub struct EditedCopy {
     pub correlation_id: Option<String>,
     /// What differs from the archived message.
     pub changes: Changes,
-}
-
-/// Why an edit was refused or failed. Every refusal says that nothing was sent.
-#[derive(Debug, thiserror::Error)]
-pub enum EditError {
-    /// A header that cannot be edited, or a name AMQP cannot carry.
-    #[error("header `{name}` cannot be edited: {why}; nothing was sent")]
-    Header { name: String, why: String },
-    /// The same header both set and unset.
-    #[error("header `{name}` is both set and unset; nothing was sent")]
-    SetAndUnset { name: String },
-    /// A header to unset that the dead letter does not have.
-    #[error("dead letter #{id} has no header `{name}` to unset; nothing was sent")]
-    NoSuchHeader { id: i64, name: String },
-    /// The edited body should be JSON and does not parse.
-    #[error("the edited body is not valid JSON ({why}): {error}; nothing was sent")]
-    InvalidJson {
-        /// Why it must be JSON.
-        why: String,
-        /// The parser's message, with the line and column.
-        error: String,
-        line: usize,
-        column: usize,
-    },
-    /// Nothing differs from the archived message.
-    #[error(
-        "nothing to send: the body and headers are as archived and no new message id was \
-         asked for (to send the original as it is, replay it); nothing was sent"
-    )]
-    Unchanged,
-    /// The dead letter's route is not in the config.
-    #[error(
-        "route `{route}` is not in the config, so how its inbox deduplicates cannot be \
-         checked; nothing was sent"
-    )]
-    UnknownRoute { route: String },
-    /// The copy has no idempotency key and the route dead-letters such messages.
-    #[error(
-        "the edited copy has no idempotency key on route `{route}` ({why}), and the route \
-         dead-letters such messages; nothing was sent"
-    )]
-    MissingKey { route: String, why: String },
-    /// The copy's key already committed on the route: it would be acked as a duplicate.
-    #[error(
-        "route `{route}` already applied a message with {by} `{key}` (its inbox keeps that \
-         key), so this copy would be acked as a duplicate without running the handler; \
-         nothing was sent. {hint}"
-    )]
-    AlreadyApplied {
-        route: String,
-        by: String,
-        key: String,
-        hint: String,
-    },
-    /// A replay or another edit holds the row right now.
-    #[error(
-        "dead letter #{id} is being replayed or edited by someone else right now; nothing was \
-         sent (try again in a moment)"
-    )]
-    Busy { id: i64 },
-    /// AMQP cannot carry the copy.
-    #[error("the edited copy cannot be published: {0}; nothing was sent")]
-    Unpublishable(String),
-    /// The publish failed or no confirm came.
-    #[error("the edited copy of dead letter #{id} was not sent to queue `{route}`: {why}")]
-    NotSent { id: i64, route: String, why: String },
-    /// The store failed before anything was sent.
-    #[error("the store failed, nothing was sent: {0}")]
-    Store(#[from] StoreError),
-    /// Sent and confirmed, but the record of the edit did not reach the store.
-    #[error(
-        "the edited copy of dead letter #{id} was sent to queue `{route}` and confirmed, but \
-         recording the edit failed: {source}; the dead letter does not show the edit (the \
-         route's inbox keeps the copy's effects once)"
-    )]
-    Unrecorded {
-        id: i64,
-        route: String,
-        #[source]
-        source: StoreError,
-    },
-}
-
-impl EditError {
-    /// The edit itself is refused (the operator can change it), as opposed to the store or
-    /// the broker failing.
-    pub fn is_refusal(&self) -> bool {
-        !matches!(
-            self,
-            EditError::Store(_) | EditError::NotSent { .. } | EditError::Unrecorded { .. }
-        )
-    }
 }
 
 /// The headers a replay or an edited copy of `d` starts from: the archived ones without the
@@ -386,95 +306,6 @@ pub fn prepare(d: &DeadLetter, request: EditRequest) -> Result<EditedCopy, EditE
     })
 }
 
-/// How a route deduplicates (its `idempotency_key` and `on_missing_key`): what an edit checks
-/// before it sends, and what the console says about it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Dedup {
-    /// Where the key comes from.
-    pub source: KeySource,
-    /// What the route does with a message without a key.
-    pub on_missing: MissingKeyPolicy,
-}
-
-impl Dedup {
-    /// Route `route`'s, from `config`; `None` when the config has no such route.
-    pub fn of(config: &Config, route: &str) -> Option<Self> {
-        let r = config.routes.iter().find(|r| r.queue == route)?;
-        Some(Self {
-            source: KeySource::parse(&r.idempotency_key).ok()?,
-            on_missing: r.on_missing_key,
-        })
-    }
-
-    /// What the key is, for people: `message id`, `header `x-id``, ...
-    pub fn describe(&self) -> String {
-        match &self.source {
-            KeySource::MessageId => "message id".to_owned(),
-            KeySource::Header(name) => format!("header `{name}`"),
-            KeySource::JsonPointer(pointer) => format!("JSON pointer `{pointer}` of the body"),
-        }
-    }
-
-    /// A new message id gives a copy a new key.
-    pub fn by_message_id(&self) -> bool {
-        self.source == KeySource::MessageId
-    }
-
-    /// The key a message with these properties has on the route, or why it has none.
-    pub fn key(
-        &self,
-        message_id: Option<&str>,
-        headers: &[(String, String)],
-        body: &[u8],
-    ) -> Result<String, MissingKey> {
-        key::extract(&self.source, message_id, headers, body)
-    }
-
-    /// The key a replay of `d` (the archived message) has on its route.
-    pub fn key_of(&self, d: &DeadLetter) -> Result<String, MissingKey> {
-        let message_id = d.header(PROP_MESSAGE_ID);
-        self.key(message_id, &replay_headers(d), &d.letter.body)
-    }
-
-    /// Checks `copy` against `route`'s inbox; its key (`None`: it has none, and the route
-    /// processes such messages without deduplication).
-    async fn check(
-        &self,
-        store: &Store,
-        route: &str,
-        copy: &EditedCopy,
-    ) -> Result<Option<String>, EditError> {
-        let key = match self.key(copy.message_id.as_deref(), &copy.headers, &copy.body) {
-            Ok(key) => key,
-            Err(why) => {
-                return match self.on_missing {
-                    MissingKeyPolicy::Process => Ok(None),
-                    MissingKeyPolicy::DeadLetter => Err(EditError::MissingKey {
-                        route: route.to_owned(),
-                        why: why.to_string(),
-                    }),
-                };
-            }
-        };
-        if !store.inbox_contains(route, &key).await? {
-            return Ok(Some(key));
-        }
-        let hint = if self.by_message_id() {
-            "Ask for a new message id (`--new-id`, or the console's checkbox) to have it \
-             processed as a new message."
-        } else {
-            "A new message id does not change this route's key: change the key's value in the \
-             edit to have it processed as a new message."
-        };
-        Err(EditError::AlreadyApplied {
-            route: route.to_owned(),
-            by: self.describe(),
-            key,
-            hint: hint.to_owned(),
-        })
-    }
-}
-
 /// What sending an edited copy needs.
 pub struct EditContext<'a> {
     pub store: &'a Store,
@@ -509,14 +340,7 @@ impl EditContext<'_> {
             .seal
             .seal(route, with_replay_of(properties, d.id), &copy.body);
         let owner = uuid::Uuid::now_v7().to_string();
-        let lease = claim_lease(self.publish_timeout);
-        if !self
-            .store
-            .dead_letter_claim_edit(d.id, &owner, lease)
-            .await?
-        {
-            return Err(EditError::Busy { id: d.id });
-        }
+        let key_claim = self.claim(d, &copy, dedup, &owner).await?;
         let published = self
             .publisher
             .publish(
@@ -531,17 +355,68 @@ impl EditContext<'_> {
             )
             .await;
         if let Err(e) = published {
-            // Best effort: an unreleased claim expires on its own.
-            let _ = self
-                .store
-                .dead_letter_release_replay(Some(d.id), &owner)
-                .await;
+            self.release(d.id, &owner, key_claim).await;
             return Err(EditError::NotSent {
                 id: d.id,
                 route: route.clone(),
                 why: e.to_string(),
             });
         }
+        self.record(d, copy, actor).await
+    }
+
+    /// Takes the row's claim, then the claim of the copy's key (if it has one) for `owner`.
+    async fn claim<'s>(
+        &'s self,
+        d: &'s DeadLetter,
+        copy: &EditedCopy,
+        dedup: &Dedup,
+        owner: &'s str,
+    ) -> Result<Option<KeyClaim<'s>>, EditError> {
+        let lease = claim_lease(self.publish_timeout);
+        if !self
+            .store
+            .dead_letter_claim_edit(d.id, owner, lease)
+            .await?
+        {
+            return Err(EditError::Busy { id: d.id });
+        }
+        let Some(key) = &copy.changes.key else {
+            return Ok(None);
+        };
+        let route = d.letter.route.as_str();
+        let message_id = copy.message_id.as_deref();
+        let taken = KeyClaim::take(self.store, route, key, d.id, message_id, owner).await;
+        match taken {
+            Ok(Ok(claim)) => Ok(Some(claim)),
+            Ok(Err(held)) => {
+                self.release(d.id, owner, None).await;
+                Err(claim::unsettled(route, key, dedup, &held))
+            }
+            Err(e) => {
+                self.release(d.id, owner, None).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Best effort: gives up `owner`'s claims on row `id` and its key (a claim left behind
+    /// lapses on its own).
+    async fn release(&self, id: i64, owner: &str, key_claim: Option<KeyClaim<'_>>) {
+        let _ = self.store.dead_letter_release_replay(Some(id), owner).await;
+        if let Some(claim) = key_claim {
+            claim.release().await;
+        }
+    }
+
+    /// Records the edit of `d` whose `copy` was sent and confirmed (retrying a transient
+    /// store failure a few times).
+    async fn record(
+        &self,
+        d: &DeadLetter,
+        copy: EditedCopy,
+        actor: &str,
+    ) -> Result<Changes, EditError> {
         let detail = serde_json::to_string(&copy.changes).unwrap_or_else(|_| "{}".to_owned());
         let mut tries = 0;
         loop {
@@ -558,7 +433,7 @@ impl EditContext<'_> {
                 Err(source) => {
                     return Err(EditError::Unrecorded {
                         id: d.id,
-                        route: route.clone(),
+                        route: d.letter.route.clone(),
                         source,
                     });
                 }
@@ -572,6 +447,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+    use crate::pipeline::{KeySource, MissingKeyPolicy};
 
     fn letter(body: &[u8], content_type: Option<&str>) -> DeadLetter {
         let mut headers = vec![
