@@ -2,7 +2,9 @@
 //! Both folders hold the same logical schema; add a migration to both, with the same number,
 //! and list it here (a test checks that every file of both folders is listed).
 //! (0008, the covering index of the dead-letter groups, is SQLite's alone: a PostgreSQL
-//! B-tree refuses entries over about 2.7 kB, and a reason may be far longer.)
+//! B-tree refuses entries over about 2.7 kB, and a reason may be far longer. 0012, the body
+//! fields as rows of `dead_letter_fields` instead of a GIN-indexed `jsonb` column, is
+//! PostgreSQL's alone: SQLite's 0011 made that table already.)
 
 use std::borrow::Cow;
 
@@ -119,6 +121,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         11,
         "dead letter search",
         include_str!("../../migrations/postgres/0011_dead_letter_search.sql"),
+    ),
+    (
+        12,
+        "dead letter fields",
+        include_str!("../../migrations/postgres/0012_dead_letter_fields.sql"),
     ),
 ];
 
