@@ -76,10 +76,18 @@ pub async fn reload(State(h): State<GatewayHandle>) -> Response {
     (status, Json(report)).into_response()
 }
 
-/// The text exposition; the outbox gauges are read from the store first (a store that does
-/// not answer leaves their last values).
-pub async fn metrics(State(h): State<GatewayHandle>) -> Response {
-    if let Ok(status) = h.store.outbox_status().await {
+/// The text exposition; the outbox gauges are read from the store first when the scrape has
+/// its turn at once (`read_limit::StoreTurn`: a scrape never waits behind console reads), and
+/// keep their last values otherwise, as when the store does not answer.
+pub async fn metrics(
+    State(h): State<GatewayHandle>,
+    turn: Option<Extension<super::read_limit::StoreTurn>>,
+) -> Response {
+    let status = match turn {
+        Some(Extension(super::read_limit::StoreTurn(false))) => None,
+        _ => h.store.outbox_status().await.ok(),
+    };
+    if let Some(status) = status {
         h.metrics.outbox.pending.set(status.pending);
         h.metrics.outbox.with_errors.set(status.with_errors);
         let age_ms = status.oldest_pending_age_ms.unwrap_or(0);
