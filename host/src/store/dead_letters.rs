@@ -430,7 +430,8 @@ impl Store {
     }
 
     /// Deletes the dead letters matching `filter` (its `limit` is ignored), in chunks of
-    /// [`PURGE_CHUNK`] rows, one short transaction each.
+    /// [`PURGE_CHUNK`] rows, one short transaction each; their search fields and history go
+    /// with each chunk (a trigger on SQLite, `ON DELETE CASCADE` on PostgreSQL).
     pub async fn dead_letters_purge(&self, filter: &DeadLetterFilter) -> Result<u64, StoreError> {
         let mut total = 0;
         loop {
@@ -449,7 +450,6 @@ impl Store {
                 break;
             }
         }
-        self.dead_letter_events_forget_purged().await?;
         Ok(total)
     }
 
@@ -477,13 +477,8 @@ impl Store {
                 format!("dead_lettered_at < $1 AND {unclaimed}"),
             )
         };
-        let purged = self
-            .purge_where("dead_letters", Some(index), &condition, cutoff_ms)
-            .await?;
-        if purged > 0 {
-            self.dead_letter_events_forget_purged().await?;
-        }
-        Ok(purged)
+        self.purge_where("dead_letters", Some(index), &condition, cutoff_ms)
+            .await
     }
 
     /// `{head} FROM dead_letters WHERE ...` with `$n` placeholders; values stay bound. The

@@ -4,7 +4,8 @@
 //! (0008, the covering index of the dead-letter groups, is SQLite's alone: a PostgreSQL
 //! B-tree refuses entries over about 2.7 kB, and a reason may be far longer. 0012, the body
 //! fields as rows of `dead_letter_fields` instead of a GIN-indexed `jsonb` column, is
-//! PostgreSQL's alone: SQLite's 0011 made that table already.)
+//! PostgreSQL's alone: SQLite's 0011 made that table already. So the numbers after 0011
+//! skip 12 on SQLite.)
 
 use std::borrow::Cow;
 
@@ -69,6 +70,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "dead letter search",
         include_str!("../../migrations/sqlite/0011_dead_letter_search.sql"),
     ),
+    (
+        13,
+        "dead letter events forget",
+        include_str!("../../migrations/sqlite/0013_dead_letter_events_forget.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str, &str)] = &[
@@ -126,6 +132,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         12,
         "dead letter fields",
         include_str!("../../migrations/postgres/0012_dead_letter_fields.sql"),
+    ),
+    (
+        13,
+        "dead letter events forget",
+        include_str!("../../migrations/postgres/0013_dead_letter_events_forget.sql"),
     ),
 ];
 

@@ -62,8 +62,8 @@ async fn missing_table_is_unavailable(db: &TestDb) {
         !s.inbox_contains("r", "m-1").await.unwrap(),
         "nothing half-committed"
     );
-    // Its search fields first: on PostgreSQL they refer to it.
-    for table in ["dead_letter_fields", "dead_letters"] {
+    // Its search fields and history first: on PostgreSQL they refer to it.
+    for table in ["dead_letter_fields", "dead_letter_events", "dead_letters"] {
         sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE {table}")))
             .execute(s.pool())
             .await
