@@ -4,23 +4,29 @@
 //! or times are checked on the dead letters that index names. When most of what the index
 //! names fails those checks (`body.status = "late" route:orders` where the late ones are all on
 //! another route), filling a page would read every entry of the index. So a page reads at most
-//! [`SEARCH_EXAMINED_MAX`] entries, newest first:
-//! 1. the walk: how many entries the window holds, up to the cap, and its lowest id (the index
-//!    alone, no dead letter read);
-//! 2. the page: the dead letters of that window that match everything, newest first, up to the
-//!    page's limit (the same query as an unbounded list, with the window's lowest id as a
-//!    bound);
-//! 3. when the window was full and the page is not: whether the index has entries below it.
-//!    If so the search stopped there ([`DeadLetterPage::stopped_before`]): the page says so,
-//!    and the next one continues below that id.
+//! [`SEARCH_EXAMINED_MAX`] entries, newest first, in windows:
+//! 1. the walk: how many entries the window holds (the first [`FIRST_WINDOW`], and only if
+//!    the page does not fill from those, the first [`SEARCH_EXAMINED_MAX`]) and its lowest id,
+//!    from the index alone;
+//! 2. the page: the dead letters of that window that match everything, newest first, up to
+//!    the page's limit (on SQLite the same query as an unbounded list with the window's
+//!    lowest id as a bound; on PostgreSQL the walk itself, each dead letter looked up by id);
+//! 3. when the largest window was full and the page is not: whether the index has entries
+//!    below it. If so the search stopped there ([`DeadLetterPage::stopped_before`]): the page
+//!    says so, and the next one continues below that id.
+//!
+//! A page of a value many dead letters share that fills from its first window so reads at
+//! most 1,000 entries; one that stops reads at most 11,000 (the first window again) and the
+//! dead letters they name.
 
 use sqlx::{AssertSqlSafe, Row};
 
 use super::{Arg, COLUMNS, DeadLetter, DeadLetterFilter, arguments, dead_letter};
 use crate::store::{Backend, Store, StoreError};
 
-/// Index entries one page of a search reads at most (each names one dead letter, which is
-/// then read by its id and checked against the other terms).
+/// Index entries one page of a search looks at, at most (each names one dead letter, which is
+/// then read by its id and checked against the other terms); the first [`FIRST_WINDOW`] of
+/// them are read twice when the page does not fill from them.
 pub const SEARCH_EXAMINED_MAX: i64 = 10_000;
 
 /// A page of dead letters a filter selects, and how much of the search index it read.
@@ -37,10 +43,23 @@ pub struct DeadLetterPage {
     pub stopped_before: Option<i64>,
 }
 
-/// The window a page is chosen from: entries read and the lowest id among them.
+/// The first window a page tries (index entries): a page that fills within it reads no
+/// further; one that does not tries [`SEARCH_EXAMINED_MAX`].
+const FIRST_WINDOW: i64 = 1_000;
+
+/// The window a page is chosen from: the first `cap` entries of the search's index (fewer if
+/// it has fewer), and the lowest id among them.
 struct Window {
+    cap: i64,
     examined: i64,
     lowest: Option<i64>,
+}
+
+impl Window {
+    /// The window holds `cap` entries: the index may go on below it.
+    fn is_full(&self) -> bool {
+        self.examined >= self.cap
+    }
 }
 
 impl Store {
@@ -52,55 +71,52 @@ impl Store {
     ) -> Result<DeadLetterPage, StoreError> {
         let limit = filter.limit.unwrap_or(100).max(0);
         self.bounded("dead letters search", async {
-            let Some((window, page)) = self.search_window(filter).await? else {
+            if filter.search.is_empty() {
                 let rows = self.page_rows(filter, limit).await?;
                 return Ok(DeadLetterPage {
                     rows,
                     examined: 0,
                     stopped_before: None,
                 });
-            };
-            let rows = self.search_rows(filter, &page, limit).await?;
-            let stopped_before = match window.lowest {
-                Some(lowest)
-                    if window.examined >= SEARCH_EXAMINED_MAX && (rows.len() as i64) < limit =>
-                {
-                    let below = DeadLetterFilter {
-                        before_id: Some(lowest),
-                        ..filter.clone()
-                    };
-                    self.walk(&below, 1)
-                        .await?
-                        .examined
-                        .gt(&0)
-                        .then_some(lowest)
+            }
+            let mut cap = FIRST_WINDOW.min(SEARCH_EXAMINED_MAX);
+            loop {
+                let window = self.walk(filter, cap).await?;
+                let rows = self.search_rows(filter, &window, limit).await?;
+                // The window was full and the page is not: the index may hold more below.
+                let short = window.is_full() && (rows.len() as i64) < limit;
+                if short && cap < SEARCH_EXAMINED_MAX {
+                    cap = SEARCH_EXAMINED_MAX;
+                    continue;
                 }
-                _ => None,
-            };
-            Ok(DeadLetterPage {
-                rows,
-                examined: window.examined,
-                stopped_before,
-            })
+                let stopped_before = match short {
+                    true => self.below(filter, &window).await?,
+                    false => None,
+                };
+                return Ok(DeadLetterPage {
+                    rows,
+                    examined: window.examined,
+                    stopped_before,
+                });
+            }
         })
         .await
     }
 
-    /// The window of `filter`'s search and the filter its page is read with (bounded below
-    /// by the window when the window is full); `None` without search terms.
-    async fn search_window(
+    /// The lowest id of a full `window` of `filter`'s search if its index goes on below it.
+    async fn below(
         &self,
         filter: &DeadLetterFilter,
-    ) -> Result<Option<(Window, DeadLetterFilter)>, StoreError> {
-        if filter.search.is_empty() {
+        window: &Window,
+    ) -> Result<Option<i64>, StoreError> {
+        let Some(lowest) = window.lowest else {
             return Ok(None);
-        }
-        let window = self.walk(filter, SEARCH_EXAMINED_MAX).await?;
-        let mut page = filter.clone();
-        if let (true, Some(lowest)) = (window.examined >= SEARCH_EXAMINED_MAX, window.lowest) {
-            page.after_id = Some(page.after_id.map_or(lowest - 1, |a| a.max(lowest - 1)));
-        }
-        Ok(Some((window, page)))
+        };
+        let below = DeadLetterFilter {
+            before_id: Some(lowest),
+            ..filter.clone()
+        };
+        Ok((self.walk(&below, 1).await?.examined > 0).then_some(lowest))
     }
 
     /// How many of the first `cap` entries of the index `filter`'s search is driven by are
@@ -114,6 +130,7 @@ impl Store {
         let bounds = (filter.before_id, filter.after_id);
         let Some(walk) = filter.search.walk_sql(self.backend, bounds, cap, &mut bind) else {
             return Ok(Window {
+                cap,
                 examined: 0,
                 lowest: None,
             });
@@ -123,22 +140,23 @@ impl Store {
             .fetch_one(self.pool())
             .await?;
         Ok(Window {
+            cap,
             examined: row.try_get(0)?,
             lowest: row.try_get(1)?,
         })
     }
 
-    /// The page of a search on `filter` (`page`: the same, bounded below by its window): on
-    /// SQLite the plain page query, which the bound keeps within the window; on PostgreSQL
-    /// the window's walk itself, each dead letter looked up by id, since its planner may
-    /// otherwise walk the primary key through every id between the window's ends.
+    /// The page of a search on `filter` within `window`: on SQLite the plain page query,
+    /// bounded below by the window's lowest id when the window is full; on PostgreSQL the
+    /// window's walk itself, each dead letter looked up by id, since its planner may otherwise
+    /// walk the primary key through every id between the window's ends.
     async fn search_rows(
         &self,
         filter: &DeadLetterFilter,
-        page: &DeadLetterFilter,
+        window: &Window,
         limit: i64,
     ) -> Result<Vec<DeadLetter>, StoreError> {
-        let (sql, args) = self.search_sql(filter, page, limit);
+        let (sql, args) = self.search_sql(filter, window, limit);
         let rows = sqlx::query_with(AssertSqlSafe(sql), arguments(args)?)
             .fetch_all(self.pool())
             .await?;
@@ -149,14 +167,21 @@ impl Store {
     fn search_sql(
         &self,
         filter: &DeadLetterFilter,
-        page: &DeadLetterFilter,
+        window: &Window,
         limit: i64,
     ) -> (String, Vec<Arg>) {
+        let bounded = |filter: &DeadLetterFilter| {
+            let mut page = filter.clone();
+            if let (true, Some(lowest)) = (window.is_full(), window.lowest) {
+                page.after_id = Some(page.after_id.map_or(lowest - 1, |a| a.max(lowest - 1)));
+            }
+            page
+        };
         match self.backend {
             Backend::Postgres => self
-                .walk_page_sql(filter, limit)
-                .unwrap_or_else(|| self.page_sql(page, true, limit)),
-            Backend::Sqlite => self.page_sql(page, true, limit),
+                .walk_page_sql(filter, window.cap, limit)
+                .unwrap_or_else(|| self.page_sql(filter, true, limit)),
+            Backend::Sqlite => self.page_sql(&bounded(filter), true, limit),
         }
     }
 
@@ -173,20 +198,23 @@ impl Store {
         rows.iter().map(dead_letter).collect()
     }
 
-    /// A search page's query on PostgreSQL: the first [`SEARCH_EXAMINED_MAX`] entries of the
+    /// A search page's query on PostgreSQL: the first `cap` entries of the
     /// index the search is driven by (`SearchTerms::walk_sql`), each dead letter then looked
     /// up by its id (`LATERAL`, `OFFSET 0` keeping it a lookup) and checked against the rest
     /// of `f`, newest first, up to `limit`. `None` without search terms.
-    fn walk_page_sql(&self, f: &DeadLetterFilter, limit: i64) -> Option<(String, Vec<Arg>)> {
+    fn walk_page_sql(
+        &self,
+        f: &DeadLetterFilter,
+        cap: i64,
+        limit: i64,
+    ) -> Option<(String, Vec<Arg>)> {
         let mut args = Vec::new();
         let mut bind = |text: String| {
             args.push(Arg::Text(text));
             args.len()
         };
         let bounds = (f.before_id, f.after_id);
-        let walk = f
-            .search
-            .walk_sql(self.backend, bounds, SEARCH_EXAMINED_MAX, &mut bind)?;
+        let walk = f.search.walk_sql(self.backend, bounds, cap, &mut bind)?;
         let mut sql = format!(
             "SELECT {COLUMNS} FROM ({walk}) w CROSS JOIN LATERAL (SELECT * FROM dead_letters d \
              WHERE d.id = w.hit OFFSET 0) dead_letters WHERE 1 = 1"
@@ -203,12 +231,12 @@ impl Store {
     /// `EXPLAIN ANALYZE`): the most rows any one scan in its plan returned, over all its loops.
     #[cfg(test)]
     pub(crate) async fn search_page_rows_scanned(&self, filter: &DeadLetterFilter) -> i64 {
-        let page = match self.search_window(filter).await.expect("window") {
-            Some((_, page)) => page,
-            None => filter.clone(),
-        };
+        let window = self
+            .walk(filter, SEARCH_EXAMINED_MAX)
+            .await
+            .expect("window");
         let limit = filter.limit.unwrap_or(100);
-        let (sql, args) = self.search_sql(filter, &page, limit);
+        let (sql, args) = self.search_sql(filter, &window, limit);
         let explain = format!("EXPLAIN ANALYZE {sql}");
         let lines: Vec<String> =
             sqlx::query_scalar_with(AssertSqlSafe(explain), arguments(args).expect("args"))

@@ -161,4 +161,9 @@ async fn a_search_reads_at_most_the_cap_and_says_where_it_stopped(db: &TestDb) {
     assert_eq!(full.rows.len(), 100);
     assert_eq!(full.rows[0].id, LATE + 1);
     assert_eq!(full.stopped_before, None);
+    assert!(
+        full.examined <= 1_000,
+        "a page that fills from the first window ({} entries) reads no more",
+        full.examined
+    );
 }
