@@ -89,9 +89,10 @@ impl Store {
                     cap = SEARCH_EXAMINED_MAX;
                     continue;
                 }
-                let stopped_before = match short {
-                    true => self.below(filter, &window).await?,
-                    false => None,
+                let stopped_before = if short {
+                    self.below(filter, &window).await?
+                } else {
+                    None
                 };
                 return Ok(DeadLetterPage {
                     rows,
