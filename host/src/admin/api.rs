@@ -76,10 +76,18 @@ pub async fn reload(State(h): State<GatewayHandle>) -> Response {
     (status, Json(report)).into_response()
 }
 
-/// The text exposition; the outbox gauges are read from the store first (a store that does
-/// not answer leaves their last values).
-pub async fn metrics(State(h): State<GatewayHandle>) -> Response {
-    if let Ok(status) = h.store.outbox_status().await {
+/// The text exposition; the outbox gauges are read from the store first when the scrape has
+/// its turn at once (`read_limit::StoreTurn`: a scrape never waits behind console reads), and
+/// keep their last values otherwise, as when the store does not answer.
+pub async fn metrics(
+    State(h): State<GatewayHandle>,
+    turn: Option<Extension<super::read_limit::StoreTurn>>,
+) -> Response {
+    let status = match turn {
+        Some(Extension(super::read_limit::StoreTurn(false))) => None,
+        _ => h.store.outbox_status().await.ok(),
+    };
+    if let Some(status) = status {
         h.metrics.outbox.pending.set(status.pending);
         h.metrics.outbox.with_errors.set(status.with_errors);
         let age_ms = status.oldest_pending_age_ms.unwrap_or(0);
@@ -103,21 +111,32 @@ pub struct ListQuery {
     route: Option<String>,
     reason: Option<String>,
     limit: Option<i64>,
+    /// Only ids below this: the next page, or where a search stopped short.
+    before: Option<i64>,
     /// A search (`dlq::search`: `id:..`, `correlation:..`, `body.PATH = VALUE`, ...).
     q: Option<String>,
 }
+
+/// `GET /dlq`'s header when a search stopped short (`DeadLetterPage::stopped_before`): the id
+/// to continue below (`&before=`); with it, [`SEARCH_NOTE`] says why.
+pub const SEARCH_STOPPED_BEFORE: &str = "x-carteiro-search-stopped-before";
+/// `GET /dlq`'s header that explains [`SEARCH_STOPPED_BEFORE`] (`dlq::search::stopped_short`).
+pub const SEARCH_NOTE: &str = "x-carteiro-search-note";
 
 fn store_error(e: impl std::fmt::Display) -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response()
 }
 
-/// `GET /dlq[?route=R][&reason=TEXT][&q=QUERY][&limit=N]`: dead letters, newest first; a
-/// search that does not parse is refused (400, `{"error": ..., "column": N}`).
+/// `GET /dlq[?route=R][&reason=TEXT][&q=QUERY][&limit=N][&before=ID]`: dead letters, newest
+/// first; a search that does not parse is refused (400, `{"error": ..., "column": N}`). A
+/// search that stopped short of a full page (`store::SEARCH_EXAMINED_MAX`) says where, in
+/// headers ([`SEARCH_STOPPED_BEFORE`], [`SEARCH_NOTE`]).
 pub async fn dlq_list(State(h): State<GatewayHandle>, Query(q): Query<ListQuery>) -> Response {
     let mut filter = DeadLetterFilter {
         route: q.route,
         reason_contains: q.reason,
         limit: Some(q.limit.unwrap_or(100).clamp(1, 1000)),
+        before_id: q.before,
         ..Default::default()
     };
     if let Some(query) = q.q.as_deref().filter(|query| !query.trim().is_empty()) {
@@ -133,15 +152,25 @@ pub async fn dlq_list(State(h): State<GatewayHandle>, Query(q): Query<ListQuery>
             Err(e) => return refused(e.to_string(), Some(e.column)),
         };
     }
-    match h.store.dead_letters_list(&filter).await {
-        Ok(rows) => Json(
-            rows.iter()
-                .map(crate::dlq::summary_json)
-                .collect::<Vec<_>>(),
-        )
-        .into_response(),
-        Err(e) => store_error(e),
+    let page = match h.store.dead_letters_search(&filter).await {
+        Ok(page) => page,
+        Err(e) => return store_error(e),
+    };
+    let rows: Vec<_> = page.rows.iter().map(crate::dlq::summary_json).collect();
+    let mut response = Json(rows).into_response();
+    if let Some(below) = page.stopped_before {
+        let note = crate::dlq::search::stopped_short(page.examined, below);
+        let headers = response.headers_mut();
+        for (name, value) in [
+            (SEARCH_STOPPED_BEFORE, below.to_string()),
+            (SEARCH_NOTE, note),
+        ] {
+            if let Ok(value) = axum::http::HeaderValue::from_str(&value) {
+                headers.insert(name, value);
+            }
+        }
     }
+    response
 }
 
 pub async fn dlq_show(State(h): State<GatewayHandle>, Path(id): Path<i64>) -> Response {

@@ -1,7 +1,9 @@
 //! Search in the console: the box on the dead-letters page ([`search_box`], a plain GET form)
 //! and `GET /dead-letters/search?q=QUERY[&route=R][&before=ID]`, the dead letters a search
 //! finds (`dlq::search`: `id:`, `correlation:`, `body.PATH = VALUE`, `route:`, `reason:`),
-//! newest first, [`PAGE`] at a time, each linked to its page and its journey.
+//! newest first, [`PAGE`] at a time, each linked to its page and its journey. A page reads at
+//! most `store::SEARCH_EXAMINED_MAX` index entries; one that stopped there before it was full
+//! says so, how to narrow the search, and links to the older ones.
 
 use super::page::{Fields, error_page, page, query, time};
 use super::{AdminState, banners};
@@ -82,22 +84,28 @@ pub async fn search(State(s): State<AdminState>, RawQuery(q): RawQuery) -> Respo
         Ok(filter) => filter,
         Err(why) => return refused(html! { (why) }),
     };
-    let rows = match h.store.dead_letters_list(&filter).await {
-        Ok(rows) => rows,
+    let page_found = match h.store.dead_letters_search(&filter).await {
+        Ok(found) => found,
         Err(e) => return error_page(StatusCode::SERVICE_UNAVAILABLE, &banners(h), &e.to_string()),
     };
-    // A full page may have more behind it: the next one starts below its last id.
-    let older = match rows.last() {
-        Some(last) if rows.len() as i64 == PAGE => {
-            let id = last.id.to_string();
-            let mut pairs = vec![("q", text), ("before", id.as_str())];
-            if let Some(route) = route {
-                pairs.push(("route", route));
-            }
-            Some(format!("/dead-letters/search?{}", query(&pairs)))
-        }
-        _ => None,
+    let rows = &page_found.rows;
+    // A full page may have more behind it: the next one starts below its last id. A search
+    // that stopped short continues below where it stopped.
+    let below = match rows.last() {
+        Some(last) if rows.len() as i64 == PAGE => Some(last.id),
+        _ => page_found.stopped_before,
     };
+    let older = below.map(|id| {
+        let id = id.to_string();
+        let mut pairs = vec![("q", text), ("before", id.as_str())];
+        if let Some(route) = route {
+            pairs.push(("route", route));
+        }
+        format!("/dead-letters/search?{}", query(&pairs))
+    });
+    let stopped = page_found
+        .stopped_before
+        .map(|id| crate::dlq::search::stopped_short(page_found.examined, id));
     page(
         "Search dead letters",
         &banners(h),
@@ -105,22 +113,30 @@ pub async fn search(State(s): State<AdminState>, RawQuery(q): RawQuery) -> Respo
             (search_box(text, route))
             p #search-summary {
                 @match rows.len() {
+                    0 if stopped.is_some() => "No dead letter matches among those read.",
                     0 => "No dead letter matches.",
+                    1 if stopped.is_some() => "1 dead letter matches among those read.",
                     1 => "1 dead letter matches.",
+                    n if stopped.is_some() => { (n) " dead letters match among those read." },
                     n if older.is_some() => { "The newest " (n) " that match." },
                     n => { (n) " dead letters match, newest first." },
                 }
             }
+            @if let Some(stopped) = &stopped { p.notice #search-stopped { (stopped) } }
             @if !rows.is_empty() {
                 table #search-results {
                     tr {
                         th { "Id" } th { "Route" } th { "Message id" } th { "Dead-lettered" }
                         th { "Attempts" } th { "Reason" } th { "Replays" } th { "Journey" }
                     }
-                    @for d in &rows { (result_row(d)) }
+                    @for d in rows { (result_row(d)) }
                 }
             }
-            @if let Some(older) = &older { p { a #search-older href=(older) { "Older" } } }
+            @if let Some(older) = &older {
+                p { a #search-older href=(older) {
+                    @if stopped.is_some() { "Continue with older ones" } @else { "Older" }
+                } }
+            }
         },
     )
 }

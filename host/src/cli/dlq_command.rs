@@ -86,6 +86,9 @@ pub enum DlqCommand {
         /// At most this many.
         #[arg(long, default_value_t = 100)]
         limit: i64,
+        /// Only ids below this one: the next page, or where a search stopped short.
+        #[arg(long, value_name = "ID")]
+        before: Option<i64>,
         /// Print JSON lines.
         #[arg(long)]
         json: bool,
@@ -175,15 +178,18 @@ pub async fn run(config_path: &Path, command: DlqCommand) -> anyhow::Result<i32>
         DlqCommand::List {
             filter,
             limit,
+            before,
             json,
         } => {
             let filter = DeadLetterFilter {
                 limit: Some(limit),
+                before_id: before,
                 ..filter.filter()?
             };
-            for d in store.dead_letters_list(&filter).await? {
+            let page = store.dead_letters_search(&filter).await?;
+            for d in &page.rows {
                 if json {
-                    println!("{}", crate::dlq::summary_json(&d));
+                    println!("{}", crate::dlq::summary_json(d));
                 } else {
                     let message_id = d.header(PROP_MESSAGE_ID).unwrap_or("-");
                     println!(
@@ -191,6 +197,10 @@ pub async fn run(config_path: &Path, command: DlqCommand) -> anyhow::Result<i32>
                         d.id, d.letter.route, message_id, d.letter.attempts, d.letter.reason
                     );
                 }
+            }
+            if let Some(below) = page.stopped_before {
+                let note = crate::dlq::search::stopped_short(page.examined, below);
+                eprintln!("{note} (here: --before {below})");
             }
         }
         DlqCommand::Show { id, journey: true } => {

@@ -17,6 +17,11 @@
 //! After `id:`, `correlation:`, `route:` and `reason:`, VALUE runs to the next space, or is a
 //! JSON string in double quotes (`reason:"bad input"`). A query that does not parse is
 //! refused with the column where it stops making sense ([`SearchError`]).
+//!
+//! A page of results reads one index: the first `body.` term's (else `id:`'s, else
+//! `correlation:`'s), newest first; every other term is checked on the dead letters it names.
+//! It reads at most `store::SEARCH_EXAMINED_MAX` entries; a page that stops there before it is
+//! full says so ([`stopped_short`]) and the next one continues below.
 
 use serde_json::Value;
 
@@ -134,6 +139,20 @@ impl Search {
         }
         Ok(filter)
     }
+}
+
+/// What a search page that stopped short says (the console, `carteiro dlq list`, and `GET
+/// /dlq`'s header): the store read `examined` index entries (`store::SEARCH_EXAMINED_MAX`, the
+/// most one page reads) without filling the page, and did not look below `before_id`.
+pub fn stopped_short(examined: i64, before_id: i64) -> String {
+    format!(
+        "The search stopped after reading {examined} index entries (the most one page reads) \
+         without filling the page: dead letters below #{before_id} were not looked at. \
+         Continue below #{before_id}, or narrow the search: what is read is the dead letters \
+         of its first body term (else of its id: or correlation:), so put first the field \
+         that the fewest dead letters share; route:, reason: and times are checked on those \
+         and do not shorten the read."
+    )
 }
 
 /// Two terms of a kind cannot both be given (the same body path counts as one kind).

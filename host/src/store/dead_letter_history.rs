@@ -258,18 +258,6 @@ impl Store {
         })
         .await
     }
-
-    /// Forgets the history of dead letters that are no longer archived (after a purge).
-    pub(super) async fn dead_letter_events_forget_purged(&self) -> Result<u64, StoreError> {
-        self.bounded("dead letter events purge", async {
-            let forget = sqlx::query(
-                "DELETE FROM dead_letter_events WHERE NOT EXISTS \
-                 (SELECT 1 FROM dead_letters d WHERE d.id = dead_letter_events.dead_letter_id)",
-            );
-            self.execute_write(forget).await
-        })
-        .await
-    }
 }
 
 fn event(row: &AnyRow) -> Result<DeadLetterEvent, StoreError> {

@@ -22,13 +22,12 @@
 //!   are all `123`), any other as the shortest text that reads back as the same `f64`. A string
 //!   `"123"` is not the number `123`.
 //!
-//! Stored per backend (the choice is explained in `docs/dead-letters.md`, "Search"):
-//! - SQLite: one row per field in `dead_letter_fields (path, value, dead_letter_id)`, a
-//!   `WITHOUT ROWID` table whose primary key is the index a search reads; a trigger deletes a
-//!   dead letter's fields with it.
-//! - PostgreSQL: `dead_letters.search_fields`, a `jsonb` object of the same fields
-//!   (`{"matricula_id": "123", "status": "\"late\""}`: each value's canonical text, as a
-//!   string), under a GIN index (`jsonb_path_ops`); a search is one containment (`@>`).
+//! Stored alike on both backends (the choice is explained in `docs/dead-letters.md`, "Search"):
+//! one row per field in `dead_letter_fields (path, value, dead_letter_id)`, whose primary key
+//! is the index a search reads, newest first (SQLite: a `WITHOUT ROWID` table, a trigger
+//! deletes a dead letter's fields with it; PostgreSQL: migration 0013, a foreign key with
+//! `ON DELETE CASCADE`). A B-tree, rather than a GIN index, because a search must be able to
+//! stop after a bounded number of entries (`dead_letters::search_page`).
 //!
 //! [`SearchTerms`] are a filter's terms answered from these indexes; the SQL that reads them
 //! (which table a filter starts from, and its conditions) is built here too, so that the
@@ -176,54 +175,158 @@ impl SearchTerms {
     /// What a filter's query reads (its `FROM` clause), from after `FROM` up to and including its first `WHERE`
     /// condition; `bind` binds a text and answers its placeholder number.
     ///
-    /// On SQLite the plan is spelled out (its planner has no statistics to go by, and a
-    /// route's index looks as good to it as an id's): a body field drives the query from
-    /// `dead_letter_fields`' primary key (`CROSS JOIN` keeps that table outside, each dead
-    /// letter then read by its id); else a message or correlation id reads its own index
-    /// (`INDEXED BY`). PostgreSQL chooses by its statistics.
+    /// A body field drives the query from `dead_letter_fields`' primary key, each dead letter
+    /// then read by its id: newest first that is the key range read backwards, so a page
+    /// reads what it shows and a search page's window (`dead_letters::search_page`) bounds it.
+    /// The plan is spelled out where a planner could walk the archive instead: on SQLite (no
+    /// statistics to go by, and a route's index looks as good to it as an id's) `CROSS JOIN`
+    /// keeps the fields' table outside, and a message or correlation id reads its own index
+    /// (`INDEXED BY`); on PostgreSQL each dead letter is a `LATERAL` lookup by id (`OFFSET 0`
+    /// keeps it one), since a merge join with the primary key would read every id between the
+    /// window's ends, matching or not.
     pub(super) fn tables_clause(
         &self,
         backend: Backend,
         bind: &mut dyn FnMut(String) -> usize,
     ) -> String {
-        match (backend, self.body.first()) {
-            (Backend::Sqlite, Some(first)) => {
-                let path = bind(first.path.clone());
-                let value = bind(first.value.clone());
-                format!(
-                    "dead_letter_fields f CROSS JOIN dead_letters \
-                     ON dead_letters.id = f.dead_letter_id \
-                     WHERE f.path = ${path} AND f.value = ${value}"
-                )
-            }
-            (Backend::Sqlite, None) if self.message_id.is_some() => {
+        if let Some(first) = self.body.first() {
+            let path = bind(first.path.clone());
+            let value = bind(first.value.clone());
+            let join = match backend {
+                Backend::Sqlite => "CROSS JOIN dead_letters ON dead_letters.id = f.dead_letter_id",
+                Backend::Postgres => {
+                    "CROSS JOIN LATERAL (SELECT * FROM dead_letters d \
+                     WHERE d.id = f.dead_letter_id OFFSET 0) dead_letters"
+                }
+            };
+            return format!(
+                "dead_letter_fields f {join} WHERE f.path = ${path} AND f.value = ${value}"
+            );
+        }
+        match backend {
+            Backend::Sqlite if self.message_id.is_some() => {
                 "dead_letters INDEXED BY dead_letters_message_id WHERE 1 = 1".to_owned()
             }
-            (Backend::Sqlite, None) if self.correlation_id.is_some() => {
+            Backend::Sqlite if self.correlation_id.is_some() => {
                 "dead_letters INDEXED BY dead_letters_correlation_id WHERE 1 = 1".to_owned()
             }
             _ => "dead_letters WHERE 1 = 1".to_owned(),
         }
     }
 
-    /// The column a filter's ids are ordered and bounded by: on SQLite, when a body field
-    /// drives the query, the field's own `dead_letter_id` (the last column of the primary key
-    /// read, so a newest-first page is read in index order, from where the last one ended).
-    pub(super) fn id_column(&self, backend: Backend) -> &'static str {
-        match backend {
-            Backend::Sqlite if !self.body.is_empty() => "f.dead_letter_id",
-            _ => "id",
+    /// The column a filter's ids are ordered and bounded by: when a body field drives the
+    /// query, the field's own `dead_letter_id` (the last column of the primary key read, so a
+    /// newest-first page is read in index order, from where the last one ended).
+    pub(super) fn id_column(&self) -> &'static str {
+        if self.body.is_empty() {
+            "id"
+        } else {
+            "f.dead_letter_id"
         }
+    }
+
+    /// The walk a search page is bounded by: the ids of the first `cap` entries, newest first,
+    /// of the index the search is driven by (its first body field's key range, else its message
+    /// id's or correlation id's index), below `before` and above `after`, as `hit`: `SELECT hit
+    /// FROM ... LIMIT cap`. `None` without a term. `bind` binds a text and answers its
+    /// placeholder number.
+    ///
+    /// The index is named on SQLite (`INDEXED BY`; the fields' primary key is the table). On
+    /// PostgreSQL, which has no such hint, the walk orders by the index's whole key, bounds its
+    /// leading columns by a range (`>= v AND <= v`, the same rows as `= v`) and the id by a
+    /// comparison of the whole key (`(path, value, id) < (p, v, before)`): with an equality the
+    /// planner drops those columns from the order, and could then walk the primary key (or the
+    /// fields' index by dead letter) through every dead letter, filtering, wherever the term's
+    /// entries are not the newest ones. The whole key's order and bounds only the term's index
+    /// gives.
+    pub(super) fn walk_sql(
+        &self,
+        backend: Backend,
+        (before, after): (Option<i64>, Option<i64>),
+        cap: i64,
+        bind: &mut dyn FnMut(String) -> usize,
+    ) -> Option<String> {
+        let (table, index, keys, values, id) = if let Some(first) = self.body.first() {
+            let values = vec![bind(first.path.clone()), bind(first.value.clone())];
+            let keys = vec!["path", "value"];
+            ("dead_letter_fields", None, keys, values, "dead_letter_id")
+        } else if let Some(message) = &self.message_id {
+            let values = vec![bind(stand_in(message, SHORT_MAX))];
+            let index = Some("dead_letters_message_id");
+            ("dead_letters", index, vec!["message_id"], values, "id")
+        } else {
+            let values = vec![bind(stand_in(self.correlation_id.as_ref()?, SHORT_MAX))];
+            let index = Some("dead_letters_correlation_id");
+            ("dead_letters", index, vec!["correlation_id"], values, "id")
+        };
+        let mut conditions: Vec<String> = keys
+            .iter()
+            .zip(&values)
+            .map(|(key, n)| match backend {
+                Backend::Sqlite => format!("{key} = ${n}"),
+                Backend::Postgres => format!("{key} >= ${n} AND {key} <= ${n}"),
+            })
+            .collect();
+        // On PostgreSQL the id bounds compare the whole key, which only the term's index
+        // serves (a bound on the id alone the fields' index by dead letter serves too).
+        let key_bound = |op: &str, bound: i64| match backend {
+            Backend::Sqlite => format!("{id} {op} {bound}"),
+            Backend::Postgres => {
+                let placeholders: Vec<String> = values.iter().map(|n| format!("${n}")).collect();
+                let (keys, values) = (keys.join(", "), placeholders.join(", "));
+                format!("({keys}, {id}) {op} ({values}, {bound})")
+            }
+        };
+        conditions.extend(before.map(|b| key_bound("<", b)));
+        conditions.extend(after.map(|a| key_bound(">", a)));
+        let order: Vec<String> = match backend {
+            Backend::Sqlite => vec![format!("{id} DESC")],
+            Backend::Postgres => keys
+                .iter()
+                .chain([&id])
+                .map(|k| format!("{k} DESC"))
+                .collect(),
+        };
+        let indexed_by = match (backend, index) {
+            (Backend::Sqlite, Some(index)) => format!(" INDEXED BY {index}"),
+            _ => String::new(),
+        };
+        // The key's columns are selected too (as `k0`, ..), so that a query over the walk can
+        // keep its order without a sort: `ORDER BY` [`SearchTerms::walk_order`].
+        let selected: Vec<String> = match backend {
+            Backend::Sqlite => vec![],
+            Backend::Postgres => keys
+                .iter()
+                .enumerate()
+                .map(|(i, k)| format!("{k} AS k{i}"))
+                .collect(),
+        };
+        Some(format!(
+            "SELECT {}{id} AS hit FROM {table}{indexed_by} WHERE {} ORDER BY {} LIMIT {cap}",
+            selected
+                .iter()
+                .map(|c| format!("{c}, "))
+                .collect::<String>(),
+            conditions.join(" AND "),
+            order.join(", ")
+        ))
+    }
+
+    /// The order of [`SearchTerms::walk_sql`]'s rows, newest first, over a walk named `w`.
+    pub(super) fn walk_order(&self, backend: Backend) -> String {
+        let keys = match (backend, self.body.is_empty()) {
+            (Backend::Sqlite, _) => 0,
+            (Backend::Postgres, true) => 1,
+            (Backend::Postgres, false) => 2,
+        };
+        let mut order: Vec<String> = (0..keys).map(|i| format!("w.k{i} DESC")).collect();
+        order.push("w.hit DESC".to_owned());
+        order.join(", ")
     }
 
     /// ` AND ...` for every term [`SearchTerms::tables_clause`] did not apply. Ids are compared
     /// with the stored text, through the columns' stand-in as at archive time.
-    pub(super) fn conditions(
-        &self,
-        backend: Backend,
-        sql: &mut String,
-        bind: &mut dyn FnMut(String) -> usize,
-    ) {
+    pub(super) fn conditions(&self, sql: &mut String, bind: &mut dyn FnMut(String) -> usize) {
         let ids = [
             ("message_id", &self.message_id),
             ("correlation_id", &self.correlation_id),
@@ -234,23 +337,13 @@ impl SearchTerms {
                 sql.push_str(&format!(" AND {column} = ${n}"));
             }
         }
-        match backend {
-            Backend::Sqlite => {
-                for field in self.body.iter().skip(1) {
-                    let path = bind(field.path.clone());
-                    let value = bind(field.value.clone());
-                    sql.push_str(&format!(
-                        " AND EXISTS (SELECT 1 FROM dead_letter_fields g WHERE g.path = ${path} \
-                         AND g.value = ${value} AND g.dead_letter_id = f.dead_letter_id)"
-                    ));
-                }
-            }
-            Backend::Postgres => {
-                if let Some(object) = fields_object(&self.body) {
-                    let n = bind(object);
-                    sql.push_str(&format!(" AND search_fields @> CAST(${n} AS jsonb)"));
-                }
-            }
+        for field in self.body.iter().skip(1) {
+            let path = bind(field.path.clone());
+            let value = bind(field.value.clone());
+            sql.push_str(&format!(
+                " AND EXISTS (SELECT 1 FROM dead_letter_fields g WHERE g.path = ${path} \
+                 AND g.value = ${value} AND g.dead_letter_id = dead_letters.id)"
+            ));
         }
     }
 }
@@ -280,21 +373,8 @@ pub(super) fn search_columns(dl: &NewDeadLetter) -> SearchColumns {
     }
 }
 
-/// PostgreSQL's `search_fields` (and a search's containment): `{path: value text, ..}`;
-/// `None` for no fields.
-pub(super) fn fields_object(fields: &[BodyField]) -> Option<String> {
-    if fields.is_empty() {
-        return None;
-    }
-    let object: Map<String, Value> = fields
-        .iter()
-        .map(|f| (f.path.clone(), Value::from(f.value.as_str())))
-        .collect();
-    Some(Value::Object(object).to_string())
-}
-
-/// SQLite's rows of `dead_letter_fields`, as one JSON text `[[path, value], ..]` (one bound
-/// parameter, read back with `json_each`); `None` for no fields.
+/// The rows of `dead_letter_fields`, as one JSON text `[[path, value], ..]` (one bound
+/// parameter, read back with `json_each` or `jsonb_array_elements`); `None` for no fields.
 pub(super) fn fields_rows(fields: &[BodyField]) -> Option<String> {
     if fields.is_empty() {
         return None;
@@ -410,14 +490,9 @@ mod tests {
     fn storage_forms_hold_the_canonical_text() {
         let fields = vec![field("a.b", "1"), field("s", r#""x""#)];
         assert_eq!(
-            fields_object(&fields).unwrap(),
-            r#"{"a.b":"1","s":"\"x\""}"#
-        );
-        assert_eq!(
             fields_rows(&fields).unwrap(),
             r#"[["a.b","1"],["s","\"x\""]]"#
         );
-        assert_eq!(fields_object(&[]), None);
         assert_eq!(fields_rows(&[]), None);
     }
 }

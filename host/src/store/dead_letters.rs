@@ -11,8 +11,10 @@ use super::{Backend, PURGE_CHUNK, Store, StoreError, headers_from_json};
 use crate::common::header_names::REPLAY_OF;
 
 mod hours;
+mod search_page;
 
 pub use hours::{DeadLetterHour, HOUR_MS};
+pub use search_page::{DeadLetterPage, SEARCH_EXAMINED_MAX};
 
 /// An archived dead letter: the message as it was archived, and the archive's bookkeeping.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,7 +140,7 @@ impl Store {
     ///
     /// What it will be found by is worked out here, once (`dead_letter_search`): its message
     /// and correlation ids, and at most 64 fields of a JSON body, written in the same
-    /// transaction (SQLite: one more statement, PostgreSQL: one more column).
+    /// transaction (one more statement: the rows of `dead_letter_fields`).
     pub async fn dead_letter_insert(&self, dl: &NewDeadLetter) -> Result<i64, StoreError> {
         let stored = dead_letter_text::encode(dl);
         let search = dead_letter_search::search_columns(dl);
@@ -149,30 +151,27 @@ impl Store {
             .iter()
             .find(|(name, _)| name == REPLAY_OF)
             .and_then(|(_, value)| value.trim().parse::<i64>().ok());
-        // PostgreSQL keeps the body's fields in a column of the row, SQLite in rows of
-        // `dead_letter_fields` (written below).
-        let (insert, search_fields, field_rows) = match self.backend {
-            Backend::Postgres => (
-                "INSERT INTO dead_letters (route, queue, reason, plugin, attempts, headers, body, \
-                 first_failed_at, dead_lettered_at, replay_count, original, replay_of, \
-                 message_id, correlation_id, search_fields) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10, $11, $12, $13, \
-                 CAST($14 AS jsonb)) RETURNING id",
-                dead_letter_search::fields_object(&search.fields),
-                None,
-            ),
-            Backend::Sqlite => (
-                "INSERT INTO dead_letters (route, queue, reason, plugin, attempts, headers, body, \
-                 first_failed_at, dead_lettered_at, replay_count, original, replay_of, \
-                 message_id, correlation_id) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10, $11, $12, $13) RETURNING id",
-                None,
-                dead_letter_search::fields_rows(&search.fields),
-            ),
+        let insert = "INSERT INTO dead_letters (route, queue, reason, plugin, attempts, headers, \
+                      body, first_failed_at, dead_lettered_at, replay_count, original, replay_of, \
+                      message_id, correlation_id) \
+                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10, $11, $12, $13) \
+                      RETURNING id";
+        let field_rows = dead_letter_search::fields_rows(&search.fields);
+        let insert_fields = match self.backend {
+            Backend::Sqlite => {
+                "INSERT OR IGNORE INTO dead_letter_fields (path, value, dead_letter_id) \
+                 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), $2 \
+                 FROM json_each($1)"
+            }
+            Backend::Postgres => {
+                "INSERT INTO dead_letter_fields (path, value, dead_letter_id) \
+                 SELECT e ->> 0, e ->> 1, $2 FROM jsonb_array_elements(CAST($1 AS jsonb)) AS e \
+                 ON CONFLICT DO NOTHING"
+            }
         };
         self.bounded("dead letter insert", async {
             let mut tx = self.begin_write().await?;
-            let mut query = sqlx::query_scalar(insert)
+            let id: i64 = sqlx::query_scalar(insert)
                 .bind(stored.route.as_str())
                 .bind(stored.queue.as_str())
                 .bind(stored.reason.as_str())
@@ -185,21 +184,15 @@ impl Store {
                 .bind(stored.original.as_deref())
                 .bind(replay_of)
                 .bind(search.message_id.as_deref())
-                .bind(search.correlation_id.as_deref());
-            if self.backend == Backend::Postgres {
-                query = query.bind(search_fields.as_deref());
-            }
-            let id: i64 = query.fetch_one(&mut *tx).await?;
-            if let Some(rows) = &field_rows {
-                sqlx::query(
-                    "INSERT OR IGNORE INTO dead_letter_fields (path, value, dead_letter_id) \
-                     SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), $2 \
-                     FROM json_each($1)",
-                )
-                .bind(rows.as_str())
-                .bind(id)
-                .execute(&mut *tx)
+                .bind(search.correlation_id.as_deref())
+                .fetch_one(&mut *tx)
                 .await?;
+            if let Some(rows) = &field_rows {
+                sqlx::query(insert_fields)
+                    .bind(rows.as_str())
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
             }
             if let Some(of) = replay_of {
                 let route = stored.route.as_str();
@@ -223,14 +216,14 @@ impl Store {
         })
     }
 
-    /// Lists dead letters matching `filter`, newest first.
+    /// Lists dead letters matching `filter`, newest first: the rows of
+    /// [`Store::dead_letters_search`], so a search reads at most [`SEARCH_EXAMINED_MAX`]
+    /// index entries (that page also says where a search stopped short).
     pub async fn dead_letters_list(
         &self,
         filter: &DeadLetterFilter,
     ) -> Result<Vec<DeadLetter>, StoreError> {
-        let limit = filter.limit.unwrap_or(100);
-        self.dead_letters_in_order("dead letters list", filter, true, limit)
-            .await
+        Ok(self.dead_letters_search(filter).await?.rows)
     }
 
     /// Up to `limit` dead letters matching `filter`, oldest first (id order), after
@@ -272,7 +265,7 @@ impl Store {
     ) -> (String, Vec<Arg>) {
         let (mut sql, mut args) = self.filter_sql(filter, &format!("SELECT {COLUMNS}"));
         args.push(Arg::Int(limit.max(0)));
-        let key = filter.search.id_column(self.backend);
+        let key = filter.search.id_column();
         let direction = if descending { " DESC" } else { "" };
         sql.push_str(&format!(" ORDER BY {key}{direction} LIMIT ${}", args.len()));
         (sql, args)
@@ -446,7 +439,8 @@ impl Store {
     }
 
     /// Deletes the dead letters matching `filter` (its `limit` is ignored), in chunks of
-    /// [`PURGE_CHUNK`] rows, one short transaction each.
+    /// [`PURGE_CHUNK`] rows, one short transaction each; their search fields and history go
+    /// with each chunk (a trigger on SQLite, `ON DELETE CASCADE` on PostgreSQL).
     pub async fn dead_letters_purge(&self, filter: &DeadLetterFilter) -> Result<u64, StoreError> {
         let mut total = 0;
         loop {
@@ -465,7 +459,6 @@ impl Store {
                 break;
             }
         }
-        self.dead_letter_events_forget_purged().await?;
         Ok(total)
     }
 
@@ -493,13 +486,8 @@ impl Store {
                 format!("dead_lettered_at < $1 AND {unclaimed}"),
             )
         };
-        let purged = self
-            .purge_where("dead_letters", Some(index), &condition, cutoff_ms)
-            .await?;
-        if purged > 0 {
-            self.dead_letter_events_forget_purged().await?;
-        }
-        Ok(purged)
+        self.purge_where("dead_letters", Some(index), &condition, cutoff_ms)
+            .await
     }
 
     /// `{head} FROM dead_letters WHERE ...` with `$n` placeholders; values stay bound. The
@@ -517,7 +505,20 @@ impl Store {
             "{head} FROM {}",
             f.search.tables_clause(self.backend, &mut bind)
         );
-        f.search.conditions(self.backend, &mut sql, &mut bind);
+        f.search.conditions(&mut sql, &mut bind);
+        self.other_conditions(f, f.search.id_column(), &mut sql, &mut args);
+        (sql, args)
+    }
+
+    /// ` AND ...` for the filter's conditions other than its search terms; its id bounds on
+    /// the column `id`.
+    fn other_conditions(
+        &self,
+        f: &DeadLetterFilter,
+        id: &str,
+        sql: &mut String,
+        args: &mut Vec<Arg>,
+    ) {
         if let Some(route) = &f.route {
             args.push(Arg::Text(stand_in(route, SHORT_MAX)));
             sql.push_str(&format!(" AND route = ${}", args.len()));
@@ -543,7 +544,6 @@ impl Store {
             let list = json_elements(self.backend, args.len(), true);
             sql.push_str(&format!(" AND id IN ({list})"));
         }
-        let id = f.search.id_column(self.backend);
         let bounds = [
             ("dead_lettered_at", ">=", f.since_ms),
             ("dead_lettered_at", "<", f.until_ms),
@@ -561,7 +561,6 @@ impl Store {
             Some(false) => sql.push_str(" AND replayed_at IS NULL"),
             None => {}
         }
-        (sql, args)
     }
 }
 

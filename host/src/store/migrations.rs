@@ -2,7 +2,9 @@
 //! Both folders hold the same logical schema; add a migration to both, with the same number,
 //! and list it here (a test checks that every file of both folders is listed).
 //! (0008, the covering index of the dead-letter groups, is SQLite's alone: a PostgreSQL
-//! B-tree refuses entries over about 2.7 kB, and a reason may be far longer.)
+//! B-tree refuses entries over about 2.7 kB, and a reason may be far longer. 0013, the body
+//! fields as rows of `dead_letter_fields` instead of a GIN-indexed `jsonb` column, is
+//! PostgreSQL's alone: SQLite's 0011 made that table already. So SQLite skips 13.)
 
 use std::borrow::Cow;
 
@@ -72,6 +74,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "dead letter edit claims",
         include_str!("../../migrations/sqlite/0012_dead_letter_edit_claims.sql"),
     ),
+    (
+        14,
+        "dead letter events forget",
+        include_str!("../../migrations/sqlite/0014_dead_letter_events_forget.sql"),
+    ),
 ];
 
 const POSTGRES: &[(i64, &str, &str)] = &[
@@ -129,6 +136,16 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         12,
         "dead letter edit claims",
         include_str!("../../migrations/postgres/0012_dead_letter_edit_claims.sql"),
+    ),
+    (
+        13,
+        "dead letter fields",
+        include_str!("../../migrations/postgres/0013_dead_letter_fields.sql"),
+    ),
+    (
+        14,
+        "dead letter events forget",
+        include_str!("../../migrations/postgres/0014_dead_letter_events_forget.sql"),
     ),
 ];
 

@@ -11,7 +11,9 @@
 //!   outbox rows), below them both.
 //! - `committer`: [`GroupCommitter`], the task that batches concurrent commits.
 //! - `inbox`, `kv`, `outbox`, `dead_letters`: reads and maintenance per table
-//!   (`dead_letters::hours`: dead letters per hour, for the console's charts);
+//!   (`dead_letters::hours`: dead letters per hour, for the console's charts;
+//!   `dead_letters::search_page`: a search's page, its cost capped by
+//!   [`SEARCH_EXAMINED_MAX`]);
 //!   `purge`: the batched delete every retention purge of them uses;
 //!   `dead_letter_text`: [`NewDeadLetter`] and the lossless encoding that lets any of
 //!   them be archived; `dead_letter_history`: each replay and edit of a dead letter
@@ -65,7 +67,10 @@ pub use dead_letter_search::{
     BodyField, MAX_FIELD_BYTES, MAX_FIELDS, MAX_INDEXED_BODY, SearchTerms, body_fields,
 };
 pub use dead_letter_text::NewDeadLetter;
-pub use dead_letters::{DeadLetter, DeadLetterFilter, DeadLetterHour, DeadLetterStat, HOUR_MS};
+pub use dead_letters::{
+    DeadLetter, DeadLetterFilter, DeadLetterHour, DeadLetterPage, DeadLetterStat, HOUR_MS,
+    SEARCH_EXAMINED_MAX,
+};
 pub use edit_claims::{EditKeyClaim, HeldEditClaim};
 pub use error::StoreError;
 pub use kv::KvEntry;

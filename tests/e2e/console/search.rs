@@ -7,6 +7,9 @@
 //!   `CARTEIRO_CONSOLE_SCREENSHOTS=docs/console` it writes `search.png`.
 //! - `search_over_http_and_the_command_line`: `GET /dlq?q=` (400 with the column for a bad
 //!   query) and `carteiro dlq list --search` find the same dead letter.
+//! - `a_search_that_stops_short_says_so`: a search whose first term's dead letters are all on
+//!   another route stops at `SEARCH_EXAMINED_MAX` index entries, and the console page,
+//!   `GET /dlq` (headers) and `dlq list` (stderr) say where, and continue below it.
 
 use super::browser::{click, log_in, text, type_into, wait_shown};
 use super::driver::Browser;
@@ -193,4 +196,59 @@ async fn search_over_http_and_the_command_line() {
     assert_ne!(refused.code, 0, "{refused:?}");
     assert!(refused.stderr.contains("column 15"), "{refused:?}");
     a.gw.stop().await;
+}
+
+/// The console's page, `GET /dlq` and `dlq list` when a search stops at its cap: 10,001 dead
+/// letters share `status = "late"`, none on the route searched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_that_stops_short_says_so() {
+    let (port, listen) = loopback();
+    let queue = unique("stopsearch");
+    let gw = gateway(&queue, &listen, true).await;
+    let late = br#"{"status":"late"}"#;
+    let count = carteiro::store::SEARCH_EXAMINED_MAX + 1;
+    let mut ids = Vec::new();
+    for i in 0..count {
+        ids.push(dead_letter(&gw.store, &queue, "lotado", &format!("ss-{i}"), late).await);
+    }
+    ids.sort_unstable();
+    // The newest SEARCH_EXAMINED_MAX are read; the oldest is below where it stops.
+    let stop = ids[1];
+    let q = "q=body.status%20%3D%20%22late%22%20route%3Anowhere";
+
+    let (status, head, body) = http(port, "GET", &format!("/dlq?{q}"), &[], "").await;
+    assert_eq!((status, body.trim()), (200, "[]"), "{head}");
+    let head = head.to_ascii_lowercase();
+    let stopped = format!("x-carteiro-search-stopped-before: {stop}");
+    assert!(head.contains(&stopped), "no `{stopped}` in\n{head}");
+    assert!(head.contains("x-carteiro-search-note: the search stopped after reading 10000"));
+    let below = format!("/dlq?{q}&before={stop}");
+    let (status, head, body) = http(port, "GET", &below, &[], "").await;
+    assert_eq!((status, body.trim()), (200, "[]"), "{head}");
+    assert!(
+        !head.to_ascii_lowercase().contains("x-carteiro-search"),
+        "{head}"
+    );
+
+    let page = format!("/dead-letters/search?{q}");
+    let (status, _, body) = http(port, "GET", &page, &[], "").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("id=\"search-stopped\""), "{body}");
+    assert!(
+        body.contains("No dead letter matches among those read."),
+        "{body}"
+    );
+    assert!(body.contains(&format!("before={stop}")), "{body}");
+    assert!(body.contains("Continue with older ones"), "{body}");
+
+    let config = gw.dir.path().join("carteiro.toml");
+    let search = ["list", "--search", "body.status = \"late\" route:nowhere"];
+    let listed = crate::edit::dlq(&config, &search).await;
+    assert_eq!(listed.code, 0, "{listed:?}");
+    assert_eq!(listed.stdout.trim(), "", "{listed:?}");
+    assert!(
+        listed.stderr.contains(&format!("(here: --before {stop})")),
+        "{listed:?}"
+    );
+    gw.stop().await;
 }

@@ -2,14 +2,15 @@
 //! older than `KV_TOMBSTONE_RETENTION` go, younger ones and live rows stay; inbox records and
 //! published outbox rows go after their configured periods, unpublished rows never; archived
 //! dead letters go after `[dead_letters] retain` (only the replayed ones by default, never one
-//! a replay holds); and every purge goes in batches, which two stores purging at once split.
+//! a replay holds); and every purge goes in batches, which two stores purging at once split,
+//! each batch with the history (`dead_letter_events`) of the dead letters it deletes.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::{TestDb, both_backends, dl, event, request, write};
 use crate::housekeeping::{Expire, KV_TOMBSTONE_RETENTION, Policy, Swept, sweep};
-use crate::store::{RETENTION_BATCH, RETENTION_PAUSE, Store, now_ms};
+use crate::store::{Backend, RETENTION_BATCH, RETENTION_PAUSE, Store, now_ms};
 
 both_backends!(
     sweep_purges_what_is_old_enough,
@@ -17,6 +18,7 @@ both_backends!(
     expire_all_purges_unreplayed_dead_letters_but_not_one_being_replayed,
     only_published_outbox_rows_past_retain_are_purged,
     a_purge_goes_in_paused_batches_until_nothing_is_left,
+    a_purge_forgets_each_batch_s_history_with_it,
     two_stores_purging_at_once_split_the_rows
 );
 
@@ -267,6 +269,79 @@ async fn a_purge_goes_in_paused_batches_until_nothing_is_left(db: &TestDb) {
         .unwrap();
     assert_eq!(s.outbox_purge_published_before(now - DAY).await.unwrap(), n);
     assert_eq!(ids(s, "outbox").await, [last]);
+}
+
+/// Logs, for each deleted `dead_letter_events` row, how many dead letters there were then
+/// (`forget_log`): events deleted by one statement after their dead letters were gone all
+/// log the same number.
+async fn log_event_deletions(s: &Store) {
+    let statements: &[&str] = match s.backend() {
+        Backend::Sqlite => &[
+            "CREATE TABLE forget_log (letters BIGINT NOT NULL)",
+            "CREATE TRIGGER forget_logged AFTER DELETE ON dead_letter_events BEGIN \
+             INSERT INTO forget_log SELECT COUNT(*) FROM dead_letters; END",
+        ],
+        Backend::Postgres => &[
+            "CREATE TABLE forget_log (letters BIGINT NOT NULL)",
+            "CREATE FUNCTION forget_logged() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+             INSERT INTO forget_log SELECT COUNT(*) FROM dead_letters; RETURN OLD; END $$",
+            "CREATE TRIGGER forget_logged AFTER DELETE ON dead_letter_events \
+             FOR EACH ROW EXECUTE FUNCTION forget_logged()",
+        ],
+    };
+    for statement in statements {
+        sqlx::query(sqlx::AssertSqlSafe(*statement))
+            .execute(s.pool())
+            .await
+            .unwrap();
+    }
+}
+
+/// A retention purge of 2,500 replayed dead letters, each with its replay event: the events
+/// go with their batch (at most `RETENTION_BATCH` at once), not in one statement at the end
+/// that reads the whole history and deletes every orphan in one transaction.
+async fn a_purge_forgets_each_batch_s_history_with_it(db: &TestDb) {
+    let s = &db.store;
+    let now = now_ms();
+    let n = 2 * RETENTION_BATCH + RETENTION_BATCH / 2;
+    archive_many(s, n, now - 2 * DAY, now - DAY).await;
+    let kept = archive(s, now).await;
+    sqlx::query(
+        "INSERT INTO dead_letter_events (dead_letter_id, kind, happened_at, detail) \
+         SELECT id, 'replay', $1, '{}' FROM dead_letters",
+    )
+    .bind(now - DAY)
+    .execute(s.pool())
+    .await
+    .unwrap();
+    log_event_deletions(s).await;
+
+    assert_eq!(
+        s.dead_letters_purge_expired(now - DAY, true).await.unwrap(),
+        n
+    );
+    let most: i64 = sqlx::query_scalar(
+        "SELECT COALESCE(MAX(c), 0) FROM \
+         (SELECT COUNT(*) AS c FROM forget_log GROUP BY letters) AS g",
+    )
+    .fetch_one(s.pool())
+    .await
+    .unwrap();
+    assert!(
+        most <= i64::try_from(RETENTION_BATCH).unwrap(),
+        "{most} events were deleted at once after their dead letters were gone (a batch is \
+         {RETENTION_BATCH})"
+    );
+    let forgotten: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM forget_log")
+        .fetch_one(s.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        forgotten,
+        i64::try_from(n).unwrap(),
+        "every purged one's event"
+    );
+    assert_eq!(s.dead_letter_events(kept).await.unwrap().len(), 1);
 }
 
 async fn two_stores_purging_at_once_split_the_rows(db: &TestDb) {

@@ -14,6 +14,7 @@ mod outage;
 mod outbox;
 mod reads;
 mod search;
+mod search_cost;
 mod secrets;
 mod set_based;
 

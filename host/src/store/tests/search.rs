@@ -231,12 +231,14 @@ async fn fill(db: &TestDb) {
         ],
         Backend::Postgres => &[
             "INSERT INTO dead_letters (route, queue, reason, plugin, attempts, headers, body, \
-             dead_lettered_at, replay_count, message_id, correlation_id, search_fields) \
+             dead_lettered_at, replay_count, message_id, correlation_id) \
              SELECT 'r' || (i % 5), 'q', 'boom', 'p', 1, '[]', \
-             convert_to('{\"matricula_id\":' || i || '}', 'UTF8'), i, 0, 'm-' || i, 'c-' || i, \
-             jsonb_build_object('matricula_id', CAST(i AS TEXT)) \
+             convert_to('{\"matricula_id\":' || i || '}', 'UTF8'), i, 0, 'm-' || i, 'c-' || i \
              FROM generate_series(1, 20000) AS i",
+            "INSERT INTO dead_letter_fields (path, value, dead_letter_id) \
+             SELECT 'matricula_id', CAST(dead_lettered_at AS TEXT), id FROM dead_letters",
             "ANALYZE dead_letters",
+            "ANALYZE dead_letter_fields",
         ],
     };
     for statement in statements {
@@ -285,7 +287,7 @@ async fn searches_read_an_index_not_the_table(db: &TestDb) {
         // The body fields' index has its own name on each backend.
         let expected = match (s.backend(), index) {
             (Backend::Sqlite, "fields") => "USING PRIMARY KEY (path=? AND value=?",
-            (Backend::Postgres, "fields") => "dead_letters_search_fields",
+            (Backend::Postgres, "fields") => "dead_letter_fields_pkey",
             _ => index,
         };
         assert!(
