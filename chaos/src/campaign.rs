@@ -54,6 +54,8 @@ pub struct Options {
     pub binary: PathBuf,
     pub backend: Backend,
     pub cluster: bool,
+    /// The relays read a replication slot instead of polling (PostgreSQL).
+    pub cdc: bool,
     pub seed: u64,
     /// Quiet time first (the baseline throughput), then faults until `duration`.
     pub quiet: Duration,
@@ -83,6 +85,7 @@ pub struct FaultRecord {
 pub struct Outcome {
     pub backend: Backend,
     pub cluster: bool,
+    pub cdc: bool,
     pub seed: u64,
     pub seconds: f64,
     pub published: u64,
@@ -113,8 +116,9 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
     let ms = move || started.elapsed().as_millis() as u64;
     let postgres = opts.backend == Backend::Postgres;
     let name = format!(
-        "{}{}-{}",
+        "{}{}{}-{}",
         if postgres { "postgres" } else { "sqlite" },
+        if opts.cdc { "-cdc" } else { "" },
         if opts.cluster { "-cluster" } else { "" },
         opts.seed
     );
@@ -136,7 +140,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
     let broker = tokio::task::block_in_place(|| Broker::fresh(&opts.repo, opts.cluster))?;
     let urls = broker.urls();
     let (pg, store_url, sqlite) = if postgres {
-        let pg = Postgres::fresh(&opts.repo).await?;
+        let pg = Postgres::fresh(&opts.repo, opts.cdc).await?;
         let url = pg.url();
         (Some(pg), url, None)
     } else {
@@ -153,6 +157,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
             plugins: &plugins,
             relay_in_gateway: !postgres,
             quorum: opts.cluster,
+            cdc: opts.cdc,
         }),
     )?;
     migrate(&opts.binary, &config_path)?;
@@ -375,6 +380,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
     Ok(Outcome {
         backend: opts.backend,
         cluster: opts.cluster,
+        cdc: opts.cdc,
         seed: opts.seed,
         seconds: started.elapsed().as_secs_f64(),
         published: ledger.confirmed.load(Ordering::Relaxed),
@@ -413,10 +419,13 @@ async fn wait_ready(world: &mut World) -> anyhow::Result<()> {
             .gateways
             .iter()
             .all(|g| g.tail(400).matches("consumer started").count() >= 4);
-        let relays = world
-            .relays
-            .iter()
-            .all(|r| r.tail(400).contains("outbox relay running"));
+        let relays = world.relays.iter().all(|r| {
+            let log = r.tail(400);
+            // A CDC relay reads the slot, or stands by while the other one does.
+            log.contains("outbox relay running")
+                || log.contains("CDC relay active")
+                || log.contains("standing by")
+        });
         if gateways && relays {
             return Ok(());
         }

@@ -50,7 +50,12 @@ pub struct Setup<'a> {
     /// Relays run inside the gateways (SQLite) or as their own processes (PostgreSQL).
     pub relay_in_gateway: bool,
     pub quorum: bool,
+    /// The relays read the outbox from a replication slot (PostgreSQL).
+    pub cdc: bool,
 }
+
+/// The CDC relays' slot and publication.
+pub const CDC_SLOT: &str = "chaos_outbox";
 
 pub fn render(s: &Setup<'_>) -> String {
     let urls: Vec<String> = s.broker_urls.iter().map(|u| format!("\"{u}\"")).collect();
@@ -98,7 +103,7 @@ enabled = {relay}
 lease = "{lease}s"
 poll_interval = "500ms"
 max_in_flight = 256
-
+{cdc}
 [admin]
 listen = ""
 
@@ -126,6 +131,11 @@ out_exchange = "{DOWN_EXCHANGE}"
         store = s.store_url,
         relay = s.relay_in_gateway,
         lease = LEASE.as_secs(),
+        cdc = if s.cdc {
+            format!("mode = \"cdc\"\nslot = \"{CDC_SLOT}\"\npublication = \"{CDC_SLOT}\"\n")
+        } else {
+            String::new()
+        },
         enrollment = plugin("enrollment"),
         counter = plugin("counter"),
         mixed = plugin("fixture-mixed"),
@@ -162,6 +172,7 @@ mod tests {
             plugins,
             relay_in_gateway: true,
             quorum: false,
+            cdc: false,
         });
         let config: toml::Table = text.parse().expect("valid TOML");
         let routes = config["routes"].as_array().expect("routes");

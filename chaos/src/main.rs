@@ -46,6 +46,10 @@ struct Args {
     /// A 3-node RabbitMQ cluster and quorum queues (PostgreSQL recommended).
     #[arg(long)]
     cluster: bool,
+    /// PostgreSQL: the two relays read the outbox from a replication slot (`[relay] mode =
+    /// "cdc"`), one active and one standing by, instead of polling it.
+    #[arg(long)]
+    cdc: bool,
     /// Replays a schedule: the same faults and inputs in the same order.
     #[arg(long)]
     seed: Option<u64>,
@@ -74,6 +78,9 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(args: Args) -> anyhow::Result<bool> {
+    if args.cdc && args.backend != Backend::Postgres {
+        anyhow::bail!("--cdc needs --backend postgres (the CDC relay reads a PostgreSQL slot)");
+    }
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("..")
         .canonicalize()?;
@@ -85,13 +92,14 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let duration = Duration::from_secs(args.duration.unwrap_or(if args.full { 1800 } else { 75 }));
     let quiet = (duration / 10).clamp(Duration::from_secs(10), Duration::from_secs(60));
     let command = format!(
-        "scripts/chaos.sh {} --backend {}{} --seed {seed}{}",
+        "scripts/chaos.sh {} --backend {}{}{} --seed {seed}{}",
         if args.full { "--full" } else { "--smoke" },
         match args.backend {
             Backend::Sqlite => "sqlite",
             Backend::Postgres => "postgres",
         },
         if args.cluster { " --cluster" } else { "" },
+        if args.cdc { " --cdc" } else { "" },
         args.duration
             .map_or(String::new(), |d| format!(" --duration {d}")),
     );
@@ -101,6 +109,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         binary: args.binary.canonicalize()?,
         backend: args.backend,
         cluster: args.cluster,
+        cdc: args.cdc,
         seed,
         quiet,
         duration,
@@ -116,12 +125,13 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let report = args.report.or_else(|| {
         args.full.then(|| {
             let setup = format!(
-                "{}{}",
+                "{}{}{}",
                 if args.backend == Backend::Postgres {
                     "postgres"
                 } else {
                     "sqlite"
                 },
+                if args.cdc { "-cdc" } else { "" },
                 if args.cluster { "-cluster" } else { "" }
             );
             repo.join(format!("bench/results/chaos-{setup}.md"))

@@ -59,7 +59,10 @@ impl Proc {
             .open(&self.log)?;
         let child = Command::new(&self.binary)
             .args(&self.args)
-            .env("CARTEIRO_LOG", "info")
+            .env(
+                "CARTEIRO_LOG",
+                std::env::var("CARTEIRO_CHAOS_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)

@@ -13,6 +13,9 @@ pub fn markdown(o: &Outcome, command: &str, date: &str) -> String {
         "{}{}",
         match o.backend {
             crate::campaign::Backend::Sqlite => "SQLite, one gateway (relay inside)",
+            crate::campaign::Backend::Postgres if o.cdc => {
+                "PostgreSQL, two gateways and two CDC relays (one reads the slot, one stands by)"
+            }
             crate::campaign::Backend::Postgres => "PostgreSQL, two gateways and two relays",
         },
         if o.cluster {

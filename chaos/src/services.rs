@@ -159,14 +159,20 @@ impl Broker {
     }
 }
 
+/// How long PostgreSQL waits for a silent (paused) CDC relay before it ends its walsender
+/// and frees the slot: 4 s, shorter than a pause fault.
+const WAL_SENDER_TIMEOUT: &str = "ALTER SYSTEM SET wal_sender_timeout = '4s'";
+
 /// The campaign's PostgreSQL instance and its database `chaos`.
 pub struct Postgres {
     repo: PathBuf,
 }
 
 impl Postgres {
-    /// Starts the server and makes an empty `chaos` database.
-    pub async fn fresh(repo: &Path) -> anyhow::Result<Self> {
+    /// Starts the server and makes an empty `chaos` database. `cdc`: the relays read a
+    /// replication slot, and a paused relay's walsender ends after [`WAL_SENDER_TIMEOUT`], so
+    /// that a pause outlasts it and the standby takes the slot over meanwhile.
+    pub async fn fresh(repo: &Path, cdc: bool) -> anyhow::Result<Self> {
         let pg = Self {
             repo: repo.to_owned(),
         };
@@ -176,11 +182,22 @@ impl Postgres {
         let mut admin = pg.admin("postgres").await?;
         // The gateways connect as a role that owns its database but is no superuser, so
         // that revoking its grants (a fault) binds: superusers bypass grants.
+        let wal_sender_timeout = if cdc {
+            WAL_SENDER_TIMEOUT
+        } else {
+            "ALTER SYSTEM RESET wal_sender_timeout"
+        };
         for sql in [
+            // A slot left by an earlier run would keep its database from being dropped.
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+             WHERE database = 'chaos' AND NOT active",
             "DROP DATABASE IF EXISTS chaos WITH (FORCE)",
             "DROP ROLE IF EXISTS chaos",
-            "CREATE ROLE chaos LOGIN NOSUPERUSER",
+            // REPLICATION: the CDC relays create and read their slot as this role.
+            "CREATE ROLE chaos LOGIN NOSUPERUSER REPLICATION",
             "CREATE DATABASE chaos OWNER chaos",
+            wal_sender_timeout,
+            "SELECT pg_reload_conf()",
         ] {
             sqlx::raw_sql(sql)
                 .execute(&mut admin)
