@@ -191,8 +191,9 @@ async fn run_case(seed: u64, case: usize, mode: Mode) {
         &format!("every publishable row ({context})"),
         WAIT,
         || async {
+            let drained = client.drain(&sink).await;
             let mut all = arrived.lock().expect("lock");
-            all.extend(client.drain(&sink).await);
+            all.extend(drained);
             (all.len() >= model.published.len()).then_some(())
         },
     )
@@ -236,11 +237,14 @@ async fn run_case(seed: u64, case: usize, mode: Mode) {
     }
 }
 
+/// An outbox row as the model checks it: payload, attempts, last error, published at.
+type StoredRow = (Vec<u8>, i64, Option<String>, Option<i64>);
+
 /// Parked rows carry their error and one attempt; held rows stay pending.
 async fn check_table(store_url: &str, model: &Outcome, context: &str) {
     sqlx::any::install_default_drivers();
     let reader = sqlx::AnyPool::connect(store_url).await.expect("reader");
-    let rows: Vec<(Vec<u8>, i64, Option<String>, Option<i64>)> =
+    let rows: Vec<StoredRow> =
         sqlx::query_as("SELECT payload, attempts, last_error, published_at FROM outbox")
             .fetch_all(&reader)
             .await
