@@ -1,7 +1,7 @@
 //! # Carteiro
 //!
 //! A RabbitMQ message-processing gateway whose handlers are sandboxed WebAssembly
-//! components. See `DESIGN.md` (shared) and the README for the whole picture.
+//! components. See `docs/architecture.md` and the README for the whole picture.
 //!
 //! # Layout
 //! - [`config`]: the operator's TOML assembled — [`Config`](config::Config) names each

@@ -1,5 +1,5 @@
 //! The layering rule, checked: no circle of imports (wiring on top, services below;
-//! `shared/STYLE.md`, "Layers that point one way"). Read from the source, outside comments
+//! docs/architecture.md, "The map"). Read from the source, outside comments
 //! and test code (`tests/`, `tests.rs`, anything under `#[cfg(test)]`). Two checks:
 //! - the host's top-level modules: every `crate::NAME` is an arrow to the module `NAME`;
 //! - the files of each Rust crate of the workspace (this one, `chaos`, `carteiro-sdk`), which

@@ -1,6 +1,6 @@
 //! Which `x-carteiro-*` headers Carteiro believes.
 //!
-//! Publishers are not trusted (DESIGN.md, trust boundaries): anyone may send
+//! Publishers are not trusted (docs/architecture.md, "Trust boundaries"): anyone may send
 //! `x-carteiro-attempt: 99`. Every copy Carteiro publishes with its own headers (retry
 //! copies, dead-letter copies, replays) is therefore *sealed*: `x-carteiro-seal` holds an
 //! HMAC-SHA256, under a key kept in the store (shared by every gateway on that store), over

@@ -1,4 +1,4 @@
-//! Changing handlers while the gateway runs (DESIGN.md "Changing handlers live").
+//! Changing handlers while the gateway runs (docs/architecture.md, "Changing handlers live").
 //!
 //! - this file: the handle the admin server and the SIGHUP forwarder use to ask for a
 //!   reload, and what runs now (plugin versions, the last reload's outcome) for `/readyz`.

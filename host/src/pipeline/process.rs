@@ -1,4 +1,4 @@
-//! One delivery from receipt to ack (DESIGN.md "One delivery"), top to bottom:
+//! One delivery from receipt to ack (docs/architecture.md, "One delivery"), top to bottom:
 //! 1. what the delivery says, its Carteiro headers checked: [`Received`];
 //! 2. the plugin version it runs on: the stable one, or the canary by its key's hash;
 //! 3. guards, idempotency key, inbox check, the handler: each ends in a [`Plan`], decided by

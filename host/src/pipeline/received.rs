@@ -34,8 +34,8 @@ pub struct Received {
     pub content_type: Option<String>,
     /// The body's size in bytes, checked against the route's `max_body_size`.
     pub body_len: u64,
-    /// Why the route refuses this delivery before any plugin code runs (DESIGN.md "One
-    /// delivery", step 1: body size, content type), if it does.
+    /// Why the route refuses this delivery before any plugin code runs (docs/architecture.md,
+    /// "One delivery", step 1: body size, content type), if it does.
     pub refused: Option<String>,
 }
 

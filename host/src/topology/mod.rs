@@ -1,6 +1,6 @@
 //! Declaring and verifying one route's broker topology.
 //!
-//! For a work queue `Q` (see DESIGN.md, "Broker topology per route"):
+//! For a work queue `Q` (see docs/architecture.md, "Broker topology per route"):
 //! - `Q.dlx` (fanout) → `Q.dlq`: where the broker and the gateway dead-letter messages;
 //! - on quorum routes, `Q.dlq.parked`: where `Q.dlq` dead-letters a message that exceeded
 //!   its delivery limit (archiving kept failing), so no dead letter is ever dropped;

@@ -1,5 +1,5 @@
-// The SDK's modules import each other without a circle (shared/STYLE.md, "Layers that point
-// one way"), like the Rust crates' check in host/src/module_graph.rs. Read from the source:
+// The SDK's modules import each other without a circle (docs/architecture.md,
+// "The map"), like the Rust crates' check in host/src/module_graph.rs. Read from the source:
 // every `import ... from`, `export ... from`, `import '...'` and `import('...')` of a file
 // under src/ is an arrow; `#host` (package.json "imports") points at both backends, and the
 // package's own name at its "exports".

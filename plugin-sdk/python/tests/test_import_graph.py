@@ -1,5 +1,5 @@
-"""The package's modules import each other without a circle (``shared/STYLE.md``, "Layers
-that point one way"), like the Rust crates' check in ``host/src/module_graph.rs``. Read
+"""The package's modules import each other without a circle (``docs/architecture.md``,
+"The map"), like the Rust crates' check in ``host/src/module_graph.rs``. Read
 from the source with :mod:`ast`: every ``import`` of a ``carteiro`` module, including one
 inside a function, is an arrow; ``from carteiro import name`` points at the submodule
 ``name`` if there is one, else at the package's ``__init__``.
