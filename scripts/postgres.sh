@@ -140,7 +140,11 @@ HBA
 
 stop() {
   if running; then
-    "${RUN[@]}" "$BIN/pg_ctl" -D "$DATA" -m fast -w -t 60 stop >/dev/null
+    # A fast shutdown waits for each logical walsender's client to confirm all it was sent; a
+    # CDC relay holding rows it cannot publish yet never does. Past 30 s, stop at once (the
+    # next start recovers from WAL, as after a crash).
+    "${RUN[@]}" "$BIN/pg_ctl" -D "$DATA" -m fast -w -t 30 stop >/dev/null \
+      || "${RUN[@]}" "$BIN/pg_ctl" -D "$DATA" -m immediate -w -t 30 stop >/dev/null
   fi
 }
 
