@@ -7,6 +7,13 @@
 //! confirm arrived but whose mark had not committed yet (G3; the relay bounds those by its
 //! in-flight window, which counts a row until its mark commits).
 //!
+//! A row the write did not find is one a CDC relay read from the slot a moment before its
+//! transaction became visible to other sessions (PostgreSQL decodes a commit once it is in
+//! the WAL): its mark is written again shortly, until the row shows, for up to
+//! [`UNSEEN_FOR`]. Without that its mark was lost, and the row stayed pending until a
+//! relay restart published it again. A row found already published was marked by another
+//! relay.
+//!
 //! A store failure loses nothing: the ids stay in memory and the write is retried with
 //! backoff; rows the marker finally gives up on (store still down when the session ends)
 //! keep their lease and are republished after it expires (downstream inboxes dedupe by
@@ -21,6 +28,10 @@ use crate::store::Store;
 
 /// Write attempts for the last ids after the relay session closed the channel.
 const FINAL_ATTEMPTS: u32 = 3;
+/// How long a confirmed row that the store does not show yet is waited for, and how often
+/// its mark is tried again meanwhile.
+const UNSEEN_FOR: Duration = Duration::from_secs(5);
+const UNSEEN_RETRY: Duration = Duration::from_millis(20);
 
 /// The session's side of the marker.
 pub(super) struct Marker {
@@ -74,6 +85,8 @@ async fn run(
     let mut batch: Vec<i64> = Vec::new();
     let mut open = true;
     let mut failures: u32 = 0;
+    // Since when the oldest row of `batch` that the store did not show has waited.
+    let mut unseen_since: Option<tokio::time::Instant> = None;
     loop {
         if batch.is_empty() {
             match ids.recv().await {
@@ -91,10 +104,34 @@ async fn run(
                 }
             }
         }
-        match store.outbox_mark_published_many(&batch).await {
-            Ok(_) => {
-                let _ = done.send(std::mem::take(&mut batch));
+        let written = match store.outbox_mark_published_many(&batch).await {
+            Ok(changed) if changed as usize >= batch.len() => Ok(Vec::new()),
+            Ok(_) => unseen(&store, &batch).await,
+            Err(e) => Err(e),
+        };
+        match written {
+            Ok(unseen_ids) => {
                 failures = 0;
+                let marked: Vec<i64> = batch
+                    .drain(..)
+                    .filter(|id| !unseen_ids.contains(id))
+                    .collect();
+                if !marked.is_empty() {
+                    let _ = done.send(marked);
+                }
+                if !unseen_ids.is_empty() {
+                    unseen_since.get_or_insert_with(tokio::time::Instant::now);
+                    if unseen_since.is_some_and(|t| t.elapsed() > UNSEEN_FOR) {
+                        tracing::warn!(rows = ?unseen_ids, "confirmed outbox rows not found in the store; not marked (a restart's backlog drain publishes them again)");
+                        unseen_since = None;
+                        let _ = done.send(unseen_ids);
+                    } else {
+                        batch = unseen_ids;
+                        tokio::time::sleep(UNSEEN_RETRY).await;
+                    }
+                } else {
+                    unseen_since = None;
+                }
             }
             Err(e) => {
                 failures += 1;
@@ -108,6 +145,17 @@ async fn run(
             }
         }
     }
+}
+
+/// Which of `batch` a mark write did not find: rows that do not exist yet for this session.
+/// (A row that exists and did not change was published already, by another relay.)
+async fn unseen(store: &Store, batch: &[i64]) -> Result<Vec<i64>, crate::store::StoreError> {
+    let existing = store.outbox_existing_among(batch).await?;
+    Ok(batch
+        .iter()
+        .copied()
+        .filter(|id| existing.binary_search(id).is_err())
+        .collect())
 }
 
 #[cfg(test)]
@@ -170,5 +218,62 @@ mod tests {
         let status = store.outbox_status().await.unwrap();
         assert_eq!(status.pending, 50, "only confirmed rows are marked");
         assert_eq!(status.leased, 50);
+    }
+
+    fn row(i: usize) -> CommitRequest {
+        CommitRequest {
+            route: "r".into(),
+            inbox_key: format!("late{i}"),
+            namespace: "ns".into(),
+            reads: vec![],
+            writes: vec![],
+            outbox: vec![NewOutboxRow {
+                event_id: uuid::Uuid::now_v7(),
+                route: "r".into(),
+                plugin: "p".into(),
+                exchange: "x".into(),
+                routing_key: "k".into(),
+                headers: vec![],
+                content_type: None,
+                payload: vec![],
+                ordering_key: String::new(),
+            }],
+        }
+    }
+
+    /// A CDC relay can confirm a row its transaction does not show yet to other sessions:
+    /// the mark waits for it instead of finding nothing and forgetting it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_row_that_shows_after_its_confirm_is_marked_once_it_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("store.db").display());
+        let store = Store::connect(&url, 4).await.unwrap();
+        store.migrate().await.unwrap();
+        store.commit_batch(&[row(1), row(2), row(3)]).await.unwrap();
+        let (marker, mut done) = Marker::spawn(store.clone());
+        let marks = marker.sender();
+        for id in 1..=4 {
+            marks.confirmed(id);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        // Row 4 becomes visible only now.
+        store.commit_batch(&[row(4)]).await.unwrap();
+        let mut reported = Vec::new();
+        while reported.len() < 4 {
+            let ids = tokio::time::timeout(std::time::Duration::from_secs(10), done.recv())
+                .await
+                .expect("the marker reports every id")
+                .expect("marker running");
+            reported.extend(ids);
+        }
+        reported.sort_unstable();
+        assert_eq!(reported, vec![1, 2, 3, 4], "each id reported once");
+        drop(marks);
+        marker.close().await;
+        assert_eq!(
+            store.outbox_status().await.unwrap().pending,
+            0,
+            "row 4 marked once it showed"
+        );
     }
 }

@@ -35,6 +35,32 @@ impl Store {
         .await
     }
 
+    /// Which of `ids` exist in the outbox, published or not. A row missing here may be one
+    /// whose transaction the slot sent before it became visible to other sessions (a
+    /// walsender decodes a commit once it is in the WAL, a moment before that).
+    pub async fn outbox_existing_among(&self, ids: &[i64]) -> Result<Vec<i64>, StoreError> {
+        self.bounded("outbox existing among", async {
+            let mut out = Vec::new();
+            for chunk in shaped_chunks(ids) {
+                let mut p = Placeholders::new(self.backend);
+                let sql = format!(
+                    "SELECT id FROM outbox WHERE id IN ({})",
+                    p.list(chunk.len())
+                );
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for id in chunk {
+                    query = query.bind(*id);
+                }
+                for row in query.fetch_all(self.pool()).await? {
+                    out.push(row.try_get::<i64, _>("id")?);
+                }
+            }
+            out.sort_unstable();
+            Ok(out)
+        })
+        .await
+    }
+
     /// A CDC publish of row `id` failed: count the attempt and keep `error` (for `carteiro
     /// outbox status` and the `outbox_failing` gauge). `park`: it can never be published;
     /// it then holds its ordering key as a parked row of the polling relay does.
