@@ -196,6 +196,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
         binary: opts.binary.clone(),
         config: config_path.clone(),
         full: opts.full,
+        store_url: store_url.clone(),
     };
     wait_ready(&mut world).await?;
     declare_sinks(&urls, opts.cluster).await?;

@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use crate::config::{ROUTE_DOWNSTREAM, ROUTE_POISON};
 use crate::logs::RelayLogs;
 use crate::workload::{Kind, Sent};
 use events::{check_downstream, check_sink, events_by_ordering_key};
@@ -32,6 +33,17 @@ pub struct OutboxRow {
     pub route: String,
     pub ordering_key: String,
     pub published: bool,
+    /// Failed publish attempts, and the last one's error.
+    pub attempts: i64,
+    pub last_error: Option<String>,
+}
+
+impl OutboxRow {
+    /// An event of an upstream route, which the downstream route consumes (not a downstream
+    /// event, nor a row the poison-row fault committed).
+    pub fn is_upstream_event(&self) -> bool {
+        self.route != ROUTE_DOWNSTREAM && self.route != ROUTE_POISON
+    }
 }
 
 /// One `dead_letters` row.
@@ -139,6 +151,10 @@ pub struct Findings {
     pub left_in_queues: usize,
     /// Dead letters parked in `Q.dlq.parked` (not lost; an operator moves them back).
     pub parked_dead_letters: usize,
+    /// Outbox rows AMQP cannot carry, committed by the poison-row fault.
+    pub poison_rows: usize,
+    /// Of those, rows published, retried, or not parked with their error.
+    pub poison_rows_not_parked: usize,
     /// Inputs never confirmed by the broker and with no effect: maybe never received.
     pub unconfirmed_without_effect: usize,
     pub drained: bool,
@@ -168,6 +184,7 @@ impl Findings {
             && self.drained
             && self.unexpected_exits == 0
             && self.stalled_faults == 0
+            && self.poison_rows_not_parked == 0
     }
 
     /// A count above what was sent is a duplicate effect, below it a loss.
@@ -287,5 +304,29 @@ pub fn check(state: &State) -> Findings {
     check_unexpected_keys(state, &sent_ids, &mut f);
     check_downstream(state, &mut f);
     check_sink(state, &events, &mut f);
+    check_poison_rows(state, &mut f);
     f
+}
+
+/// Every row the poison-row fault committed is parked: never published, one attempt, and
+/// its error kept (docs/relay.md). Whether it held nothing else back the other checks say:
+/// every other event must have taken effect.
+fn check_poison_rows(state: &State, f: &mut Findings) {
+    for row in state.outbox.iter().filter(|r| r.route == ROUTE_POISON) {
+        f.poison_rows += 1;
+        let error = row.last_error.as_deref().unwrap_or("");
+        if row.published
+            || row.attempts != 1
+            || !error.starts_with("permanent: cannot be published")
+        {
+            f.poison_rows_not_parked += 1;
+            f.note(
+                "poison_rows_not_parked",
+                format!(
+                    "outbox row {} ({}): published {}, {} attempts, error {error:?}",
+                    row.id, row.event_id, row.published, row.attempts
+                ),
+            );
+        }
+    }
 }

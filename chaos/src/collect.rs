@@ -7,7 +7,7 @@ use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Row};
 
 // The SQL names the campaign's routes and namespaces literally (sqlx takes only static
-// SQL text): config::ROUTE_DOWNSTREAM and config::NS_*.
+// SQL text): config::ROUTE_DOWNSTREAM, config::ROUTE_POISON and config::NS_*.
 use crate::checker::{DeadLetter, OutboxRow, State};
 
 /// Bound on every query: a store that is down (a fault) must not hang the campaign.
@@ -32,7 +32,8 @@ pub async fn progress(pool: &AnyPool) -> Option<(u64, u64)> {
         pool,
         "SELECT (SELECT COUNT(*) FROM inbox WHERE route <> 'chaos-downstream') \
          + (SELECT COUNT(*) FROM dead_letters)",
-        "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL",
+        // A poison row stays unpublished for good, parked.
+        "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL AND route <> 'chaos-poison'",
     )
     .await
 }
@@ -42,7 +43,7 @@ pub async fn downstream(pool: &AnyPool) -> Option<(u64, u64)> {
     two_counts(
         pool,
         "SELECT COUNT(*) FROM inbox WHERE route = 'chaos-downstream'",
-        "SELECT COUNT(*) FROM outbox WHERE route <> 'chaos-downstream'",
+        "SELECT COUNT(*) FROM outbox WHERE route NOT IN ('chaos-downstream', 'chaos-poison')",
     )
     .await
 }
@@ -83,10 +84,12 @@ pub async fn store(pool: &AnyPool, state: &mut State) -> anyhow::Result<()> {
     {
         state.inbox.insert((row.try_get(0)?, row.try_get(1)?));
     }
-    let outbox = sqlx::query("SELECT id, event_id, route, ordering_key, published_at FROM outbox")
-        .fetch_all(pool)
-        .await
-        .context("read outbox")?;
+    let outbox = sqlx::query(
+        "SELECT id, event_id, route, ordering_key, published_at, attempts, last_error FROM outbox",
+    )
+    .fetch_all(pool)
+    .await
+    .context("read outbox")?;
     for row in outbox {
         let published: Option<i64> = row.try_get(4)?;
         state.outbox.push(OutboxRow {
@@ -95,6 +98,8 @@ pub async fn store(pool: &AnyPool, state: &mut State) -> anyhow::Result<()> {
             route: row.try_get(2)?,
             ordering_key: row.try_get(3)?,
             published: published.is_some(),
+            attempts: row.try_get(5)?,
+            last_error: row.try_get(6)?,
         });
     }
     let dead = sqlx::query("SELECT route, reason, headers FROM dead_letters")

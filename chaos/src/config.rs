@@ -10,6 +10,8 @@ pub const ROUTE_ENROLL: &str = "chaos-enroll";
 pub const ROUTE_COUNTER: &str = "chaos-counter";
 pub const ROUTE_FLAKY: &str = "chaos-flaky";
 pub const ROUTE_DOWNSTREAM: &str = "chaos-downstream";
+/// The `route` of the outbox rows the poison-row fault commits straight into the store.
+pub const ROUTE_POISON: &str = "chaos-poison";
 pub const NS_ENROLL: &str = "enrollment";
 pub const NS_COUNTER: &str = "counter";
 pub const NS_FLAKY: &str = "mixed";

@@ -9,7 +9,7 @@ use rand::rngs::StdRng;
 use serde::Serialize;
 use sqlx::Connection;
 
-use crate::config::{HEARTBEAT, LEASE, RECONNECT_MAX, ROUTE_ENROLL};
+use crate::config::{EVENTS_EXCHANGE, HEARTBEAT, LEASE, RECONNECT_MAX, ROUTE_ENROLL, ROUTE_POISON};
 use crate::procs::Proc;
 use crate::services::{Broker, Postgres};
 
@@ -44,6 +44,10 @@ pub enum Fault {
     /// One event type unbound everywhere for a while (its rows are returned unroutable),
     /// then bound again.
     Unroutable,
+    /// An outbox row AMQP can never carry (a routing key or a content type over 255 bytes),
+    /// committed straight into the store, unordered or under a key of its own: the relay
+    /// must park it with its error once and hold back nothing else.
+    PoisonRow,
 }
 
 impl Fault {
@@ -62,6 +66,7 @@ impl Fault {
             Fault::PgRevoke => "PostgreSQL grants revoked",
             Fault::SealRotate => "seal-key rotation",
             Fault::Unroutable => "unroutable event type",
+            Fault::PoisonRow => "unpublishable outbox row",
         }
     }
 }
@@ -94,7 +99,12 @@ pub fn scheduled(postgres: bool, full: bool) -> Vec<(usize, Fault)> {
             (140, long),
         ]
     } else {
-        vec![(1, Fault::SealRotate), (3, Fault::Unroutable), (5, long)]
+        vec![
+            (1, Fault::SealRotate),
+            (2, Fault::PoisonRow),
+            (3, Fault::Unroutable),
+            (5, long),
+        ]
     }
 }
 
@@ -118,6 +128,7 @@ pub fn weights(postgres: bool, cluster: bool) -> Vec<(Fault, u32)> {
     if cluster {
         w.push((Fault::NodeKill, 10));
     }
+    w.push((Fault::PoisonRow, 6));
     w
 }
 
@@ -146,6 +157,8 @@ pub struct World {
     pub config: PathBuf,
     /// Long store outages take [`long_outage`]`(full)`.
     pub full: bool,
+    /// The gateways' store, where the poison-row fault commits its row.
+    pub store_url: String,
 }
 
 impl World {
@@ -260,6 +273,7 @@ pub async fn inject(world: &mut World, fault: Fault, rng: &mut StdRng) -> anyhow
             pg.grants(true).await?;
             Ok(format!("for {:.1} s", hold.as_secs_f64()))
         }
+        Fault::PoisonRow => Ok(commit_poison_row(&world.store_url, rng).await),
         Fault::Unroutable => {
             let hold = if world.full {
                 secs(rng, 30.0, 90.0)
@@ -343,6 +357,58 @@ async fn hold_write_lock(path: &std::path::Path, hold: Duration) -> anyhow::Resu
     sqlx::raw_sql("ROLLBACK").execute(&mut conn).await?;
     conn.close().await?;
     Ok(())
+}
+
+/// Commits one outbox row AMQP can never carry and says which. The store may be refusing
+/// writes at that moment (SQLite's lock held by a gateway): a row that could not be written
+/// is reported, not retried, and the checker expects nothing of it.
+async fn commit_poison_row(store_url: &str, rng: &mut StdRng) -> String {
+    let too_long = "x".repeat(300);
+    let (routing_key, content_type, how) = if rng.random_bool(0.5) {
+        (too_long, None, "routing key")
+    } else {
+        ("poison".to_owned(), Some(too_long), "content type")
+    };
+    let event_id = uuid::Uuid::now_v7().to_string();
+    // Under a key of its own: it must hold that key and nothing else.
+    let ordering_key = if rng.random_bool(0.5) {
+        format!("{ROUTE_POISON}/{event_id}")
+    } else {
+        String::new()
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let insert = async {
+        let pool = crate::collect::open(store_url).await?;
+        sqlx::query(
+            "INSERT INTO outbox (event_id, route, plugin, exchange, routing_key, headers, \
+             content_type, payload, ordering_key, created_at) \
+             VALUES ($1, $2, 'chaos', $3, $4, '[]', $5, $6, $7, $8)",
+        )
+        .bind(&event_id)
+        .bind(ROUTE_POISON)
+        .bind(EVENTS_EXCHANGE)
+        .bind(routing_key)
+        .bind(content_type)
+        .bind(b"poison".to_vec())
+        .bind(&ordering_key)
+        .bind(now_ms)
+        .execute(&pool)
+        .await?;
+        pool.close().await;
+        anyhow::Ok(())
+    };
+    let keyed = if ordering_key.is_empty() {
+        "unordered"
+    } else {
+        "keyed"
+    };
+    match tokio::time::timeout(Duration::from_secs(10), insert).await {
+        Ok(Ok(())) => format!("{keyed}, {how} over 255 bytes"),
+        Ok(Err(e)) => format!("not written ({e:#})"),
+        Err(_) => "not written (the store did not answer within 10 s)".to_owned(),
+    }
 }
 
 #[cfg(test)]

@@ -136,6 +136,11 @@ pub fn markdown(o: &Outcome, command: &str, date: &str) -> String {
             "inputs never confirmed by the broker, with no effect (not lost)",
             &f.unconfirmed_without_effect,
         ),
+        ("unpublishable outbox rows committed", &f.poison_rows),
+        (
+            "**of those, not parked once with their error**",
+            &f.poison_rows_not_parked,
+        ),
         ("**drained**", &o.drained),
         ("**faults with no recovery**", &f.stalled_faults),
         (

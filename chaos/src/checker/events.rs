@@ -4,13 +4,13 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{FaultSpan, Findings, OutboxRow, State};
-use crate::config::{NS_DOWNSTREAM, ROUTE_DOWNSTREAM};
+use crate::config::NS_DOWNSTREAM;
 
 /// Outbox rows of the upstream routes by ordering key (`route/message id`), in id order.
 pub(super) fn events_by_ordering_key(state: &State) -> HashMap<&str, Vec<&OutboxRow>> {
     let mut by_key: HashMap<&str, Vec<&OutboxRow>> = HashMap::new();
     for row in &state.outbox {
-        if row.route != ROUTE_DOWNSTREAM {
+        if row.is_upstream_event() {
             by_key
                 .entry(row.ordering_key.as_str())
                 .or_default()
@@ -25,7 +25,7 @@ pub(super) fn events_by_ordering_key(state: &State) -> HashMap<&str, Vec<&Outbox
 
 /// Every published upstream event took effect downstream exactly once.
 pub(super) fn check_downstream(state: &State, f: &mut Findings) {
-    for row in state.outbox.iter().filter(|r| r.route != ROUTE_DOWNSTREAM) {
+    for row in state.outbox.iter().filter(|r| r.is_upstream_event()) {
         f.events += 1;
         let seen = state
             .kv
@@ -112,7 +112,7 @@ pub(super) fn check_sink(state: &State, events: &HashMap<&str, Vec<&OutboxRow>>,
     let upstream: HashMap<&str, &OutboxRow> = state
         .outbox
         .iter()
-        .filter(|r| r.route != ROUTE_DOWNSTREAM)
+        .filter(|r| r.is_upstream_event())
         .map(|r| (r.event_id.as_str(), r))
         .collect();
     for (id, times) in &copies {

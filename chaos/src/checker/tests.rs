@@ -21,6 +21,8 @@ fn event(state: &mut State, id: i64, route: &str, source: &str, at_ms: u64) -> S
         route: route.into(),
         ordering_key: format!("{route}/{source}"),
         published: true,
+        attempts: 0,
+        last_error: None,
     });
     kv(state, NS_DOWNSTREAM, &format!("seen/{event_id}"), "1");
     state.sink.push(Arrival {
@@ -443,4 +445,36 @@ fn events_and_inbox_records_for_nothing_sent_are_unexpected() {
         copy(s, "ev-999", 50);
     });
     assert_eq!(f.unexpected, 2);
+}
+
+/// A row the poison-row fault committed, as the relay leaves it: parked once with its error.
+fn poison_row(s: &mut State) -> &mut OutboxRow {
+    s.outbox.push(OutboxRow {
+        id: 900,
+        event_id: "01a24400-0000-7000-8000-000000000900".into(),
+        route: crate::config::ROUTE_POISON.into(),
+        ordering_key: String::new(),
+        published: false,
+        attempts: 1,
+        last_error: Some("permanent: cannot be published: routing key: too long".into()),
+    });
+    s.outbox.last_mut().expect("just pushed")
+}
+
+#[test]
+fn a_parked_poison_row_passes_and_is_not_an_event() {
+    let mut s = clean();
+    poison_row(&mut s);
+    let f = passing(&s);
+    assert_eq!((f.poison_rows, f.poison_rows_not_parked), (1, 0));
+}
+
+#[test]
+fn a_poison_row_published_retried_or_without_its_error_fails() {
+    let published = failing_after(|s| poison_row(s).published = true);
+    let retried = failing_after(|s| poison_row(s).attempts = 4);
+    let no_error = failing_after(|s| poison_row(s).last_error = None);
+    for f in [published, retried, no_error] {
+        assert_eq!(f.poison_rows_not_parked, 1);
+    }
 }
