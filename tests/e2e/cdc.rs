@@ -126,16 +126,25 @@ fn cdc_relay(
 
 /// The slot's confirmed position, as a number (`None`: no slot).
 async fn confirmed_lsn(url: &str, slot: &str) -> Option<i64> {
+    slot_number(url, slot, "(confirmed_flush_lsn - '0/0'::pg_lsn)::bigint").await
+}
+
+/// The backend reading `slot`, if any.
+pub(crate) async fn slot_reader(url: &str, slot: &str) -> Option<i64> {
+    slot_number(url, slot, "active_pid::bigint").await
+}
+
+/// `column` (SQL, a bigint) of `slot` in `pg_replication_slots` (`None`: no slot, or NULL).
+async fn slot_number(url: &str, slot: &str, column: &str) -> Option<i64> {
     let mut conn = sqlx::PgConnection::connect(url).await.ok()?;
-    sqlx::query_scalar::<_, Option<i64>>(
-        "SELECT (confirmed_flush_lsn - '0/0'::pg_lsn)::bigint FROM pg_replication_slots WHERE slot_name = $1",
-    )
-    .bind(slot)
-    .fetch_optional(&mut conn)
-    .await
-    .ok()
-    .flatten()
-    .flatten()
+    let sql = format!("SELECT {column} FROM pg_replication_slots WHERE slot_name = $1");
+    sqlx::query_scalar::<_, Option<i64>>(sqlx::AssertSqlSafe(sql))
+        .bind(slot)
+        .fetch_optional(&mut conn)
+        .await
+        .ok()
+        .flatten()
+        .flatten()
 }
 
 /// The outbox inserts the slot still holds for its reader (peeked, not consumed); `None`

@@ -3,7 +3,8 @@
 //! nothing after it resumes, since the slot is no longer read through its connection.
 
 use crate::blackhole::Blackhole;
-use crate::cdc::{drop_slot, wait_active};
+use crate::cdc::{drop_slot, slot_reader, wait_active};
+use crate::resilience::hostile::{peak_rss, signal};
 use crate::resilience::{Running, carteiro};
 use crate::support::{
     Client, amqp_url, load_config, migrated_store, pg_database, receive, run_relay, seed_request,
@@ -36,31 +37,6 @@ async fn relay_process(dir: &std::path::Path, url: &str, slot: &str) -> Running 
     })
     .await;
     relay
-}
-
-/// The backend reading `slot`, if any.
-async fn slot_reader(url: &str, slot: &str) -> Option<i32> {
-    let mut conn = sqlx::PgConnection::connect(url).await.ok()?;
-    sqlx::query_scalar::<_, Option<i32>>(
-        "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
-    )
-    .bind(slot)
-    .fetch_optional(&mut conn)
-    .await
-    .ok()
-    .flatten()
-    .flatten()
-}
-
-/// Peak resident memory of process `pid` (VmHWM), in bytes.
-fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM");
-    kib * 1024
 }
 
 /// One commit of `rows` rows of `size` bytes each, one ordering key per row.
@@ -122,14 +98,6 @@ async fn a_transaction_larger_than_the_window_is_held_no_more_than_the_window() 
     );
 }
 
-fn signal(pid: u32, name: &str) {
-    let status = std::process::Command::new("kill")
-        .args([&format!("-{name}"), &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success(), "kill -{name} {pid}");
-}
-
 /// The audit's case: a relay paused (SIGSTOP) past the takeover, then resumed, published a
 /// row that the new reader had published and marked already. Here the paused relay holds a
 /// row it failed to publish (unroutable) and waits to retry it. Its database connections run
@@ -179,7 +147,7 @@ async fn a_relay_resumed_after_a_takeover_publishes_nothing() {
         .expect("the paused relay's walsender");
     let mut conn = sqlx::PgConnection::connect(&url).await.expect("pg");
     sqlx::query("SELECT pg_terminate_backend($1)")
-        .bind(reader)
+        .bind(i32::try_from(reader).expect("a pid"))
         .execute(&mut conn)
         .await
         .expect("terminate the walsender");

@@ -8,7 +8,7 @@
 //! (`scripts/rabbitmq.sh`), and clean both up on drop, also when a test fails.
 
 mod broker;
-mod hostile;
+pub(crate) mod hostile;
 mod process;
 
 use crate::support::{Client, repo, script, script_quietly, unique, wait_for};

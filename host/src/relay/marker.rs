@@ -171,26 +171,7 @@ mod tests {
         let url = format!("sqlite://{}", dir.path().join("store.db").display());
         let store = Store::connect(&url, 4).await.unwrap();
         store.migrate().await.unwrap();
-        let rows: Vec<CommitRequest> = (0..300)
-            .map(|i| CommitRequest {
-                route: "r".into(),
-                inbox_key: format!("k{i}"),
-                namespace: "ns".into(),
-                reads: vec![],
-                writes: vec![],
-                outbox: vec![NewOutboxRow {
-                    event_id: uuid::Uuid::now_v7(),
-                    route: "r".into(),
-                    plugin: "p".into(),
-                    exchange: "x".into(),
-                    routing_key: "k".into(),
-                    headers: vec![],
-                    content_type: None,
-                    payload: vec![],
-                    ordering_key: String::new(),
-                }],
-            })
-            .collect();
+        let rows: Vec<CommitRequest> = (0..300).map(row).collect();
         store.commit_batch(&rows).await.unwrap();
         let leased = store.outbox_pending(300, "r1", 60_000).await.unwrap();
 
@@ -223,7 +204,7 @@ mod tests {
     fn row(i: usize) -> CommitRequest {
         CommitRequest {
             route: "r".into(),
-            inbox_key: format!("late{i}"),
+            inbox_key: format!("k{i}"),
             namespace: "ns".into(),
             reads: vec![],
             writes: vec![],

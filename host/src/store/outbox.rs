@@ -50,6 +50,13 @@ pub struct OutboxStatus {
 /// row holds its ordering key (see the claim's held-back keys).
 pub(super) const PARKED: i64 = i64::MAX;
 
+/// A failed attempt of row `id`, leased by `owner`.
+struct LeasedFailure<'a> {
+    id: i64,
+    owner: &'a str,
+    error: &'a str,
+}
+
 /// Ids per `IN (...)` list: far below both backends' statement limits.
 const ID_CHUNK: usize = 1_000;
 
@@ -240,22 +247,10 @@ impl Store {
         error: &str,
         retry_after_ms: i64,
     ) -> Result<bool, StoreError> {
-        self.bounded("outbox mark failed", async {
-            nul_free::text("lease owner", owner)?;
-            let sql = format!(
-                "UPDATE outbox SET attempts = attempts + 1, last_error = $2, \
-                 next_attempt_at = {} + $3, lease_owner = NULL, lease_until = NULL \
-                 WHERE id = $1 AND published_at IS NULL AND lease_owner = $4",
-                db_clock_ms(self.backend)
-            );
-            let update = sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(id)
-                .bind(nul_free::lossy(error))
-                .bind(retry_after_ms)
-                .bind(owner);
-            Ok(self.execute_write(update).await? == 1)
-        })
-        .await
+        let next = format!("{} + $3", db_clock_ms(self.backend));
+        let failure = LeasedFailure { id, owner, error };
+        self.record_leased_failure("outbox mark failed", failure, &next, retry_after_ms)
+            .await
     }
 
     /// Row `id` can never be published (AMQP cannot carry it): count the attempt, keep
@@ -264,17 +259,33 @@ impl Store {
     /// [`Store::outbox_mark_failed`]. Parked is a fixed `next_attempt_at`, not the clock plus
     /// a delay: `clock + i64::MAX` overflows PostgreSQL's `bigint`.
     pub async fn outbox_park(&self, id: i64, owner: &str, error: &str) -> Result<bool, StoreError> {
-        self.bounded("outbox park", async {
-            nul_free::text("lease owner", owner)?;
-            let update = sqlx::query(
+        let failure = LeasedFailure { id, owner, error };
+        self.record_leased_failure("outbox park", failure, "$3", PARKED)
+            .await
+    }
+
+    /// Counts a failed attempt of a leased row, keeps its error, releases the lease and sets
+    /// `next_attempt_at` to `next` (SQL, with `$3` bound to `value`), while the row is still
+    /// the owner's. Returns whether it was.
+    async fn record_leased_failure(
+        &self,
+        what: &str,
+        failure: LeasedFailure<'_>,
+        next: &str,
+        value: i64,
+    ) -> Result<bool, StoreError> {
+        self.bounded(what, async {
+            nul_free::text("lease owner", failure.owner)?;
+            let sql = format!(
                 "UPDATE outbox SET attempts = attempts + 1, last_error = $2, \
-                 next_attempt_at = $3, lease_owner = NULL, lease_until = NULL \
-                 WHERE id = $1 AND published_at IS NULL AND lease_owner = $4",
-            )
-            .bind(id)
-            .bind(nul_free::lossy(error))
-            .bind(PARKED)
-            .bind(owner);
+                 next_attempt_at = {next}, lease_owner = NULL, lease_until = NULL \
+                 WHERE id = $1 AND published_at IS NULL AND lease_owner = $4"
+            );
+            let update = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(failure.id)
+                .bind(nul_free::lossy(failure.error))
+                .bind(value)
+                .bind(failure.owner);
             Ok(self.execute_write(update).await? == 1)
         })
         .await

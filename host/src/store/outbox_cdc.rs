@@ -13,25 +13,10 @@ impl Store {
     /// Which of `ids` are still in the outbox unpublished. A row already marked (by a relay
     /// that died before the slot learnt of it) or purged since is not returned.
     pub async fn outbox_unpublished_among(&self, ids: &[i64]) -> Result<Vec<i64>, StoreError> {
-        self.bounded("outbox unpublished among", async {
-            let mut out = Vec::new();
-            for chunk in shaped_chunks(ids) {
-                let mut p = Placeholders::new(self.backend);
-                let sql = format!(
-                    "SELECT id FROM outbox WHERE id IN ({}) AND published_at IS NULL",
-                    p.list(chunk.len())
-                );
-                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-                for id in chunk {
-                    query = query.bind(*id);
-                }
-                for row in query.fetch_all(self.pool()).await? {
-                    out.push(row.try_get::<i64, _>("id")?);
-                }
-            }
-            out.sort_unstable();
-            Ok(out)
-        })
+        self.bounded(
+            "outbox unpublished among",
+            self.ids_among(ids, "AND published_at IS NULL"),
+        )
         .await
     }
 
@@ -39,26 +24,33 @@ impl Store {
     /// whose transaction the slot sent before it became visible to other sessions (a
     /// walsender decodes a commit once it is in the WAL, a moment before that).
     pub async fn outbox_existing_among(&self, ids: &[i64]) -> Result<Vec<i64>, StoreError> {
-        self.bounded("outbox existing among", async {
-            let mut out = Vec::new();
-            for chunk in shaped_chunks(ids) {
-                let mut p = Placeholders::new(self.backend);
-                let sql = format!(
-                    "SELECT id FROM outbox WHERE id IN ({})",
-                    p.list(chunk.len())
-                );
-                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-                for id in chunk {
-                    query = query.bind(*id);
-                }
-                for row in query.fetch_all(self.pool()).await? {
-                    out.push(row.try_get::<i64, _>("id")?);
-                }
+        self.bounded("outbox existing among", self.ids_among(ids, ""))
+            .await
+    }
+
+    /// The outbox ids among `ids` that pass `condition` (SQL after the id list), sorted.
+    async fn ids_among(
+        &self,
+        ids: &[i64],
+        condition: &'static str,
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut out = Vec::new();
+        for chunk in shaped_chunks(ids) {
+            let mut p = Placeholders::new(self.backend);
+            let sql = format!(
+                "SELECT id FROM outbox WHERE id IN ({}) {condition}",
+                p.list(chunk.len())
+            );
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for id in chunk {
+                query = query.bind(*id);
             }
-            out.sort_unstable();
-            Ok(out)
-        })
-        .await
+            for row in query.fetch_all(self.pool()).await? {
+                out.push(row.try_get::<i64, _>("id")?);
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
     }
 
     /// A CDC publish of row `id` failed: count the attempt and keep `error` (for `carteiro

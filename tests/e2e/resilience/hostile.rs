@@ -18,7 +18,7 @@ fn write_config(dir: &Path, toml: &str) -> PathBuf {
 }
 
 /// Peak resident set of a process (`VmHWM`), in bytes.
-fn peak_rss(pid: u32) -> u64 {
+pub(crate) fn peak_rss(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
     let kib: u64 = status
         .lines()
@@ -28,7 +28,7 @@ fn peak_rss(pid: u32) -> u64 {
     kib * 1024
 }
 
-fn signal(pid: u32, name: &str) {
+pub(crate) fn signal(pid: u32, name: &str) {
     let ok = std::process::Command::new("kill")
         .args([format!("-{name}"), pid.to_string()])
         .status()
