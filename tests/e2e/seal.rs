@@ -16,6 +16,41 @@ use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(60);
 
+/// Publishes `{}` with `props` straight to `queue` (the default exchange) and waits for the
+/// broker's confirm.
+async fn publish_to_queue(client: &Client, queue: &str, props: lapin::BasicProperties) {
+    client
+        .channel
+        .basic_publish(
+            "".into(),
+            queue.into(),
+            BasicPublishOptions::default(),
+            b"{}",
+            props,
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("confirm");
+}
+
+/// The first dead letter archived for route `queue`, waited for (`what` names it).
+async fn first_dead_letter(
+    store: &carteiro::store::Store,
+    queue: &str,
+    what: &str,
+) -> carteiro::store::DeadLetter {
+    let route = DeadLetterFilter {
+        route: Some(queue.to_owned()),
+        ..Default::default()
+    };
+    wait_for(what, WAIT, || async {
+        let rows = store.dead_letters_list(&route).await.ok()?;
+        rows.into_iter().next()
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_sealed_with_another_key_still_counts_towards_the_attempt_limit() {
     let client = Client::connect().await;
@@ -39,29 +74,8 @@ async fn a_copy_sealed_with_another_key_still_counts_towards_the_attempt_limit()
         .as_ref()
         .and_then(|t| t.inner().get("x-carteiro-seal").cloned());
     assert!(matches!(seal, Some(AMQPValue::LongString(ref s)) if s.as_bytes().contains(&b':')));
-    client
-        .channel
-        .basic_publish(
-            "".into(),
-            format!("{queue}.retry.200ms").as_str().into(),
-            BasicPublishOptions::default(),
-            b"{}",
-            props,
-        )
-        .await
-        .expect("publish")
-        .await
-        .expect("confirm");
-
-    let route = DeadLetterFilter {
-        route: Some(queue.clone()),
-        ..Default::default()
-    };
-    let dead = wait_for("the copy dead-lettered", WAIT, || async {
-        let rows = gw.store.dead_letters_list(&route).await.ok()?;
-        rows.into_iter().next()
-    })
-    .await;
+    publish_to_queue(&client, &format!("{queue}.retry.200ms"), props).await;
+    let dead = first_dead_letter(&gw.store, &queue, "the copy dead-lettered").await;
     assert_reason_starts_with(&dead.letter.reason, "retries exhausted");
     assert_eq!(
         dead.letter.attempts, 3,
@@ -114,29 +128,8 @@ async fn a_dead_letter_sealed_with_a_key_this_gateway_has_not_read_keeps_its_sto
     headers.insert("x-carteiro-plugin".into(), text("other-plugin"));
     headers.insert("x-carteiro-attempts".into(), AMQPValue::LongLongInt(5));
     let props = other.seal(&queue, json_props("m-rot").with_headers(headers), b"{}");
-    client
-        .channel
-        .basic_publish(
-            "".into(),
-            dlq.as_str().into(),
-            BasicPublishOptions::default(),
-            b"{}",
-            props,
-        )
-        .await
-        .expect("publish")
-        .await
-        .expect("confirm");
-
-    let route = DeadLetterFilter {
-        route: Some(queue.clone()),
-        ..Default::default()
-    };
-    let dead = wait_for("the dead letter archived", WAIT, || async {
-        let rows = gw.store.dead_letters_list(&route).await.ok()?;
-        rows.into_iter().next()
-    })
-    .await;
+    publish_to_queue(&client, &dlq, props).await;
+    let dead = first_dead_letter(&gw.store, &queue, "the dead letter archived").await;
     assert_eq!(
         (
             dead.letter.reason.as_str(),

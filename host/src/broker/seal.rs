@@ -152,12 +152,7 @@ impl SealKey {
 
     /// The seal in `properties` names a key id that is not in this keyring.
     fn names_unknown_key(&self, properties: &BasicProperties) -> bool {
-        let Some(seal) = properties
-            .headers()
-            .as_ref()
-            .and_then(|t| t.inner().get(SEAL))
-            .map(value_to_text)
-        else {
+        let Some(seal) = seal_of(properties) else {
             return false;
         };
         let Some((id, _)) = seal.split_once(':') else {
@@ -239,12 +234,7 @@ impl SealKey {
     /// True when `properties` carry a valid seal for `route`, by the key the seal names
     /// (current or retired); a seal without a key id (older gateways) is tried with each.
     pub fn verify(&self, route: &str, properties: &BasicProperties, body: &[u8]) -> bool {
-        let Some(seal) = properties
-            .headers()
-            .as_ref()
-            .and_then(|t| t.inner().get(SEAL))
-            .map(value_to_text)
-        else {
+        let Some(seal) = seal_of(properties) else {
             return false;
         };
         let (id, tag) = match seal.split_once(':') {
@@ -308,6 +298,15 @@ pub fn has_ours(properties: &BasicProperties) -> bool {
         .headers()
         .as_ref()
         .is_some_and(|t| t.into_iter().any(|(name, _)| is_ours(name.as_str())))
+}
+
+/// The seal header's text, if the copy carries one.
+fn seal_of(properties: &BasicProperties) -> Option<String> {
+    properties
+        .headers()
+        .as_ref()
+        .and_then(|t| t.inner().get(SEAL))
+        .map(value_to_text)
 }
 
 #[cfg(test)]
