@@ -54,7 +54,7 @@ mod sql;
 mod tls;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use canaries::CanaryDecision;
 pub use commit_request::{

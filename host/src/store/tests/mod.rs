@@ -21,7 +21,7 @@ mod set_based;
 use super::*;
 
 /// A migrated store that cleans up after itself.
-pub(super) struct TestDb {
+pub(crate) struct TestDb {
     pub store: Store,
     url: String,
     _dir: Option<tempfile::TempDir>,
