@@ -16,6 +16,7 @@ cd "$repo"
 rustup target add wasm32-wasip2 >/dev/null
 # The handlers under test (skipped when up to date), the gateway and the campaign.
 [ -f target/plugins/fixture-mixed.wasm ] && [ -f target/plugins/enrollment.wasm ] && [ -f target/plugins/counter.wasm ] \
+    && [ -f target/plugins/counter-batch.wasm ] \
     || scripts/build-plugins.sh --rust-only
 cargo build -q -p carteiro --bin carteiro
 cargo build -q -p carteiro-chaos

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -21,14 +21,13 @@ use crate::config::{
     UNROUTABLE_KEY,
 };
 use crate::faults::{self, Fault, World};
+use crate::lanes::{Active, FaultRecord, Recorded, next_fault, recovery, recovery_beside};
 use crate::procs::Proc;
 use crate::services::{Broker, Postgres};
 use crate::sink::{self, SINK_QUEUE};
 use crate::workload::{self, Lag, Ledger};
 use crate::{broker, collect, drain, logs};
 
-/// Longest the campaign waits for progress after a fault before it calls it a stall.
-const RECOVERY_BOUND: Duration = Duration::from_secs(120);
 /// A duplicate event is allowed when one fault's window holds its first copy and this
 /// one: from three publish timeouts before the fault (a copy in flight when it hit)
 /// to the lease plus 7 s after progress resumed (a dead relay's rows wait out its lease and
@@ -37,7 +36,7 @@ const WINDOW_BEFORE: Duration = Duration::from_secs(6);
 const WINDOW_AFTER: Duration = Duration::from_secs(config::LEASE.as_secs() + 7);
 /// Every so many faults the gap is longer than both windows together, so that some time
 /// lies outside every fault's window and a duplicate there fails the run.
-const QUIET_EVERY: usize = 12;
+const QUIET_EVERY: usize = 25;
 const QUIET_GAP: Duration =
     Duration::from_secs(WINDOW_BEFORE.as_secs() + WINDOW_AFTER.as_secs() + 5);
 
@@ -69,17 +68,6 @@ pub struct Options {
     pub full: bool,
 }
 
-/// One injected fault.
-#[derive(Debug, Clone, Serialize)]
-pub struct FaultRecord {
-    pub fault: Fault,
-    pub target: String,
-    pub start_ms: u64,
-    pub healed_ms: u64,
-    /// First progress after healing; `None`: none within [`RECOVERY_BOUND`].
-    pub recovered_ms: Option<u64>,
-}
-
 /// What a campaign found.
 #[derive(Debug, Serialize)]
 pub struct Outcome {
@@ -88,6 +76,8 @@ pub struct Outcome {
     pub cdc: bool,
     pub seed: u64,
     pub seconds: f64,
+    /// `/proc/loadavg` as the run began: a full run's report is measured on a quiet box.
+    pub load_before: String,
     pub published: u64,
     pub duplicates_published: u64,
     pub republished: u64,
@@ -112,6 +102,7 @@ impl Outcome {
 }
 
 pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
+    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let started = Instant::now();
     let ms = move || started.elapsed().as_millis() as u64;
     let postgres = opts.backend == Backend::Postgres;
@@ -195,7 +186,6 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
         sqlite,
         binary: opts.binary.clone(),
         config: config_path.clone(),
-        full: opts.full,
         store_url: store_url.clone(),
     };
     wait_ready(&mut world).await?;
@@ -243,10 +233,11 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
     let weights = faults::weights(postgres, opts.cluster);
     // The run's length counts from the first input, not from the services' start-up.
     let deadline = load_started + opts.duration;
-    let mut records = Vec::new();
+    let mut records: Vec<Recorded> = Vec::new();
     let mut unexpected_exits = Vec::new();
     let mut scheduled = faults::scheduled(postgres, opts.full);
     scheduled.reverse();
+    let active = Active::default();
     while Instant::now() < deadline {
         let mut gap = Duration::from_secs_f64(rng.random_range(opts.gap.0..opts.gap.1));
         if records.len() % QUIET_EVERY == QUIET_EVERY - 1 {
@@ -257,14 +248,43 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
         if Instant::now() >= deadline {
             break;
         }
-        let fault = match scheduled.last() {
-            Some(&(nth, fault)) if records.len() >= nth => {
-                scheduled.pop();
-                fault
-            }
-            _ => faults::pick(&mut rng, &weights),
-        };
+        let fault = next_fault(
+            &mut scheduled,
+            records.len(),
+            &active.now(),
+            &mut rng,
+            &weights,
+        );
         let start_ms = ms();
+        if fault.in_background() {
+            let hold = faults::background_hold(fault, opts.full, &mut rng);
+            let bg = world.background();
+            active.add(fault);
+            let (active, lag) = (active.clone(), lag.clone());
+            records.push(Recorded::Pending(tokio::spawn(async move {
+                let injected = tokio::time::timeout(
+                    hold + Duration::from_secs(180),
+                    faults::inject_background(bg, fault, hold),
+                )
+                .await;
+                active.remove(fault);
+                let target = match injected {
+                    Ok(Ok(target)) => target,
+                    Ok(Err(e)) => bail!("{} failed: {e:#}", fault.name()),
+                    Err(_) => bail!("{} did not heal within its bound", fault.name()),
+                };
+                let (healed_ms, recovered_ms) =
+                    recovery_beside(&active, &lag.commits, started).await;
+                Ok(FaultRecord::new(
+                    fault,
+                    target,
+                    start_ms,
+                    healed_ms,
+                    recovered_ms,
+                ))
+            })));
+            continue;
+        }
         let target = match tokio::time::timeout(
             Duration::from_secs(180),
             faults::inject(&mut world, fault, &mut rng),
@@ -276,25 +296,37 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
             Err(_) => bail!("injecting {} did not finish within 180 s", fault.name()),
         };
         let healed_ms = ms();
-        let recovered_ms = recovery(&lag.commits, started).await;
-        println!(
-            "chaos: {:>7.1} s  {:<24} {:<36} recovered in {}",
-            start_ms as f64 / 1e3,
-            fault.name(),
-            target,
-            recovered_ms.map_or("NEVER".to_owned(), |r| format!(
-                "{:.2} s",
-                (r - healed_ms) as f64 / 1e3
-            ))
-        );
-        records.push(FaultRecord {
-            fault,
-            target,
-            start_ms,
-            healed_ms,
-            recovered_ms,
+        if active.now().is_empty() {
+            let recovered_ms = recovery(&lag.commits, started).await;
+            let record = FaultRecord::new(fault, target, start_ms, healed_ms, recovered_ms);
+            records.push(Recorded::Done(record));
+        } else {
+            // Nothing may progress until the background fault heals: this one's recovery
+            // is measured from then, while the next faults go on.
+            let (active, lag) = (active.clone(), lag.clone());
+            records.push(Recorded::Pending(tokio::spawn(async move {
+                let (healed_ms, recovered_ms) =
+                    recovery_beside(&active, &lag.commits, started).await;
+                Ok(FaultRecord::new(
+                    fault,
+                    target,
+                    start_ms,
+                    healed_ms,
+                    recovered_ms,
+                ))
+            })));
+        }
+    }
+    // Background faults heal within their bound; every record is complete after that.
+    let mut done = Vec::with_capacity(records.len());
+    for r in records {
+        done.push(match r {
+            Recorded::Done(r) => r,
+            Recorded::Pending(task) => task.await??,
         });
     }
+    done.sort_by_key(|r| r.start_ms);
+    let records = done;
     restart_exited(&mut world, &mut unexpected_exits, ms())?;
     stop_publisher.store(true, Ordering::Relaxed);
     publisher.await?;
@@ -384,6 +416,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
         cdc: opts.cdc,
         seed: opts.seed,
         seconds: started.elapsed().as_secs_f64(),
+        load_before,
         published: ledger.confirmed.load(Ordering::Relaxed),
         duplicates_published: ledger.duplicates.load(Ordering::Relaxed),
         republished: ledger.republished.load(Ordering::Relaxed),
@@ -412,14 +445,17 @@ fn migrate(binary: &Path, config: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every gateway consumes its four routes and every relay runs, within 120 s.
+/// The routes each gateway consumes.
+const ROUTES: usize = 5;
+
+/// Every gateway consumes its routes and every relay runs, within 120 s.
 async fn wait_ready(world: &mut World) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let gateways = world
             .gateways
             .iter()
-            .all(|g| g.tail(400).matches("consumer started").count() >= 4);
+            .all(|g| g.tail(400).matches("consumer started").count() >= ROUTES);
         let relays = world.relays.iter().all(|r| {
             let log = r.tail(400);
             // A CDC relay reads the slot, or stands by while the other one does.
@@ -552,19 +588,6 @@ async fn sample(
 /// sample as a burst of every downstream record at once, credited to the fault.
 fn commits(progress: Option<(u64, u64)>, downstream: Option<(u64, u64)>) -> Option<u64> {
     Some(progress?.0 + downstream?.0)
-}
-
-/// When progress first resumes after a healed fault.
-async fn recovery(processed: &AtomicU64, started: Instant) -> Option<u64> {
-    let before = processed.load(Ordering::Relaxed);
-    let deadline = Instant::now() + RECOVERY_BOUND;
-    while Instant::now() < deadline {
-        if processed.load(Ordering::Relaxed) > before {
-            return Some(started.elapsed().as_millis() as u64);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    None
 }
 
 /// A process that died on its own is a finding; it is restarted so the campaign goes on.

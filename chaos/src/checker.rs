@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::config::{ROUTE_DOWNSTREAM, ROUTE_POISON};
+use crate::config::{ROUTE_DOWNSTREAM, ROUTE_LARGE, ROUTE_POISON};
 use crate::logs::RelayLogs;
 use crate::workload::{Kind, Sent};
 use events::{check_downstream, check_sink, events_by_ordering_key};
@@ -40,7 +40,7 @@ pub struct OutboxRow {
 
 impl OutboxRow {
     /// An event of an upstream route, which the downstream route consumes (not a downstream
-    /// event, nor a row the poison-row fault committed).
+    /// event, nor a row the poison-row fault committed). A large transaction's rows are.
     pub fn is_upstream_event(&self) -> bool {
         self.route != ROUTE_DOWNSTREAM && self.route != ROUTE_POISON
     }
@@ -155,6 +155,8 @@ pub struct Findings {
     pub poison_rows: usize,
     /// Of those, rows published, retried, or not parked with their error.
     pub poison_rows_not_parked: usize,
+    /// Outbox rows the large-transaction fault committed (checked as every other event).
+    pub large_rows: usize,
     /// Inputs never confirmed by the broker and with no effect: maybe never received.
     pub unconfirmed_without_effect: usize,
     pub drained: bool,
@@ -286,7 +288,7 @@ pub fn check(state: &State) -> Findings {
                 }
                 let expected = match kind {
                     Kind::Enroll => ENROLL_EVENTS,
-                    Kind::Counter { .. } => 1,
+                    Kind::Counter { .. } | Kind::Batch { .. } => 1,
                     _ => 0,
                 };
                 f.compare(
@@ -305,6 +307,11 @@ pub fn check(state: &State) -> Findings {
     check_downstream(state, &mut f);
     check_sink(state, &events, &mut f);
     check_poison_rows(state, &mut f);
+    f.large_rows = state
+        .outbox
+        .iter()
+        .filter(|r| r.route == ROUTE_LARGE)
+        .count();
     f
 }
 

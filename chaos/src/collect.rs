@@ -66,7 +66,7 @@ async fn two_counts(
 pub async fn store(pool: &AnyPool, state: &mut State) -> anyhow::Result<()> {
     let kv = sqlx::query(
         "SELECT namespace, key, value FROM kv WHERE value IS NOT NULL AND namespace IN \
-         ('enrollment', 'counter', 'mixed', 'downstream')",
+         ('enrollment', 'counter', 'mixed', 'batch', 'downstream')",
     )
     .fetch_all(pool)
     .await

@@ -12,10 +12,17 @@ pub const ROUTE_FLAKY: &str = "chaos-flaky";
 pub const ROUTE_DOWNSTREAM: &str = "chaos-downstream";
 /// The `route` of the outbox rows the poison-row fault commits straight into the store.
 pub const ROUTE_POISON: &str = "chaos-poison";
+/// The `route` of the rows the large-transaction fault commits straight into the store.
+pub const ROUTE_LARGE: &str = "chaos-large";
+/// A route whose handler takes its deliveries in batches (`handle-batch`).
+pub const ROUTE_BATCH: &str = "chaos-batch";
 pub const NS_ENROLL: &str = "enrollment";
 pub const NS_COUNTER: &str = "counter";
 pub const NS_FLAKY: &str = "mixed";
 pub const NS_DOWNSTREAM: &str = "downstream";
+pub const NS_BATCH: &str = "batch";
+/// Most deliveries in one `handle-batch` call.
+pub const BATCH_MAX: u32 = 16;
 /// The exchange every input goes to; the routing key picks the route.
 pub const INPUT_EXCHANGE: &str = "chaos.in";
 /// The relay lease and AMQP heartbeat; a pause fault outlasts both.
@@ -29,12 +36,15 @@ pub const EVENTS_EXCHANGE: &str = "chaos.events";
 pub const DOWN_EXCHANGE: &str = "chaos.down";
 pub const DOWN_QUEUE: &str = "chaos-down-sink";
 /// The routing keys of the events the upstream handlers emit.
-pub const EVENT_KEYS: [&str; 4] = [
+pub const EVENT_KEYS: [&str; 5] = [
     "acesso.liberado",
     "fatura.solicitada",
     "email.solicitado",
     "counter.incremented",
+    "counter-batch.done",
 ];
+/// The relays' byte window: a large transaction is several times larger.
+pub const RELAY_WINDOW_BYTES: u64 = 4 << 20;
 /// The event type the unroutable fault unbinds: the campaign binds it itself (through
 /// [`UNROUTABLE_EXCHANGE`]), so that no gateway's topology declare binds it back.
 pub const UNROUTABLE_KEY: &str = "email.solicitado";
@@ -64,7 +74,7 @@ pub fn render(s: &Setup<'_>) -> String {
     let plugin = |name: &str| s.plugins.join(format!("{name}.wasm")).display().to_string();
     let queue_type = if s.quorum { "quorum" } else { "classic" };
     let backoff: Vec<String> = BACKOFF_MS.iter().map(|ms| format!("\"{ms}ms\"")).collect();
-    let route = |queue: &str, plugin: &str, exchange: &str, keys: &[&str]| {
+    let route = |queue: &str, plugin: &str, exchange: &str, keys: &[&str], extra: &str| {
         let bindings: String = keys
             .iter()
             .map(|key| {
@@ -78,7 +88,7 @@ queue = "{queue}"
 queue_type = "{queue_type}"
 plugin = "{plugin}"
 prefetch = 32
-{bindings}[routes.retry]
+{extra}{bindings}[routes.retry]
 max_attempts = 4
 backoff = [{backoff}]
 "#,
@@ -105,6 +115,7 @@ enabled = {relay}
 lease = "{lease}s"
 poll_interval = "500ms"
 max_in_flight = 256
+max_in_flight_bytes = {window}
 {cdc}
 [admin]
 listen = ""
@@ -122,6 +133,11 @@ out_exchange = "{EVENTS_EXCHANGE}"
 [plugins.mixed]
 path = "{mixed}"
 
+[plugins.batch]
+path = "{counter_batch}"
+[plugins.batch.variables]
+out_exchange = "{EVENTS_EXCHANGE}"
+
 [plugins.downstream]
 path = "{counter}"
 [plugins.downstream.variables]
@@ -133,6 +149,7 @@ out_exchange = "{DOWN_EXCHANGE}"
         store = s.store_url,
         relay = s.relay_in_gateway,
         lease = LEASE.as_secs(),
+        window = RELAY_WINDOW_BYTES,
         cdc = if s.cdc {
             format!("mode = \"cdc\"\nslot = \"{CDC_SLOT}\"\npublication = \"{CDC_SLOT}\"\n")
         } else {
@@ -140,16 +157,25 @@ out_exchange = "{DOWN_EXCHANGE}"
         },
         enrollment = plugin("enrollment"),
         counter = plugin("counter"),
+        counter_batch = plugin("counter-batch"),
         mixed = plugin("fixture-mixed"),
     );
-    text += &route(ROUTE_ENROLL, "enrollment", INPUT_EXCHANGE, &["enroll"]);
-    text += &route(ROUTE_COUNTER, "counter", INPUT_EXCHANGE, &["count"]);
-    text += &route(ROUTE_FLAKY, "mixed", INPUT_EXCHANGE, &["flaky"]);
+    text += &route(ROUTE_ENROLL, "enrollment", INPUT_EXCHANGE, &["enroll"], "");
+    text += &route(ROUTE_COUNTER, "counter", INPUT_EXCHANGE, &["count"], "");
+    text += &route(ROUTE_FLAKY, "mixed", INPUT_EXCHANGE, &["flaky"], "");
+    let batch = format!("batch = {{ max = {BATCH_MAX}, wait = \"20ms\" }}\n");
+    text += &route(ROUTE_BATCH, "batch", INPUT_EXCHANGE, &["batch"], &batch);
     let downstream: Vec<&str> = EVENT_KEYS
         .into_iter()
         .filter(|k| *k != UNROUTABLE_KEY)
         .collect();
-    text += &route(ROUTE_DOWNSTREAM, "downstream", EVENTS_EXCHANGE, &downstream);
+    text += &route(
+        ROUTE_DOWNSTREAM,
+        "downstream",
+        EVENTS_EXCHANGE,
+        &downstream,
+        "",
+    );
     text
 }
 

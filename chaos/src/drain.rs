@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use lapin::options::{BasicAckOptions, BasicGetOptions};
 
-use crate::config::{ROUTE_COUNTER, ROUTE_DOWNSTREAM, ROUTE_ENROLL, ROUTE_FLAKY};
+use crate::config::{ROUTE_BATCH, ROUTE_COUNTER, ROUTE_DOWNSTREAM, ROUTE_ENROLL, ROUTE_FLAKY};
 use crate::sink::SINK_QUEUE;
 use crate::{broker, collect, config};
 
@@ -55,8 +55,14 @@ fn all_queues() -> Vec<String> {
     routes().iter().flat_map(|r| config::queues_of(r)).collect()
 }
 
-fn routes() -> [&'static str; 4] {
-    [ROUTE_ENROLL, ROUTE_COUNTER, ROUTE_FLAKY, ROUTE_DOWNSTREAM]
+fn routes() -> [&'static str; 5] {
+    [
+        ROUTE_ENROLL,
+        ROUTE_COUNTER,
+        ROUTE_FLAKY,
+        ROUTE_BATCH,
+        ROUTE_DOWNSTREAM,
+    ]
 }
 
 /// Empty only when every depth was read and is 0: a depth that could not be read (`None`)

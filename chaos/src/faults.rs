@@ -9,7 +9,10 @@ use rand::rngs::StdRng;
 use serde::Serialize;
 use sqlx::Connection;
 
-use crate::config::{EVENTS_EXCHANGE, HEARTBEAT, LEASE, RECONNECT_MAX, ROUTE_ENROLL, ROUTE_POISON};
+use crate::config::{
+    EVENT_KEYS, EVENTS_EXCHANGE, HEARTBEAT, LEASE, RECONNECT_MAX, ROUTE_ENROLL, ROUTE_LARGE,
+    ROUTE_POISON,
+};
 use crate::procs::Proc;
 use crate::services::{Broker, Postgres};
 
@@ -48,6 +51,10 @@ pub enum Fault {
     /// committed straight into the store, unordered or under a key of its own: the relay
     /// must park it with its error once and hold back nothing else.
     PoisonRow,
+    /// One transaction of many large outbox rows under one ordering key, committed straight
+    /// into the store: several times the relays' byte window, so a relay must publish it in
+    /// pieces, in order, each row once.
+    LargeTransaction,
 }
 
 impl Fault {
@@ -67,7 +74,31 @@ impl Fault {
             Fault::SealRotate => "seal-key rotation",
             Fault::Unroutable => "unroutable event type",
             Fault::PoisonRow => "unpublishable outbox row",
+            Fault::LargeTransaction => "large outbox transaction",
         }
+    }
+
+    /// A long fault: it runs beside the others instead of holding the campaign up while it
+    /// lasts.
+    pub fn in_background(self) -> bool {
+        matches!(
+            self,
+            Fault::PgRevoke | Fault::SqliteLockLong | Fault::Unroutable
+        )
+    }
+
+    /// Whether it may start while `active` (background faults) last: not a second copy of
+    /// one, no other hold of SQLite's write lock, and no rows written into a store that
+    /// refuses writes (they would only wait out their timeout).
+    pub fn fits_beside(self, active: &[Fault]) -> bool {
+        let store_refuses = active
+            .iter()
+            .any(|f| matches!(f, Fault::PgRevoke | Fault::SqliteLockLong));
+        let writes_store = matches!(
+            self,
+            Fault::SqliteLock | Fault::PoisonRow | Fault::LargeTransaction
+        );
+        !active.contains(&self) && !(store_refuses && (writes_store || self.in_background()))
     }
 }
 
@@ -87,22 +118,23 @@ pub fn scheduled(postgres: bool, full: bool) -> Vec<(usize, Fault)> {
         Fault::SqliteLockLong
     };
     if full {
-        vec![
-            (25, Fault::SealRotate),
-            (30, Fault::Unroutable),
-            (40, long),
-            (75, Fault::SealRotate),
-            (80, Fault::Unroutable),
-            (90, long),
-            (125, Fault::SealRotate),
-            (130, Fault::Unroutable),
-            (140, long),
-        ]
+        // A rotation every 50 faults (minutes apart, past the new key's activation), an
+        // unroutable event type and a long outage every 100.
+        let mut s = Vec::new();
+        for n in (25..=325).step_by(50) {
+            s.push((n, Fault::SealRotate));
+            if n % 100 == 25 {
+                s.push((n + 5, Fault::Unroutable));
+                s.push((n + 15, long));
+            }
+        }
+        s
     } else {
         vec![
             (1, Fault::SealRotate),
             (2, Fault::PoisonRow),
             (3, Fault::Unroutable),
+            (4, Fault::LargeTransaction),
             (5, long),
         ]
     }
@@ -128,7 +160,7 @@ pub fn weights(postgres: bool, cluster: bool) -> Vec<(Fault, u32)> {
     if cluster {
         w.push((Fault::NodeKill, 10));
     }
-    w.push((Fault::PoisonRow, 6));
+    w.extend([(Fault::PoisonRow, 6), (Fault::LargeTransaction, 5)]);
     w
 }
 
@@ -155,8 +187,6 @@ pub struct World {
     /// The `carteiro` binary and the campaign's config, for `carteiro seal rotate`.
     pub binary: PathBuf,
     pub config: PathBuf,
-    /// Long store outages take [`long_outage`]`(full)`.
-    pub full: bool,
     /// The gateways' store, where the poison-row fault commits its row.
     pub store_url: String,
 }
@@ -253,46 +283,16 @@ pub async fn inject(world: &mut World, fault: Fault, rng: &mut StdRng) -> anyhow
             tokio::task::block_in_place(|| pg.read_only(false))?;
             Ok(format!("for {:.1} s", hold.as_secs_f64()))
         }
-        Fault::SqliteLock | Fault::SqliteLockLong => {
+        Fault::SqliteLock => {
             let path = world.sqlite.as_ref().expect("SQLite faults only on SQLite");
-            let (lo, hi) = if fault == Fault::SqliteLock {
-                (2.0, 8.0)
-            } else {
-                long_outage(world.full)
-            };
-            let hold = secs(rng, lo, hi);
+            let hold = secs(rng, 2.0, 8.0);
             hold_write_lock(path, hold).await?;
             Ok(format!("for {:.1} s", hold.as_secs_f64()))
         }
-        Fault::PgRevoke => {
-            let pg = world.pg();
-            let (lo, hi) = long_outage(world.full);
-            let hold = secs(rng, lo, hi);
-            pg.grants(false).await?;
-            tokio::time::sleep(hold).await;
-            pg.grants(true).await?;
-            Ok(format!("for {:.1} s", hold.as_secs_f64()))
-        }
         Fault::PoisonRow => Ok(commit_poison_row(&world.store_url, rng).await),
-        Fault::Unroutable => {
-            let hold = if world.full {
-                secs(rng, 30.0, 90.0)
-            } else {
-                secs(rng, 8.0, 15.0)
-            };
-            let conn = crate::broker::connect(&world.broker.urls()).await?;
-            bind_unroutable_key(&conn.create_channel().await?, false).await?;
-            tokio::time::sleep(hold).await;
-            // A fresh connection: the broker may have closed the first one meanwhile.
-            let _ = conn.close(200, "unbound".into()).await;
-            let conn = crate::broker::connect(&world.broker.urls()).await?;
-            bind_unroutable_key(&conn.create_channel().await?, true).await?;
-            let _ = conn.close(200, "bound".into()).await;
-            Ok(format!(
-                "{} for {:.1} s",
-                crate::config::UNROUTABLE_KEY,
-                hold.as_secs_f64()
-            ))
+        Fault::LargeTransaction => Ok(commit_large_transaction(&world.store_url, rng).await),
+        Fault::SqliteLockLong | Fault::PgRevoke | Fault::Unroutable => {
+            anyhow::bail!("{} runs in the background", fault.name())
         }
         Fault::SealRotate => {
             let (binary, config) = (world.binary.clone(), world.config.clone());
@@ -319,6 +319,98 @@ pub async fn inject(world: &mut World, fault: Fault, rng: &mut StdRng) -> anyhow
                 .to_owned())
         }
     }
+}
+
+/// What a background fault acts on, owned, so that it runs in a task of its own.
+#[derive(Clone)]
+pub struct Background {
+    postgres: Option<Postgres>,
+    sqlite: Option<PathBuf>,
+    urls: Vec<String>,
+}
+
+impl World {
+    pub fn background(&self) -> Background {
+        Background {
+            postgres: self.postgres.clone(),
+            sqlite: self.sqlite.clone(),
+            urls: self.broker.urls(),
+        }
+    }
+}
+
+/// How long a background fault lasts, drawn by the campaign (so a seed replays it).
+pub fn background_hold(fault: Fault, full: bool, rng: &mut StdRng) -> Duration {
+    let (lo, hi) = match fault {
+        Fault::Unroutable if full => (30.0, 90.0),
+        Fault::Unroutable => (8.0, 15.0),
+        _ => long_outage(full),
+    };
+    Duration::from_secs_f64(rng.random_range(lo..hi))
+}
+
+/// How long healing a background fault may retry: a fault beside it may have the broker or
+/// PostgreSQL down at that moment.
+const HEAL_BOUND: Duration = Duration::from_secs(120);
+
+/// Runs `step` until it succeeds, every 500 ms, for up to [`HEAL_BOUND`].
+async fn until_done<F, Fut>(what: &str, mut step: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let deadline = tokio::time::Instant::now() + HEAL_BOUND;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(15), step()).await {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(e)) if tokio::time::Instant::now() > deadline => {
+                return Err(e.context(format!("{what}: still failing after {HEAL_BOUND:?}")));
+            }
+            Err(_) if tokio::time::Instant::now() > deadline => {
+                anyhow::bail!("{what}: still timing out after {HEAL_BOUND:?}")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+}
+
+/// Injects a background fault, holds it for `hold` and heals it. Returns what it hit.
+pub async fn inject_background(
+    bg: Background,
+    fault: Fault,
+    hold: Duration,
+) -> anyhow::Result<String> {
+    let said = format!("for {:.1} s", hold.as_secs_f64());
+    match fault {
+        Fault::SqliteLockLong => {
+            let path = bg.sqlite.expect("SQLite faults only on SQLite");
+            hold_write_lock(&path, hold).await?;
+            Ok(said)
+        }
+        Fault::PgRevoke => {
+            let pg = bg.postgres.expect("PostgreSQL faults only on PostgreSQL");
+            pg.grants(false).await?;
+            tokio::time::sleep(hold).await;
+            until_done("granting back", || pg.grants(true)).await?;
+            Ok(said)
+        }
+        Fault::Unroutable => {
+            let urls = bg.urls;
+            rebind_unroutable_key(&urls, false).await?;
+            tokio::time::sleep(hold).await;
+            until_done("binding back", || rebind_unroutable_key(&urls, true)).await?;
+            Ok(format!("{} {said}", crate::config::UNROUTABLE_KEY))
+        }
+        other => anyhow::bail!("{} does not run in the background", other.name()),
+    }
+}
+
+/// (Un)binds the unroutable event type on a connection of its own.
+async fn rebind_unroutable_key(urls: &[String], bind: bool) -> anyhow::Result<()> {
+    let conn = crate::broker::connect(urls).await?;
+    bind_unroutable_key(&conn.create_channel().await?, bind).await?;
+    let _ = conn.close(200, "done".into()).await;
+    Ok(())
 }
 
 /// Binds (or unbinds) [`crate::config::UNROUTABLE_KEY`] from the events exchange to
@@ -359,9 +451,57 @@ async fn hold_write_lock(path: &std::path::Path, hold: Duration) -> anyhow::Resu
     Ok(())
 }
 
-/// Commits one outbox row AMQP can never carry and says which. The store may be refusing
-/// writes at that moment (SQLite's lock held by a gateway): a row that could not be written
-/// is reported, not retried, and the checker expects nothing of it.
+/// One outbox row a fault commits straight into the store.
+struct Row {
+    event_id: String,
+    route: &'static str,
+    routing_key: String,
+    content_type: Option<String>,
+    payload: Vec<u8>,
+    ordering_key: String,
+}
+
+/// Commits `rows` in one transaction, bounded by `bound`. The store may be refusing writes
+/// at that moment (SQLite's lock held by a gateway): rows that could not be written are
+/// reported, not retried, and the checker expects nothing of them.
+async fn commit_rows(store_url: &str, rows: &[Row], bound: Duration) -> Result<(), String> {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let insert = async {
+        let pool = crate::collect::open(store_url).await?;
+        let mut tx = pool.begin().await?;
+        for row in rows {
+            sqlx::query(
+                "INSERT INTO outbox (event_id, route, plugin, exchange, routing_key, headers, \
+                 content_type, payload, ordering_key, created_at) \
+                 VALUES ($1, $2, 'chaos', $3, $4, '[]', $5, $6, $7, $8)",
+            )
+            .bind(&row.event_id)
+            .bind(row.route)
+            .bind(EVENTS_EXCHANGE)
+            .bind(&row.routing_key)
+            .bind(&row.content_type)
+            .bind(&row.payload)
+            .bind(&row.ordering_key)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        pool.close().await;
+        anyhow::Ok(())
+    };
+    match tokio::time::timeout(bound, insert).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("not written ({e:#})")),
+        Err(_) => Err(format!(
+            "not written (the store did not answer within {bound:?})"
+        )),
+    }
+}
+
+/// Commits one outbox row AMQP can never carry and says which.
 async fn commit_poison_row(store_url: &str, rng: &mut StdRng) -> String {
     let too_long = "x".repeat(300);
     let (routing_key, content_type, how) = if rng.random_bool(0.5) {
@@ -376,40 +516,54 @@ async fn commit_poison_row(store_url: &str, rng: &mut StdRng) -> String {
     } else {
         String::new()
     };
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    let insert = async {
-        let pool = crate::collect::open(store_url).await?;
-        sqlx::query(
-            "INSERT INTO outbox (event_id, route, plugin, exchange, routing_key, headers, \
-             content_type, payload, ordering_key, created_at) \
-             VALUES ($1, $2, 'chaos', $3, $4, '[]', $5, $6, $7, $8)",
-        )
-        .bind(&event_id)
-        .bind(ROUTE_POISON)
-        .bind(EVENTS_EXCHANGE)
-        .bind(routing_key)
-        .bind(content_type)
-        .bind(b"poison".to_vec())
-        .bind(&ordering_key)
-        .bind(now_ms)
-        .execute(&pool)
-        .await?;
-        pool.close().await;
-        anyhow::Ok(())
-    };
     let keyed = if ordering_key.is_empty() {
         "unordered"
     } else {
         "keyed"
     };
-    match tokio::time::timeout(Duration::from_secs(10), insert).await {
-        Ok(Ok(())) => format!("{keyed}, {how} over 255 bytes"),
-        Ok(Err(e)) => format!("not written ({e:#})"),
-        Err(_) => "not written (the store did not answer within 10 s)".to_owned(),
+    let row = Row {
+        event_id,
+        route: ROUTE_POISON,
+        routing_key,
+        content_type,
+        payload: b"poison".to_vec(),
+        ordering_key,
+    };
+    match commit_rows(store_url, &[row], Duration::from_secs(10)).await {
+        Ok(()) => format!("{keyed}, {how} over 255 bytes"),
+        Err(e) => e,
     }
 }
+
+/// Commits one transaction of [`LARGE_ROWS`] events of [`LARGE_ROW_BYTES`] each under one
+/// ordering key: several times the relays' byte window
+/// ([`RELAY_WINDOW_BYTES`](crate::config::RELAY_WINDOW_BYTES)). They are ordinary events
+/// to the checker: each must take effect downstream once and reach the sink in order.
+async fn commit_large_transaction(store_url: &str, rng: &mut StdRng) -> String {
+    let rows_n = rng.random_range(LARGE_ROWS.0..=LARGE_ROWS.1);
+    let key = format!("{ROUTE_LARGE}/{}", uuid::Uuid::now_v7());
+    let rows: Vec<Row> = (0..rows_n)
+        .map(|i| Row {
+            event_id: uuid::Uuid::now_v7().to_string(),
+            route: ROUTE_LARGE,
+            routing_key: EVENT_KEYS[3].to_owned(),
+            content_type: Some("application/octet-stream".to_owned()),
+            payload: vec![b'a' + (i % 26) as u8; LARGE_ROW_BYTES],
+            ordering_key: key.clone(),
+        })
+        .collect();
+    match commit_rows(store_url, &rows, Duration::from_secs(30)).await {
+        Ok(()) => format!(
+            "{rows_n} rows of {} KiB in one transaction",
+            LARGE_ROW_BYTES >> 10
+        ),
+        Err(e) => e,
+    }
+}
+
+/// A large transaction's rows: how many, and each one's payload.
+const LARGE_ROWS: (usize, usize) = (24, 48);
+const LARGE_ROW_BYTES: usize = 256 << 10;
 
 #[cfg(test)]
 mod tests {
@@ -463,5 +617,36 @@ mod tests {
         // A full run's long outage outlasts the broker's consumer_timeout; a smoke's does not.
         assert!(long_outage(true).0 > CONSUMER_TIMEOUT.as_secs_f64());
         assert!(long_outage(false).1 < CONSUMER_TIMEOUT.as_secs_f64());
+    }
+
+    #[test]
+    fn a_fault_starts_beside_a_background_one_only_where_they_cannot_clash() {
+        use Fault::*;
+        for f in [
+            KillGateway,
+            KillRelay,
+            Pause,
+            BrokerRestart,
+            PgRestart,
+            PgReadOnly,
+        ] {
+            assert!(f.fits_beside(&[PgRevoke, Unroutable]), "{f:?}");
+        }
+        // Another hold of SQLite's lock, or rows for a store that refuses them.
+        for f in [SqliteLock, PoisonRow, LargeTransaction, SqliteLockLong] {
+            assert!(!f.fits_beside(&[SqliteLockLong]), "{f:?}");
+        }
+        assert!(!PoisonRow.fits_beside(&[PgRevoke]));
+        assert!(!Unroutable.fits_beside(&[Unroutable]));
+        assert!(PgRevoke.fits_beside(&[Unroutable]) && LargeTransaction.fits_beside(&[]));
+        assert!(weights(true, true).iter().all(|(f, _)| !f.in_background()));
+    }
+
+    #[test]
+    fn a_full_run_schedules_enough_for_three_hundred_faults() {
+        let s = scheduled(true, true);
+        let count = |kind| s.iter().filter(|(_, f)| *f == kind).count();
+        assert!(count(Fault::SealRotate) >= 6 && count(Fault::PgRevoke) >= 3);
+        assert!(s.iter().any(|(n, _)| *n >= 300));
     }
 }

@@ -5,7 +5,8 @@
 //! Modules:
 //! - [`campaign`]: one run, start to verdict;
 //! - [`workload`]: the inputs and their publisher; [`sink`]: every published event;
-//! - [`faults`]: the fault kinds, their weights and injection;
+//! - [`faults`]: the fault kinds, their weights and injection; [`lanes`]: short faults one at
+//!   a time, long ones in the background, and each fault's record;
 //! - [`services`], [`procs`], [`config`]: broker, database, `carteiro` processes, their config;
 //! - [`drain`]: the end of a run; [`collect`]: reading the store; [`checker`]: the verdict;
 //!   [`report`]: Markdown.
@@ -17,6 +18,7 @@ mod collect;
 mod config;
 mod drain;
 mod faults;
+mod lanes;
 mod logs;
 mod procs;
 mod report;
@@ -113,7 +115,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         seed,
         quiet,
         duration,
-        gap: if args.full { (2.0, 8.0) } else { (1.0, 4.0) },
+        gap: if args.full { (0.5, 1.5) } else { (1.0, 4.0) },
         backlog: if args.full { 1_000 } else { 400 },
         drain_timeout: Duration::from_secs(if args.full { 600 } else { 240 }),
         full: args.full,

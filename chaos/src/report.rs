@@ -27,8 +27,11 @@ pub fn markdown(o: &Outcome, command: &str, date: &str) -> String {
     let _ = writeln!(s, "# Fault campaign: {setup}\n");
     let _ = writeln!(
         s,
-        "{date}, seed {}, {:.0} s, `{command}`\n",
-        o.seed, o.seconds
+        "{date}, seed {}, {:.0} s, `{command}`\n\nLoad average before the run \
+         (`/proc/loadavg`): {}\n",
+        o.seed,
+        o.seconds,
+        o.load_before.trim()
     );
     let _ = writeln!(
         s,
@@ -137,6 +140,10 @@ pub fn markdown(o: &Outcome, command: &str, date: &str) -> String {
             &f.unconfirmed_without_effect,
         ),
         ("unpublishable outbox rows committed", &f.poison_rows),
+        (
+            "rows of large outbox transactions (checked as every event)",
+            &f.large_rows,
+        ),
         (
             "**of those, not parked once with their error**",
             &f.poison_rows_not_parked,

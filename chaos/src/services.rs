@@ -164,6 +164,7 @@ impl Broker {
 const WAL_SENDER_TIMEOUT: &str = "ALTER SYSTEM SET wal_sender_timeout = '4s'";
 
 /// The campaign's PostgreSQL instance and its database `chaos`.
+#[derive(Clone)]
 pub struct Postgres {
     repo: PathBuf,
 }

@@ -1,4 +1,4 @@
-//! The campaign's inputs: keyed enrollments, hot counters, transient failures and poison,
+//! The campaign's inputs: keyed enrollments, hot counters, transient failures, batches and poison,
 //! with about 10% duplicates by message id; and a publisher that keeps a backlog in front of
 //! the gateways and republishes anything whose confirm it did not get.
 
@@ -14,7 +14,7 @@ use rand::rngs::StdRng;
 use tokio::sync::Mutex;
 
 use crate::broker;
-use crate::config::{INPUT_EXCHANGE, ROUTE_COUNTER, ROUTE_ENROLL, ROUTE_FLAKY};
+use crate::config::{INPUT_EXCHANGE, ROUTE_BATCH, ROUTE_COUNTER, ROUTE_ENROLL, ROUTE_FLAKY};
 
 /// Hot counter keys: many messages, few keys.
 const HOT_KEYS: u64 = 8;
@@ -28,6 +28,8 @@ pub enum Kind {
     Counter { key: String },
     /// Retries until attempt `until`, then acks.
     Flaky { until: u32 },
+    /// Handled in a batch: one effect and one event, after one retry when `retry`.
+    Batch { retry: bool },
     /// Invalid JSON for the enrollment handler: dead-lettered at once.
     PoisonJson,
     /// Traps on every attempt: dead-lettered after the retry limit.
@@ -41,6 +43,7 @@ impl Kind {
             Kind::Enroll | Kind::PoisonJson => ROUTE_ENROLL,
             Kind::Counter { .. } => ROUTE_COUNTER,
             Kind::Flaky { .. } | Kind::PoisonTrap => ROUTE_FLAKY,
+            Kind::Batch { .. } => ROUTE_BATCH,
         }
     }
 
@@ -49,6 +52,7 @@ impl Kind {
             Kind::Enroll | Kind::PoisonJson => "enroll",
             Kind::Counter { .. } => "count",
             Kind::Flaky { .. } | Kind::PoisonTrap => "flaky",
+            Kind::Batch { .. } => "batch",
         }
     }
 }
@@ -85,6 +89,8 @@ impl Sent {
             Kind::Counter { .. } => b"{}".to_vec(),
             Kind::Flaky { until } => format!("retry-until-{until}").into_bytes(),
             Kind::PoisonTrap => b"trap".to_vec(),
+            Kind::Batch { retry: true } => b"retry".to_vec(),
+            Kind::Batch { retry: false } => b"ok".to_vec(),
         }
     }
 
@@ -113,12 +119,15 @@ pub fn draw(rng: &mut StdRng, sent: &[Sent], poison: bool) -> (Sent, bool) {
     let number = sent.len() as u64 + 1;
     let roll = rng.random_range(0..100);
     let kind = match roll {
-        0..60 => Kind::Enroll,
-        60..85 => Kind::Counter {
+        0..50 => Kind::Enroll,
+        50..72 => Kind::Counter {
             key: format!("k{}", rng.random_range(0..HOT_KEYS)),
         },
-        85..95 => Kind::Flaky {
+        72..82 => Kind::Flaky {
             until: rng.random_range(2..=3),
+        },
+        82..95 => Kind::Batch {
+            retry: rng.random_bool(0.2),
         },
         _ if !poison => Kind::Enroll,
         95..98 => Kind::PoisonJson,
@@ -327,5 +336,8 @@ mod tests {
         assert!((150..250).contains(&dups), "{dups} duplicates in 2,000");
         assert!(a.iter().any(|s| s.kind == Kind::PoisonTrap));
         assert!(a.iter().any(|s| matches!(s.kind, Kind::Flaky { .. })));
+        for retry in [false, true] {
+            assert!(a.iter().any(|s| s.kind == Kind::Batch { retry }));
+        }
     }
 }

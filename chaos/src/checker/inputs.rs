@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{Findings, State};
-use crate::config::{NS_COUNTER, NS_DOWNSTREAM, NS_ENROLL, NS_FLAKY, ROUTE_DOWNSTREAM};
+use crate::config::{NS_BATCH, NS_COUNTER, NS_DOWNSTREAM, NS_ENROLL, NS_FLAKY, ROUTE_DOWNSTREAM};
 use crate::workload::{Kind, Sent};
 
 /// How many times `sent`'s effect was applied (`None`: never).
@@ -13,9 +13,8 @@ pub(super) fn effect(state: &State, sent: &Sent, f: &mut Findings) -> Option<u64
     let kv = |ns: &str, key: String| state.kv.get(&(ns.to_owned(), key));
     match &sent.kind {
         Kind::Enroll => kv(NS_ENROLL, format!("matricula/{}", sent.number)).map(|_| 1),
-        Kind::Counter { .. } => kv(NS_COUNTER, format!("seen/{}", sent.id))
-            .map(|v| v.trim().parse::<u64>().unwrap_or(u64::MAX))
-            .filter(|&n| n > 0),
+        Kind::Counter { .. } => times(kv(NS_COUNTER, format!("seen/{}", sent.id))),
+        Kind::Batch { .. } => times(kv(NS_BATCH, format!("done/{}", sent.id))),
         Kind::Flaky { until } => kv(NS_FLAKY, format!("done/{}", sent.id)).map(|attempt| {
             let attempt: u32 = attempt.trim().parse().unwrap_or(0);
             if attempt < *until {
@@ -30,6 +29,13 @@ pub(super) fn effect(state: &State, sent: &Sent, f: &mut Findings) -> Option<u64
         Kind::PoisonJson => kv(NS_ENROLL, format!("matricula/{}", sent.number)).map(|_| 1),
         Kind::PoisonTrap => kv(NS_FLAKY, format!("done/{}", sent.id)).map(|_| 1),
     }
+}
+
+/// A count kept in kv: how many times an effect was applied (`None`: never).
+fn times(value: Option<&String>) -> Option<u64> {
+    value
+        .map(|v| v.trim().parse::<u64>().unwrap_or(u64::MAX))
+        .filter(|&n| n > 0)
 }
 
 /// An input with no effect and no dead letter: still queued, never confirmed, or lost.
@@ -110,7 +116,8 @@ pub(super) fn check_unexpected_keys(state: &State, sent_ids: &HashSet<&str>, f: 
             (NS_ENROLL, Some(("matricula", n))) => numbers.contains(n),
             (NS_COUNTER, Some(("seen", id))) => sent_ids.contains(id),
             (NS_COUNTER, Some(("counter", _))) | (NS_COUNTER | NS_DOWNSTREAM, None) => true,
-            (NS_FLAKY, Some(("done", id))) => sent_ids.contains(id),
+            (NS_FLAKY | NS_BATCH, Some(("done", id))) => sent_ids.contains(id),
+            (NS_BATCH, Some(("batch-len", id))) => sent_ids.contains(id),
             (NS_DOWNSTREAM, Some(("seen", id))) => event_ids.contains(id),
             _ => false,
         };

@@ -2,7 +2,8 @@
 
 use super::*;
 use crate::config::{
-    NS_COUNTER, NS_DOWNSTREAM, NS_ENROLL, NS_FLAKY, ROUTE_COUNTER, ROUTE_ENROLL, ROUTE_FLAKY,
+    NS_BATCH, NS_COUNTER, NS_DOWNSTREAM, NS_ENROLL, NS_FLAKY, ROUTE_BATCH, ROUTE_COUNTER,
+    ROUTE_ENROLL, ROUTE_FLAKY, ROUTE_LARGE,
 };
 
 fn sent(number: u64, kind: Kind) -> Sent {
@@ -477,4 +478,55 @@ fn a_poison_row_published_retried_or_without_its_error_fails() {
     for f in [published, retried, no_error] {
         assert_eq!(f.poison_rows_not_parked, 1);
     }
+}
+
+/// [`clean`] plus a batch input with its effect, event and inbox record.
+fn with_batch() -> State {
+    let mut s = clean();
+    let b = sent(6, Kind::Batch { retry: true });
+    kv(&mut s, NS_BATCH, &format!("done/{}", b.id), "1");
+    kv(&mut s, NS_BATCH, &format!("batch-len/{}", b.id), "16");
+    event(&mut s, 20, ROUTE_BATCH, &b.id, 30);
+    s.inbox.insert((ROUTE_BATCH.into(), b.id.clone()));
+    s.sent.push(b);
+    s
+}
+
+#[test]
+fn a_batch_input_applied_twice_or_never_fails() {
+    passing(&with_batch());
+    let mut twice = with_batch();
+    kv(&mut twice, NS_BATCH, "done/m-6", "2");
+    assert_eq!(failing(&twice).duplicate_effects, 1);
+    let mut never = with_batch();
+    never.kv.remove(&(NS_BATCH.into(), "done/m-6".into()));
+    never.outbox.retain(|r| r.route != ROUTE_BATCH);
+    never.sink.retain(|a| a.event_id != "ev-20");
+    never
+        .kv
+        .remove(&(NS_DOWNSTREAM.into(), "seen/ev-20".into()));
+    assert_eq!(failing(&never).lost, 1);
+}
+
+/// [`clean`] plus three rows of one large transaction, delivered in order.
+fn with_large_transaction() -> State {
+    let mut s = clean();
+    for i in 0..3 {
+        event(&mut s, 30 + i, ROUTE_LARGE, "tx-1", 40 + i as u64);
+    }
+    s
+}
+
+#[test]
+fn a_large_transactions_rows_are_checked_as_every_event() {
+    assert_eq!(passing(&with_large_transaction()).large_rows, 3);
+    // One row never took effect downstream.
+    let mut lost = with_large_transaction();
+    lost.kv.remove(&(NS_DOWNSTREAM.into(), "seen/ev-31".into()));
+    assert_eq!(failing(&lost).lost, 1);
+    // Its rows reached the sink out of order.
+    let mut reordered = with_large_transaction();
+    let n = reordered.sink.len();
+    reordered.sink.swap(n - 1, n - 2);
+    assert_eq!(failing(&reordered).order_violations, 1);
 }
