@@ -70,11 +70,14 @@ stage "tests: Python and JavaScript SDKs"
 scripts/test-lang-sdks.sh 2>&1 | tee -a "$log"
 stage "tests: workspace (unit, e2e, chaos, SDK)"
 bounded "${CARTEIRO_TEST_LIMIT:-2400}" cargo test --workspace 2>&1 | tee -a "$log"
-# The fault campaign's smoke on both backends (its own broker and PostgreSQL, random seed):
-# any lost or duplicated effect fails the run and prints the seed that replays it.
+# The fault campaign's smoke on both backends, then with CDC relays (a relay SIGKILL and the
+# slot holder's SIGSTOP past the takeover always among its faults); each has its own broker
+# and PostgreSQL and a random seed: any lost or duplicated effect fails the run and prints the
+# seed that replays it.
 stage "fault campaign (smoke)"
 scripts/chaos.sh --smoke --backend sqlite 2>&1 | tee -a "$log"
 scripts/chaos.sh --smoke --backend postgres 2>&1 | tee -a "$log"
+scripts/chaos.sh --smoke --backend postgres --cdc 2>&1 | tee -a "$log"
 # The peers bench's smoke (Carteiro, the aio-pika pattern, Celery, an ack-only consumer; a
 # few hundred messages each): a lost or duplicated effect, a dead letter missing, or a
 # system that does not finish fails the run. Figures from it mean nothing; it keeps the

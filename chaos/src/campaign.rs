@@ -187,6 +187,8 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
         binary: opts.binary.clone(),
         config: config_path.clone(),
         store_url: store_url.clone(),
+        dir: dir.clone(),
+        repairs: Default::default(),
     };
     wait_ready(&mut world).await?;
     declare_sinks(&urls, opts.cluster).await?;
@@ -230,12 +232,12 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
     );
     let load_started = Instant::now();
     tokio::time::sleep(opts.quiet).await;
-    let weights = faults::weights(postgres, opts.cluster);
+    let weights = faults::weights(postgres, opts.cluster, opts.cdc);
     // The run's length counts from the first input, not from the services' start-up.
     let deadline = load_started + opts.duration;
     let mut records: Vec<Recorded> = Vec::new();
     let mut unexpected_exits = Vec::new();
-    let mut scheduled = faults::scheduled(postgres, opts.full);
+    let mut scheduled = faults::scheduled(postgres, opts.full, opts.cdc);
     scheduled.reverse();
     let active = Active::default();
     while Instant::now() < deadline {
@@ -388,6 +390,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
         lead_ms: WINDOW_BEFORE.as_millis() as u64,
         drained,
         exits: unexpected_exits.clone(),
+        repairs: world.repairs.clone(),
         ..State::default()
     };
     collect::store(&pool, &mut state).await?;

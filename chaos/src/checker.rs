@@ -12,13 +12,16 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::config::{ROUTE_DOWNSTREAM, ROUTE_LARGE, ROUTE_POISON};
+use crate::dlq_repair::Repairs;
 use crate::logs::RelayLogs;
 use crate::workload::{Kind, Sent};
 use events::{check_downstream, check_sink, events_by_ordering_key};
 use inputs::{check_counters, check_unexpected_keys, dead_letters_by_id, effect, missing};
+use repairs::{check_repairs, edited};
 
 mod events;
 mod inputs;
+mod repairs;
 #[cfg(test)]
 mod tests;
 
@@ -47,11 +50,18 @@ impl OutboxRow {
 }
 
 /// One `dead_letters` row.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct DeadLetter {
+    pub id: i64,
     pub route: String,
     pub message_id: Option<String>,
     pub reason: String,
+    /// The dead letter whose replayed (or edited) copy this one is.
+    pub replay_of: Option<i64>,
+    /// Times it was replayed or edited, and whether it was at all and whether edited.
+    pub replay_count: i64,
+    pub replayed: bool,
+    pub edited: bool,
 }
 
 /// One copy of an event that reached the sink queue.
@@ -115,6 +125,8 @@ pub struct State {
     /// pending and were retried with backoff, so a resend of one whose first copy went out
     /// before a fault (a gateway killed before its mark) can come after that fault's window.
     pub relay_logs: RelayLogs,
+    /// What the DLQ repair fault's edits reported.
+    pub repairs: Repairs,
 }
 
 /// What the checker found. [`Findings::passed`] says which counts must be zero.
@@ -157,6 +169,13 @@ pub struct Findings {
     pub poison_rows_not_parked: usize,
     /// Outbox rows the large-transaction fault committed (checked as every other event).
     pub large_rows: usize,
+    /// Dead letters replayed by the repair fault's replays, and edited copies sent.
+    pub dead_letters_replayed: usize,
+    pub edits_sent: usize,
+    /// A dead letter two concurrent edits both reported sent, or replayed (or edited) more
+    /// than once by runs that each take only what was never replayed.
+    pub edits_both_sent: usize,
+    pub dead_letters_replayed_twice: usize,
     /// Inputs never confirmed by the broker and with no effect: maybe never received.
     pub unconfirmed_without_effect: usize,
     pub drained: bool,
@@ -187,6 +206,8 @@ impl Findings {
             && self.unexpected_exits == 0
             && self.stalled_faults == 0
             && self.poison_rows_not_parked == 0
+            && self.edits_both_sent == 0
+            && self.dead_letters_replayed_twice == 0
     }
 
     /// A count above what was sent is a duplicate effect, below it a loss.
@@ -251,6 +272,7 @@ pub fn check(state: &State) -> Findings {
             .get(format!("{}/{id}", sent.kind.route()).as_str())
             .map_or(0, Vec::len);
         match (&sent.kind, done) {
+            (Kind::PoisonTrap, Some(_)) if edited(state, id) => {}
             (Kind::PoisonJson | Kind::PoisonTrap, Some(_)) => {
                 f.unexpected += 1;
                 f.note("unexpected", format!("{id}: poison message took effect"));
@@ -307,6 +329,7 @@ pub fn check(state: &State) -> Findings {
     check_downstream(state, &mut f);
     check_sink(state, &events, &mut f);
     check_poison_rows(state, &mut f);
+    check_repairs(state, &mut f);
     f.large_rows = state
         .outbox
         .iter()

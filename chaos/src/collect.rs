@@ -102,23 +102,32 @@ pub async fn store(pool: &AnyPool, state: &mut State) -> anyhow::Result<()> {
             last_error: row.try_get(6)?,
         });
     }
-    let dead = sqlx::query("SELECT route, reason, headers FROM dead_letters")
-        .fetch_all(pool)
-        .await
-        .context("read dead_letters")?;
+    let dead = sqlx::query(
+        "SELECT route, reason, headers, id, replay_of, replay_count, \
+         CAST(CASE WHEN replayed_at IS NULL THEN 0 ELSE 1 END AS BIGINT), \
+         CAST(CASE WHEN edited_at IS NULL THEN 0 ELSE 1 END AS BIGINT) FROM dead_letters",
+    )
+    .fetch_all(pool)
+    .await
+    .context("read dead_letters")?;
     for row in dead {
         let headers: String = row.try_get(2)?;
         state.dead_letters.push(DeadLetter {
             route: row.try_get(0)?,
             reason: row.try_get(1)?,
             message_id: message_id(&headers),
+            id: row.try_get(3)?,
+            replay_of: row.try_get(4)?,
+            replay_count: row.try_get(5)?,
+            replayed: row.try_get::<i64, _>(6)? != 0,
+            edited: row.try_get::<i64, _>(7)? != 0,
         });
     }
     Ok(())
 }
 
 /// `:message-id` from a dead letter's stored headers (a JSON list of name/value pairs).
-fn message_id(headers: &str) -> Option<String> {
+pub fn message_id(headers: &str) -> Option<String> {
     let pairs: Vec<(String, String)> = serde_json::from_str(headers).ok()?;
     pairs
         .into_iter()

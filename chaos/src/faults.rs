@@ -13,6 +13,7 @@ use crate::config::{
     EVENT_KEYS, EVENTS_EXCHANGE, HEARTBEAT, LEASE, RECONNECT_MAX, ROUTE_ENROLL, ROUTE_LARGE,
     ROUTE_POISON,
 };
+use crate::dlq_repair::{Operator, Repairs};
 use crate::procs::Proc;
 use crate::services::{Broker, Postgres};
 
@@ -25,6 +26,9 @@ pub enum Fault {
     KillRelay,
     /// SIGSTOP of a gateway or relay for longer than the lease and the heartbeat.
     Pause,
+    /// CDC: SIGSTOP of the relay reading the slot, past its walsender's timeout, so that the
+    /// standby takes the slot over; once resumed it must publish nothing (its fence).
+    PauseSlotHolder,
     /// Graceful restart of a broker node.
     BrokerRestart,
     /// A broker node down for longer than the reconnect backoff.
@@ -55,6 +59,9 @@ pub enum Fault {
     /// into the store: several times the relays' byte window, so a relay must publish it in
     /// pieces, in order, each row once.
     LargeTransaction,
+    /// Two `carteiro dlq edit` of one dead letter and two filtered `carteiro dlq replay` of
+    /// its route, all at once (`dlq_repair`).
+    DlqRepair,
 }
 
 impl Fault {
@@ -63,6 +70,7 @@ impl Fault {
             Fault::KillGateway => "gateway SIGKILL",
             Fault::KillRelay => "relay SIGKILL",
             Fault::Pause => "SIGSTOP/SIGCONT",
+            Fault::PauseSlotHolder => "CDC slot holder SIGSTOP",
             Fault::BrokerRestart => "broker restart",
             Fault::BrokerOutage => "broker stopped",
             Fault::PgRestart => "PostgreSQL restart",
@@ -75,6 +83,7 @@ impl Fault {
             Fault::Unroutable => "unroutable event type",
             Fault::PoisonRow => "unpublishable outbox row",
             Fault::LargeTransaction => "large outbox transaction",
+            Fault::DlqRepair => "concurrent DLQ edits and replays",
         }
     }
 
@@ -96,7 +105,7 @@ impl Fault {
             .any(|f| matches!(f, Fault::PgRevoke | Fault::SqliteLockLong));
         let writes_store = matches!(
             self,
-            Fault::SqliteLock | Fault::PoisonRow | Fault::LargeTransaction
+            Fault::SqliteLock | Fault::PoisonRow | Fault::LargeTransaction | Fault::DlqRepair
         );
         !active.contains(&self) && !(store_refuses && (writes_store || self.in_background()))
     }
@@ -111,7 +120,7 @@ pub fn long_outage(full: bool) -> (f64, f64) {
 
 /// The faults injected as the n-th fault of a run (by count, so a seed replays them),
 /// besides the random ones: every run meets a seal-key rotation and a long store outage.
-pub fn scheduled(postgres: bool, full: bool) -> Vec<(usize, Fault)> {
+pub fn scheduled(postgres: bool, full: bool, cdc: bool) -> Vec<(usize, Fault)> {
     let long = if postgres {
         Fault::PgRevoke
     } else {
@@ -136,12 +145,20 @@ pub fn scheduled(postgres: bool, full: bool) -> Vec<(usize, Fault)> {
             (3, Fault::Unroutable),
             (4, Fault::LargeTransaction),
             (5, long),
+            (6, Fault::DlqRepair),
         ]
+        .into_iter()
+        .chain(
+            cdc.then_some([(7, Fault::KillRelay), (9, Fault::PauseSlotHolder)])
+                .into_iter()
+                .flatten(),
+        )
+        .collect()
     }
 }
 
 /// Relative weights of the faults for a campaign's setup.
-pub fn weights(postgres: bool, cluster: bool) -> Vec<(Fault, u32)> {
+pub fn weights(postgres: bool, cluster: bool, cdc: bool) -> Vec<(Fault, u32)> {
     let mut w = vec![
         (Fault::KillGateway, 45),
         (Fault::Pause, 8),
@@ -160,7 +177,14 @@ pub fn weights(postgres: bool, cluster: bool) -> Vec<(Fault, u32)> {
     if cluster {
         w.push((Fault::NodeKill, 10));
     }
-    w.extend([(Fault::PoisonRow, 6), (Fault::LargeTransaction, 5)]);
+    if cdc {
+        w.push((Fault::PauseSlotHolder, 8));
+    }
+    w.extend([
+        (Fault::PoisonRow, 6),
+        (Fault::LargeTransaction, 5),
+        (Fault::DlqRepair, 4),
+    ]);
     w
 }
 
@@ -189,6 +213,9 @@ pub struct World {
     pub config: PathBuf,
     /// The gateways' store, where the poison-row fault commits its row.
     pub store_url: String,
+    /// The run folder, and what the DLQ repairs reported.
+    pub dir: PathBuf,
+    pub repairs: Repairs,
 }
 
 impl World {
@@ -215,11 +242,23 @@ pub async fn inject(world: &mut World, fault: Fault, rng: &mut StdRng) -> anyhow
             Ok(g.name.clone())
         }
         Fault::KillRelay => {
-            let i = rng.random_range(0..world.relays.len());
+            // CDC: the slot's reader three times in four, so that most kills hand it over.
+            let holder = slot_holder(&world.relays).filter(|_| rng.random_bool(0.75));
+            let i = holder.unwrap_or_else(|| rng.random_range(0..world.relays.len()));
             let r = &mut world.relays[i];
             r.kill()?;
             r.start()?;
             Ok(r.name.clone())
+        }
+        Fault::PauseSlotHolder => {
+            let pause = LEASE + HEARTBEAT * 2 + secs(rng, 0.5, 3.0);
+            let i = slot_holder(&world.relays)
+                .unwrap_or_else(|| rng.random_range(0..world.relays.len()));
+            let r = &world.relays[i];
+            r.pause()?;
+            tokio::time::sleep(pause).await;
+            r.resume()?;
+            Ok(format!("{} for {:.1} s", r.name, pause.as_secs_f64()))
         }
         Fault::Pause => {
             let all = world.gateways.len() + world.relays.len();
@@ -291,6 +330,15 @@ pub async fn inject(world: &mut World, fault: Fault, rng: &mut StdRng) -> anyhow
         }
         Fault::PoisonRow => Ok(commit_poison_row(&world.store_url, rng).await),
         Fault::LargeTransaction => Ok(commit_large_transaction(&world.store_url, rng).await),
+        Fault::DlqRepair => {
+            let operator = Operator {
+                binary: world.binary.clone(),
+                config: world.config.clone(),
+                dir: world.dir.clone(),
+                store_url: world.store_url.clone(),
+            };
+            crate::dlq_repair::repair(&operator, &mut world.repairs).await
+        }
         Fault::SqliteLockLong | Fault::PgRevoke | Fault::Unroutable => {
             anyhow::bail!("{} runs in the background", fault.name())
         }
@@ -319,6 +367,21 @@ pub async fn inject(world: &mut World, fault: Fault, rng: &mut StdRng) -> anyhow
                 .to_owned())
         }
     }
+}
+
+/// The CDC relay reading the slot, by its log: the one whose last word on the slot was
+/// "active". `None` when that is not one relay (polling relays say neither).
+fn slot_holder(relays: &[Proc]) -> Option<usize> {
+    let holders: Vec<usize> = (0..relays.len())
+        .filter(|&i| {
+            let log = relays[i].tail(5_000);
+            match (log.rfind("CDC relay active"), log.rfind("standing by")) {
+                (Some(active), Some(standby)) => active > standby,
+                (active, _) => active.is_some(),
+            }
+        })
+        .collect();
+    (holders.len() == 1).then(|| holders[0])
 }
 
 /// What a background fault acts on, owned, so that it runs in a task of its own.
@@ -573,7 +636,7 @@ mod tests {
 
     #[test]
     fn a_seed_gives_the_same_schedule_and_only_the_backends_faults() {
-        let w = weights(false, false);
+        let w = weights(false, false, false);
         let draw = |seed| {
             let mut rng = StdRng::seed_from_u64(seed);
             (0..200).map(|_| pick(&mut rng, &w)).collect::<Vec<_>>()
@@ -585,7 +648,7 @@ mod tests {
             !a.iter()
                 .any(|f| matches!(f, Fault::PgRestart | Fault::NodeKill | Fault::KillRelay))
         );
-        let pg = weights(true, true);
+        let pg = weights(true, true, true);
         let mut rng = StdRng::seed_from_u64(1);
         let faults: Vec<_> = (0..500).map(|_| pick(&mut rng, &pg)).collect();
         for f in [
@@ -606,7 +669,7 @@ mod tests {
                 (false, Fault::SqliteLockLong, Fault::PgRevoke),
                 (true, Fault::PgRevoke, Fault::SqliteLockLong),
             ] {
-                let s = scheduled(postgres, full);
+                let s = scheduled(postgres, full, false);
                 let kinds: Vec<Fault> = s.iter().map(|(_, f)| *f).collect();
                 assert!(kinds.contains(&Fault::SealRotate) && kinds.contains(&long));
                 assert!(kinds.contains(&Fault::Unroutable));
@@ -639,14 +702,38 @@ mod tests {
         assert!(!PoisonRow.fits_beside(&[PgRevoke]));
         assert!(!Unroutable.fits_beside(&[Unroutable]));
         assert!(PgRevoke.fits_beside(&[Unroutable]) && LargeTransaction.fits_beside(&[]));
-        assert!(weights(true, true).iter().all(|(f, _)| !f.in_background()));
+        assert!(
+            weights(true, true, true)
+                .iter()
+                .all(|(f, _)| !f.in_background())
+        );
     }
 
     #[test]
     fn a_full_run_schedules_enough_for_three_hundred_faults() {
-        let s = scheduled(true, true);
+        let s = scheduled(true, true, true);
         let count = |kind| s.iter().filter(|(_, f)| *f == kind).count();
         assert!(count(Fault::SealRotate) >= 6 && count(Fault::PgRevoke) >= 3);
         assert!(s.iter().any(|(n, _)| *n >= 300));
+    }
+
+    #[test]
+    fn a_cdc_smoke_kills_and_pauses_the_relays_and_only_cdc_pauses_a_slot_holder() {
+        let kinds = |cdc| -> Vec<Fault> {
+            scheduled(true, false, cdc)
+                .into_iter()
+                .map(|(_, f)| f)
+                .collect()
+        };
+        assert!(kinds(true).contains(&Fault::KillRelay));
+        assert!(kinds(true).contains(&Fault::PauseSlotHolder));
+        assert!(!kinds(false).contains(&Fault::PauseSlotHolder));
+        let polling = weights(true, false, false);
+        assert!(polling.iter().all(|(f, _)| *f != Fault::PauseSlotHolder));
+        assert!(
+            weights(true, false, true)
+                .iter()
+                .any(|(f, _)| *f == Fault::PauseSlotHolder)
+        );
     }
 }

@@ -147,7 +147,7 @@ mod tests {
 
     #[test]
     fn a_scheduled_fault_waits_for_its_turn_and_for_room_beside_the_background() {
-        let weights = faults::weights(false, false);
+        let weights = faults::weights(false, false, false);
         let mut rng = StdRng::seed_from_u64(3);
         let mut scheduled = vec![(5, Fault::SqliteLockLong)];
         let active = Active::default();

@@ -5,7 +5,7 @@
 //! Modules:
 //! - [`campaign`]: one run, start to verdict;
 //! - [`workload`]: the inputs and their publisher; [`sink`]: every published event;
-//! - [`faults`]: the fault kinds, their weights and injection; [`lanes`]: short faults one at
+//! - [`faults`]: the fault kinds, their weights and injection ([`dlq_repair`]: the operator's); [`lanes`]: short faults one at
 //!   a time, long ones in the background, and each fault's record;
 //! - [`services`], [`procs`], [`config`]: broker, database, `carteiro` processes, their config;
 //! - [`drain`]: the end of a run; [`collect`]: reading the store; [`checker`]: the verdict;
@@ -16,6 +16,7 @@ mod campaign;
 mod checker;
 mod collect;
 mod config;
+mod dlq_repair;
 mod drain;
 mod faults;
 mod lanes;

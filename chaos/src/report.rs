@@ -148,6 +148,18 @@ pub fn markdown(o: &Outcome, command: &str, date: &str) -> String {
             "**of those, not parked once with their error**",
             &f.poison_rows_not_parked,
         ),
+        (
+            "dead letters replayed by concurrent replays / edited copies sent",
+            &format!("{} / {}", f.dead_letters_replayed, f.edits_sent),
+        ),
+        (
+            "**dead letters two concurrent edits both sent**",
+            &f.edits_both_sent,
+        ),
+        (
+            "**dead letters replayed or edited more than once**",
+            &f.dead_letters_replayed_twice,
+        ),
         ("**drained**", &o.drained),
         ("**faults with no recovery**", &f.stalled_faults),
         (

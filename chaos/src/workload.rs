@@ -94,6 +94,15 @@ impl Sent {
         }
     }
 
+    /// JSON for the enrollment and counter handlers; the flaky and batch handlers read
+    /// plain text (so an operator can edit such a dead letter's body as text).
+    fn content_type(&self) -> &'static str {
+        match self.kind {
+            Kind::Flaky { .. } | Kind::PoisonTrap | Kind::Batch { .. } => "text/plain",
+            Kind::Enroll | Kind::PoisonJson | Kind::Counter { .. } => "application/json",
+        }
+    }
+
     fn properties(&self) -> BasicProperties {
         let mut headers = FieldTable::default();
         if let Kind::Counter { key } = &self.kind {
@@ -104,7 +113,7 @@ impl Sent {
         }
         BasicProperties::default()
             .with_message_id(self.id.as_str().into())
-            .with_content_type("application/json".into())
+            .with_content_type(self.content_type().into())
             .with_delivery_mode(2)
             .with_headers(headers)
     }

@@ -68,6 +68,10 @@ pub(super) fn dead_letters_by_id<'a>(
                 format!("{:?} on {}", dl.message_id, dl.route),
             );
         }
+        // A replayed or edited copy that came back is a dead letter of its own, no repeat.
+        if dl.replay_of.is_some() {
+            continue;
+        }
         match &dl.message_id {
             Some(id) => *by_id.entry((dl.route.as_str(), id.as_str())).or_default() += 1,
             None => {

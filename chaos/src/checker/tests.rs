@@ -63,6 +63,7 @@ fn clean() -> State {
         route: ROUTE_ENROLL.into(),
         message_id: Some(poison.id.clone()),
         reason: "invalid matricula.confirmada: expected value".into(),
+        ..DeadLetter::default()
     });
     for x in [&enroll, &c1, &c2, &flaky, &poison] {
         s.inbox.insert((x.kind.route().into(), x.id.clone()));
@@ -260,6 +261,7 @@ fn a_good_message_dead_lettered_is_unexpected() {
             route: ROUTE_FLAKY.into(),
             message_id: Some(flaky),
             reason: "store unavailable".into(),
+            ..DeadLetter::default()
         });
     });
     assert_eq!((f.unexpected, f.lost), (1, 0), "{f:#?}");
@@ -529,4 +531,67 @@ fn a_large_transactions_rows_are_checked_as_every_event() {
     let n = reordered.sink.len();
     reordered.sink.swap(n - 1, n - 2);
     assert_eq!(failing(&reordered).order_violations, 1);
+}
+
+/// [`clean`] plus a trapped message (m-7), its dead letter (id 70) edited and its copy
+/// applied, and another dead letter of it (id 71) replayed, whose copy came back (id 72).
+fn with_repairs() -> State {
+    let mut s = clean();
+    let trap = sent(7, Kind::PoisonTrap);
+    let letter = |id, replay_of, replayed, edited| DeadLetter {
+        id,
+        route: ROUTE_FLAKY.into(),
+        message_id: Some(trap.id.clone()),
+        reason: "trap: unreachable".into(),
+        replay_of,
+        replay_count: i64::from(replayed),
+        replayed,
+        edited,
+    };
+    s.dead_letters.push(letter(70, None, true, true));
+    s.dead_letters.push(letter(71, None, true, false));
+    s.dead_letters.push(letter(72, Some(71), false, false));
+    s.publishes.insert(trap.id.clone(), 2);
+    kv(&mut s, NS_FLAKY, &format!("done/{}", trap.id), "2");
+    s.inbox.insert((ROUTE_FLAKY.into(), trap.id.clone()));
+    s.repairs.edits_sent.insert(trap.id.clone());
+    s.sent.push(trap);
+    s
+}
+
+#[test]
+fn an_edited_copy_may_take_effect_and_a_replayed_one_must_come_back() {
+    let f = passing(&with_repairs());
+    assert_eq!((f.edits_sent, f.dead_letters_replayed), (1, 1));
+    // A trapped message that took effect though nobody edited it.
+    let mut unedited = with_repairs();
+    unedited.dead_letters[1].edited = false;
+    unedited.repairs.edits_sent.clear();
+    assert_eq!(failing(&unedited).unexpected, 1);
+    // The edit reported sent, its copy never took effect.
+    let mut vanished = with_repairs();
+    vanished.kv.remove(&(NS_FLAKY.into(), "done/m-7".into()));
+    vanished.inbox.remove(&(ROUTE_FLAKY.into(), "m-7".into()));
+    assert!(failing(&vanished).lost >= 1);
+    // The replayed copy neither came back nor was deduplicated.
+    let mut lost_replay = with_repairs();
+    lost_replay
+        .dead_letters
+        .retain(|d| d.id != 72 && d.id != 70);
+    lost_replay
+        .inbox
+        .remove(&(ROUTE_FLAKY.into(), "m-7".into()));
+    lost_replay.kv.remove(&(NS_FLAKY.into(), "done/m-7".into()));
+    lost_replay.repairs.edits_sent.clear();
+    assert_eq!(failing(&lost_replay).lost, 1);
+}
+
+#[test]
+fn two_edits_sent_or_a_dead_letter_replayed_twice_fail() {
+    let mut both = with_repairs();
+    both.repairs.edits_both_sent.push("m-7".into());
+    assert_eq!(failing(&both).edits_both_sent, 1);
+    let mut twice = with_repairs();
+    twice.dead_letters[2].replay_count = 2;
+    assert_eq!(failing(&twice).dead_letters_replayed_twice, 1);
 }

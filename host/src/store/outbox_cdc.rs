@@ -10,14 +10,13 @@ use super::sql::{Placeholders, shaped_chunks};
 use super::{Store, StoreError, nul_free};
 
 impl Store {
-    /// Which of `ids` are still in the outbox unpublished. A row already marked (by a relay
-    /// that died before the slot learnt of it) or purged since is not returned.
+    /// Which of `ids` are still in the outbox to publish. A row already marked (by a relay
+    /// that died before the slot learnt of it), parked (it would be parked again, its count
+    /// and error overwritten) or purged since is not returned.
     pub async fn outbox_unpublished_among(&self, ids: &[i64]) -> Result<Vec<i64>, StoreError> {
-        self.bounded(
-            "outbox unpublished among",
-            self.ids_among(ids, "AND published_at IS NULL"),
-        )
-        .await
+        let open = format!("AND published_at IS NULL AND next_attempt_at <> {PARKED}");
+        self.bounded("outbox unpublished among", self.ids_among(ids, &open))
+            .await
     }
 
     /// Which of `ids` exist in the outbox, published or not. A row missing here may be one
@@ -29,11 +28,7 @@ impl Store {
     }
 
     /// The outbox ids among `ids` that pass `condition` (SQL after the id list), sorted.
-    async fn ids_among(
-        &self,
-        ids: &[i64],
-        condition: &'static str,
-    ) -> Result<Vec<i64>, StoreError> {
+    async fn ids_among(&self, ids: &[i64], condition: &str) -> Result<Vec<i64>, StoreError> {
         let mut out = Vec::new();
         for chunk in shaped_chunks(ids) {
             let mut p = Placeholders::new(self.backend);

@@ -12,6 +12,7 @@ both_backends!(
     leases_and_backoffs_are_stamped_by_the_database_clock,
     a_claim_is_bounded_by_bytes,
     a_stale_relay_cannot_fail_a_row_it_no_longer_leases,
+    a_parked_row_is_not_open_to_the_cdc_recheck,
 );
 
 fn keyed(routing_key: &str, ordering_key: &str) -> NewOutboxRow {
@@ -393,5 +394,30 @@ async fn a_stale_relay_cannot_fail_a_row_it_no_longer_leases(db: &TestDb) {
         s.outbox_mark_failed(live[0].id, "live", "nack", 0)
             .await
             .unwrap()
+    );
+}
+
+/// A CDC relay that starts before the slot passed a parked row reads it again; the recheck
+/// must see it settled, or it is parked again with a doubled count (and, for a keyed row, a
+/// "held behind" error in place of its own). Seen by the fault campaign's CDC smoke.
+async fn a_parked_row_is_not_open_to_the_cdc_recheck(db: &TestDb) {
+    commit_events(db, "m1", numbered("k", 3, b"p")).await;
+    let ids = db
+        .store
+        .outbox_existing_among(&(1..=100).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 3);
+    let (open, parked, failing) = (ids[0], ids[1], ids[2]);
+    let s = &db.store;
+    s.outbox_record_failure(parked, "permanent: cannot be published", true)
+        .await
+        .unwrap();
+    s.outbox_record_failure(failing, "broker unreachable", false)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.outbox_unpublished_among(&ids).await.unwrap(),
+        vec![open, failing]
     );
 }
