@@ -4,7 +4,9 @@
 //! and be sent too, and the route would then ack one of them as a duplicate without running
 //! its handler. So an edit claims (route, key) before it publishes, and a claim stops holding
 //! once its copy settles:
-//! - the route applied the key (its inbox has it; an edit is then refused by the inbox check);
+//! - the route applied the key (its inbox has it): the claim is dropped and the edit refused,
+//!   in the claim's own transaction, since the inbox check before it can be stale by then (a
+//!   first copy applied while a second edit waited for its turn);
 //! - the copy came back as a dead letter of its own (`replay_of` the edited one, the same
 //!   message id): archiving it deletes the claim ([`settle`]), so it may be edited again;
 //! - or its time ran out (`claimed_until`, the database's clock): a copy that sits unconsumed
@@ -26,6 +28,15 @@ pub struct EditKeyClaim<'a> {
     pub lease_ms: i64,
 }
 
+/// Why a key could not be claimed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyTaken {
+    /// Another edit's copy holds it and has not settled.
+    Held(HeldEditClaim),
+    /// The route has applied the key: a copy would be acked as a duplicate.
+    Applied,
+}
+
 /// A live claim of another edit's copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldEditClaim {
@@ -38,12 +49,12 @@ pub struct HeldEditClaim {
 
 impl Store {
     /// Claims `claim.key` on `claim.route` for an edited copy, unless a live claim of another
-    /// copy holds it (returned). Lapsed claims are dropped first, and this key's when the
-    /// route has applied it. One transaction.
+    /// copy holds it or the route has applied the key. Lapsed claims are dropped first, and
+    /// this key's when the route has applied it. One transaction.
     pub async fn edit_claim_key(
         &self,
         claim: &EditKeyClaim<'_>,
-    ) -> Result<Result<(), HeldEditClaim>, StoreError> {
+    ) -> Result<Result<(), KeyTaken>, StoreError> {
         self.bounded("edit key claim", async {
             nul_free::text("route", claim.route)?;
             nul_free::text("inbox key", claim.key)?;
@@ -59,6 +70,15 @@ impl Store {
             .bind(claim.key)
             .execute(&mut *tx)
             .await?;
+            let applied = sqlx::query("SELECT 1 FROM inbox WHERE route = $1 AND key = $2")
+                .bind(claim.route)
+                .bind(claim.key)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if applied.is_some() {
+                tx.commit().await?;
+                return Ok(Err(KeyTaken::Applied));
+            }
             let inserted = sqlx::query(AssertSqlSafe(format!(
                 "INSERT INTO dead_letter_edit_claims (route, key, dead_letter_id, message_id, \
                  claimed_by, claimed_at, claimed_until) \
@@ -90,11 +110,13 @@ impl Store {
             tx.commit().await?;
             Ok(match held {
                 None => Ok(()),
-                Some((dead_letter_id, claimed_at, claimed_until)) => Err(HeldEditClaim {
-                    dead_letter_id,
-                    claimed_at,
-                    claimed_until,
-                }),
+                Some((dead_letter_id, claimed_at, claimed_until)) => {
+                    Err(KeyTaken::Held(HeldEditClaim {
+                        dead_letter_id,
+                        claimed_at,
+                        claimed_until,
+                    }))
+                }
             })
         })
         .await

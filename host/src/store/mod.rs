@@ -71,7 +71,7 @@ pub use dead_letters::{
     DeadLetter, DeadLetterFilter, DeadLetterHour, DeadLetterPage, DeadLetterStat, HOUR_MS,
     SEARCH_EXAMINED_MAX,
 };
-pub use edit_claims::{EditKeyClaim, HeldEditClaim};
+pub use edit_claims::{EditKeyClaim, HeldEditClaim, KeyTaken};
 pub use error::StoreError;
 pub use kv::KvEntry;
 pub use outbox::{OUTBOX_NOTIFY_CHANNEL, OutboxRow, OutboxStatus};

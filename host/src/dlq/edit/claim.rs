@@ -6,7 +6,7 @@
 use super::error::UnsettledCopy;
 use super::{Dedup, EditError};
 use crate::common::rfc3339;
-use crate::store::{EditKeyClaim, HeldEditClaim, Store};
+use crate::store::{EditKeyClaim, HeldEditClaim, KeyTaken, Store};
 use std::time::Duration;
 
 /// How long an edited copy's key stays claimed when the copy neither commits nor comes back
@@ -31,7 +31,7 @@ impl<'a> KeyClaim<'a> {
         id: i64,
         message_id: Option<&str>,
         owner: &'a str,
-    ) -> Result<Result<KeyClaim<'a>, HeldEditClaim>, EditError> {
+    ) -> Result<Result<KeyClaim<'a>, KeyTaken>, EditError> {
         let claim = EditKeyClaim {
             route,
             key,

@@ -81,6 +81,11 @@ impl Dedup {
         if !store.inbox_contains(route, &key).await? {
             return Ok(Some(key));
         }
+        Err(self.already_applied(route, &key))
+    }
+
+    /// The refusal for a copy whose key `route` already applied.
+    pub(super) fn already_applied(&self, route: &str, key: &str) -> EditError {
         let hint = if self.by_message_id() {
             "Ask for a new message id (`--new-id`, or the console's checkbox) to have it \
              processed as a new message."
@@ -88,11 +93,11 @@ impl Dedup {
             "A new message id does not change this route's key: change the key's value in the \
              edit to have it processed as a new message."
         };
-        Err(EditError::AlreadyApplied {
+        EditError::AlreadyApplied {
             route: route.to_owned(),
             by: self.describe(),
-            key,
+            key: key.to_owned(),
             hint: hint.to_owned(),
-        })
+        }
     }
 }

@@ -37,7 +37,7 @@ use crate::broker::outgoing::{MAX_SHORT_STRING, is_broker_record, replay_propert
 use crate::broker::seal::{PREFIX, SealKey};
 use crate::broker::{ConfirmedPublisher, Outgoing};
 use crate::common::header_names::{PROP_CONTENT_TYPE, PROP_CORRELATION_ID, PROP_MESSAGE_ID};
-use crate::store::{DeadLetter, Store};
+use crate::store::{DeadLetter, KeyTaken, Store};
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -389,9 +389,12 @@ impl EditContext<'_> {
         let taken = KeyClaim::take(self.store, route, key, d.id, message_id, owner).await;
         match taken {
             Ok(Ok(claim)) => Ok(Some(claim)),
-            Ok(Err(held)) => {
+            Ok(Err(taken)) => {
                 self.release(d.id, owner, None).await;
-                Err(claim::unsettled(route, key, dedup, &held))
+                Err(match taken {
+                    KeyTaken::Held(held) => claim::unsettled(route, key, dedup, &held),
+                    KeyTaken::Applied => dedup.already_applied(route, key),
+                })
             }
             Err(e) => {
                 self.release(d.id, owner, None).await;

@@ -3,7 +3,7 @@
 //! message id), lapses on its own, and is given up when the copy was not sent.
 
 use super::{TestDb, both_backends, dl};
-use crate::store::{EditKeyClaim, NewDeadLetter};
+use crate::store::{EditKeyClaim, KeyTaken, NewDeadLetter};
 
 both_backends!(an_edit_key_claim_holds_until_its_copy_settles);
 
@@ -37,7 +37,9 @@ async fn an_edit_key_claim_holds_until_its_copy_settles(db: &TestDb) {
         Ok(())
     );
     let held = s.edit_claim_key(&claim("m-1", "b", 60_000)).await.unwrap();
-    let held = held.expect_err("the first copy has not settled");
+    let Err(KeyTaken::Held(held)) = held else {
+        panic!("the first copy has not settled: {held:?}");
+    };
     assert_eq!(held.dead_letter_id, 7);
     assert!(held.claimed_until >= held.claimed_at + 60_000, "{held:?}");
 
@@ -55,15 +57,24 @@ async fn an_edit_key_claim_holds_until_its_copy_settles(db: &TestDb) {
         Ok(())
     );
 
-    // Applied by the route: the claim no longer holds (the inbox check refuses instead).
+    // Applied by the route: the claim no longer holds, and no new one is taken, though the
+    // edit's inbox check passed before the copy was applied (the fault campaign saw both
+    // edits of one dead letter sent on SQLite, the second acked as a duplicate).
     sqlx::query("INSERT INTO inbox (route, key, processed_at) VALUES ('orders', 'm-1', 1)")
         .execute(s.pool())
         .await
         .unwrap();
     assert_eq!(
         s.edit_claim_key(&claim("m-1", "c", 60_000)).await.unwrap(),
-        Ok(())
+        Err(KeyTaken::Applied)
     );
+    let left: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM dead_letter_edit_claims WHERE route = 'orders' AND key = 'm-1'",
+    )
+    .fetch_one(s.pool())
+    .await
+    .unwrap();
+    assert_eq!(left, 0, "the applied key's claim is dropped");
 
     // Lapsed on its own; given up by its owner.
     s.edit_claim_key(&claim("m-2", "a", -1))
