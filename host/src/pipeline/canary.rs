@@ -95,17 +95,19 @@ impl Canary {
         }
     }
 
-    /// Takes a decision another gateway (or an earlier run) stored, once.
+    /// Takes a decision another gateway (or an earlier run) stored, once: while the canary
+    /// runs, or when the store holds another decision than this gateway's own (two gateways
+    /// that decided at once; the first written holds for both).
     fn adopt(&self, state: &mut State) {
         let now = self.decisions.generation();
-        if state.phase != Phase::Active || state.seen == now {
+        if state.seen == now {
             return;
         }
         state.seen = now;
-        if let Some(phase) = self
+        let stored = self
             .decisions
-            .decided(self.plugin.name(), self.plugin.digest())
-        {
+            .decided(self.plugin.name(), self.plugin.digest());
+        if let Some(phase) = stored.filter(|p| *p != state.phase) {
             tracing::warn!(plugin = self.plugin.name(), canary = self.plugin.version(), phase = %describe_phase(&phase), "canary decided by another gateway on this store");
             self.metrics.canary_percent(
                 self.plugin.name(),

@@ -70,17 +70,23 @@ impl CanaryDecisions {
             .cloned()
     }
 
-    /// Reads the store's decisions again (another gateway may have decided).
+    /// Reads the store's decisions again (another gateway may have decided). The store keeps
+    /// the first decision written for a canary, and it wins here: a gateway that decided
+    /// otherwise at the same moment (its write then changed nothing) takes the stored one, so
+    /// every gateway on the store agrees within [`REFRESH`].
     pub async fn refresh(&self) -> Result<(), StoreError> {
         let rows = self.store.canary_decisions().await?;
         let mut known = self.known();
-        let before = known.len();
+        let mut learnt = false;
         for d in rows {
-            known
-                .entry((d.plugin.clone(), d.canary_digest.clone()))
-                .or_insert_with(|| phase_of(&d));
+            let phase = phase_of(&d);
+            let key = (d.plugin.clone(), d.canary_digest.clone());
+            if known.get(&key) != Some(&phase) {
+                known.insert(key, phase);
+                learnt = true;
+            }
         }
-        if known.len() != before {
+        if learnt {
             self.generation.fetch_add(1, Ordering::Release);
         }
         Ok(())
@@ -140,5 +146,55 @@ impl CanaryDecisions {
                 tracing::debug!(error = %e, "could not read canary decisions; trying again");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::store::tests::TestDb;
+
+    /// Waits (bounded) until the store holds a decision for `digest`.
+    async fn stored(store: &Store, digest: &str) {
+        for _ in 0..100 {
+            let rows = store.canary_decisions().await.unwrap();
+            if rows.iter().any(|d| d.canary_digest == digest) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the decision for {digest} was never stored");
+    }
+
+    /// Two gateways on one store decide one canary differently at the same moment: the
+    /// first decision written holds, and the other gateway takes it at its next refresh
+    /// (before, it kept its own until a restart).
+    async fn gateways_that_decided_differently_agree_after_a_refresh(db: TestDb) {
+        let a = CanaryDecisions::load(db.store.clone()).await.unwrap();
+        let b = CanaryDecisions::load(db.store.clone()).await.unwrap();
+        a.record("p", "d1", &Phase::RolledBack("5 of 20 failed".into()));
+        stored(&db.store, "d1").await;
+        b.record("p", "d1", &Phase::Promoted);
+        let before = b.generation();
+        b.refresh().await.unwrap();
+        assert_eq!(
+            b.decided("p", "d1"),
+            Some(Phase::RolledBack("5 of 20 failed".into()))
+        );
+        assert!(b.generation() > before, "a canary looks again");
+        a.refresh().await.unwrap();
+        assert_eq!(a.decided("p", "d1"), b.decided("p", "d1"));
+        db.finish().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn gateways_that_decided_differently_agree_after_a_refresh_sqlite() {
+        gateways_that_decided_differently_agree_after_a_refresh(TestDb::sqlite().await).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn gateways_that_decided_differently_agree_after_a_refresh_postgres() {
+        gateways_that_decided_differently_agree_after_a_refresh(TestDb::postgres().await).await;
     }
 }
