@@ -12,7 +12,6 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::config::{ROUTE_DOWNSTREAM, ROUTE_LARGE, ROUTE_POISON};
-use crate::dlq_repair::Repairs;
 use crate::logs::RelayLogs;
 use crate::workload::{Kind, Sent};
 use events::{check_downstream, check_sink, events_by_ordering_key};
@@ -47,6 +46,15 @@ impl OutboxRow {
     pub fn is_upstream_event(&self) -> bool {
         self.route != ROUTE_DOWNSTREAM && self.route != ROUTE_POISON
     }
+}
+
+/// What the DLQ repair fault's edits reported (`dlq_repair`), for the checker.
+#[derive(Debug, Default, Clone)]
+pub struct Repairs {
+    /// Message ids whose edited copy a `dlq edit` reported sent.
+    pub edits_sent: HashSet<String>,
+    /// Message ids whose two concurrent edits both reported sent (one copy must be refused).
+    pub edits_both_sent: Vec<String>,
 }
 
 /// One `dead_letters` row.

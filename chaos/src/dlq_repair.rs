@@ -3,13 +3,13 @@
 //! let one edit through and refuse the other, and give each dead letter to one replay; the
 //! checker then follows every copy sent (`checker/repairs.rs`).
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::process::Output;
 use std::time::Duration;
 
 use sqlx::Row;
 
+use crate::checker::Repairs;
 use crate::config::ROUTE_FLAKY;
 
 /// The body of an edited copy: the flaky handler retries once, then acks.
@@ -18,15 +18,6 @@ pub const EDITED_BODY: &str = "retry-until-2";
 const REPLAY_LIMIT: &str = "2";
 /// Longest one `carteiro dlq` command may take.
 const COMMAND_BOUND: Duration = Duration::from_secs(60);
-
-/// What the repairs reported, for the checker.
-#[derive(Debug, Default, Clone)]
-pub struct Repairs {
-    /// Message ids whose edited copy a `dlq edit` reported sent.
-    pub edits_sent: HashSet<String>,
-    /// Message ids whose two concurrent edits both reported sent (one copy must be refused).
-    pub edits_both_sent: Vec<String>,
-}
 
 /// Where the repair commands run: the binary, the campaign's config and its run folder.
 pub struct Operator {

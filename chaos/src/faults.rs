@@ -9,11 +9,12 @@ use rand::rngs::StdRng;
 use serde::Serialize;
 use sqlx::Connection;
 
+use crate::checker::Repairs;
 use crate::config::{
     EVENT_KEYS, EVENTS_EXCHANGE, HEARTBEAT, LEASE, RECONNECT_MAX, ROUTE_ENROLL, ROUTE_LARGE,
     ROUTE_POISON,
 };
-use crate::dlq_repair::{Operator, Repairs};
+use crate::dlq_repair::Operator;
 use crate::procs::Proc;
 use crate::services::{Broker, Postgres};
 
