@@ -21,7 +21,7 @@ use crate::config::{
     UNROUTABLE_KEY,
 };
 use crate::faults::{self, Fault, World};
-use crate::lanes::{Active, FaultRecord, Recorded, next_fault, recovery, recovery_beside};
+use crate::lanes::{Active, FaultRecord, Recorded, next_fault, record_beside, recovery};
 use crate::procs::Proc;
 use crate::services::{Broker, Postgres};
 use crate::sink::{self, SINK_QUEUE};
@@ -275,15 +275,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
                     Ok(Err(e)) => bail!("{} failed: {e:#}", fault.name()),
                     Err(_) => bail!("{} did not heal within its bound", fault.name()),
                 };
-                let (healed_ms, recovered_ms) =
-                    recovery_beside(&active, &lag.commits, started).await;
-                Ok(FaultRecord::new(
-                    fault,
-                    target,
-                    start_ms,
-                    healed_ms,
-                    recovered_ms,
-                ))
+                Ok(record_beside(&active, &lag.commits, started, (fault, target, start_ms)).await)
             })));
             continue;
         }
@@ -307,15 +299,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
             // is measured from then, while the next faults go on.
             let (active, lag) = (active.clone(), lag.clone());
             records.push(Recorded::Pending(tokio::spawn(async move {
-                let (healed_ms, recovered_ms) =
-                    recovery_beside(&active, &lag.commits, started).await;
-                Ok(FaultRecord::new(
-                    fault,
-                    target,
-                    start_ms,
-                    healed_ms,
-                    recovered_ms,
-                ))
+                Ok(record_beside(&active, &lag.commits, started, (fault, target, start_ms)).await)
             })));
         }
     }

@@ -140,6 +140,18 @@ pub async fn recovery_beside(
     (cleared, recovery(processed, started).await)
 }
 
+/// The record of `fault` (its kind, target and start), complete once no background fault is
+/// active and progress resumed after that.
+pub async fn record_beside(
+    active: &Active,
+    processed: &AtomicU64,
+    started: Instant,
+    (fault, target, start_ms): (Fault, String, u64),
+) -> FaultRecord {
+    let (healed_ms, recovered_ms) = recovery_beside(active, processed, started).await;
+    FaultRecord::new(fault, target, start_ms, healed_ms, recovered_ms)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
