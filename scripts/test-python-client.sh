@@ -46,8 +46,10 @@ status=0
 # The src/ layout keeps the checkout off sys.path: the tests import the installed package.
 (cd "$client" && timeout "$suite_timeout" "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@") \
     2>&1 | tee "$log" || status=${PIPESTATUS[0]}
-passed="$(grep -Eo '[0-9]+ passed' "$log" | tail -n 1 | cut -d' ' -f1 || true)"
-failed="$({ grep -Eo '[0-9]+ (failed|errors?)' "$log" || true; } | awk '{ n += $1 } END { print n + 0 }')"
+# pytest's closing line, e.g. "38 passed, 3 skipped, 2 errors in 9.21s".
+summary="$(grep -E '^(=+ )?[0-9]+ (passed|failed|errors?|skipped)' "$log" | tail -n 1 || true)"
+passed="$(grep -Eo '[0-9]+ passed' <<<"$summary" | cut -d' ' -f1 || true)"
+failed="$({ grep -Eo '[0-9]+ (failed|errors?)' <<<"$summary" || true; } | awk '{ n += $1 } END { print n + 0 }')"
 rm -f "$log"
 if [[ $status -eq 5 ]]; then echo "error: clients/python ran no test" >&2; fi
 if [[ $status -eq 124 ]]; then echo "error: clients/python timed out after ${suite_timeout}s" >&2; fi

@@ -191,6 +191,8 @@ def test_add_event_refuses_what_amqp_cannot_carry():
         add_event(session, type="t", routing_key=None, payload="x", model=Outbox)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="type"):
         add_event(session, type="", routing_key="r", payload="x", model=Outbox)
+    with pytest.raises(ValueError, match="event_id"):
+        add_event(session, type="t", routing_key="r", payload="x", event_id="e" * 65, model=Outbox)
     with pytest.raises(ValueError, match="header 'tenant'"):
         add_event(session, type="t", routing_key="r", payload="x", headers={"tenant": "a"}, model=Outbox)
     assert not session.new

@@ -62,7 +62,7 @@ def claim(session: Any, message_id: str | None, *, consumer: str, model: type | 
       returns False if it commits, True if it rolls back;
     - a rolled-back claim leaves nothing behind: the message can be claimed again.
 
-    PostgreSQL and SQLite. For an ``AsyncSession``:
+    PostgreSQL, and SQLite 3.35 or later (for RETURNING). For an ``AsyncSession``:
     ``await session.run_sync(claim, message_id, consumer=...)``.
     """
     model = only_model(InboxMixin, model, "claim")
@@ -83,9 +83,11 @@ def claim(session: Any, message_id: str | None, *, consumer: str, model: type | 
         dialect_insert(table)
         .values(consumer=consumer, message_id=message_id, received_at=_utcnow())
         .on_conflict_do_nothing(index_elements=[table.c.consumer, table.c.message_id])
+        # A row comes back only if this INSERT wrote it (an INSERT's rowcount is not
+        # reliable across drivers: psycopg's reads -1 through SQLAlchemy).
+        .returning(table.c.message_id)
     )
-    result = session.execute(statement, bind_arguments={"mapper": mapper})
-    return result.rowcount == 1
+    return session.execute(statement, bind_arguments={"mapper": mapper}).first() is not None
 
 
 def prune(session: Any, *, older_than: dt.timedelta, model: type | None = None) -> int:

@@ -43,6 +43,8 @@ STORY_COLUMNS: Mapping[str, str | None] = {
 
 # AMQP short strings (routing key, type, message_id) hold at most 255 bytes.
 _SHORT_STRING = 255
+# The event id column's width, as in the story's table.
+_EVENT_ID = 64
 
 
 def _utcnow() -> dt.datetime:
@@ -115,7 +117,7 @@ class OutboxMixin:
 
     @declared_attr
     def event_id(cls) -> Mapped[str]:
-        return mapped_column(_name(cls, "event_id"), String(64), unique=True, nullable=False)
+        return mapped_column(_name(cls, "event_id"), String(_EVENT_ID), unique=True, nullable=False)
 
     @declared_attr
     def type(cls) -> Mapped[str]:
@@ -209,7 +211,8 @@ def add_event(
     _check_short_string("type", type)
     _check_short_string("routing_key", routing_key)
     event_id = new_event_id() if event_id is None else event_id
-    _check_short_string("event_id", event_id)
+    if not isinstance(event_id, str) or not 0 < len(event_id) <= _EVENT_ID:
+        raise ValueError(f"event_id must be a str of 1 to {_EVENT_ID} characters, got {event_id!r}")
     row = model(
         event_id=event_id,
         type=type,
