@@ -72,8 +72,9 @@ def declare_models(table_suffix: str) -> SimpleNamespace:
 
     class OutboxEvent(OutboxMixin, Base):
         __tablename__ = f"outbox_events_{table_suffix}"
+        __outbox_columns__ = {"event_id": "evento_id"}
         __outbox_headers__ = ("tenant",)
-        tenant: Mapped[str | None] = mapped_column(String(80))
+        tenant: Mapped[str | None] = mapped_column("inquilino", String(80))
 
     class InboxMessage(InboxMixin, Base):
         __tablename__ = f"inbox_messages_{table_suffix}"
