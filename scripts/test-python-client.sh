@@ -32,9 +32,10 @@ fi
 
 # The package itself: offline (--no-index, --no-build-isolation: setuptools is pinned in the
 # venv), only when pyproject.toml or a source file changed.
-sources="$( (cd "$client" && find pyproject.toml README.md src -type f ! -path '*/__pycache__/*' -print0 \
+sources="$( (cd "$client" && find pyproject.toml README.md src -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' -print0 \
     | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-16)"
 if [[ "$(cat "$venv/.package" 2>/dev/null)" != "$sources" ]]; then
+    rm -rf "$client/build"  # setuptools builds in the tree: no stale module from a last build
     "$venv/bin/pip" install --quiet --disable-pip-version-check --no-index --no-deps \
         --no-build-isolation --force-reinstall "$client"
     echo "$sources" >"$venv/.package"
