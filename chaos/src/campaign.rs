@@ -104,6 +104,7 @@ impl Outcome {
 pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let started = Instant::now();
+    let started_unix_ms = collect::unix_ms();
     let ms = move || started.elapsed().as_millis() as u64;
     let postgres = opts.backend == Backend::Postgres;
     let name = format!(
@@ -372,6 +373,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
             .collect(),
         window_ms: WINDOW_AFTER.as_millis() as u64,
         lead_ms: WINDOW_BEFORE.as_millis() as u64,
+        started_unix_ms,
         drained,
         exits: unexpected_exits.clone(),
         repairs: world.repairs.clone(),

@@ -38,6 +38,10 @@ pub struct OutboxRow {
     /// Failed publish attempts, and the last one's error.
     pub attempts: i64,
     pub last_error: Option<String>,
+    /// When the gateway committed it and when a relay's mark committed (Unix ms): what a
+    /// duplicate's example reports, so that a failed run says where the time went.
+    pub created_at: i64,
+    pub published_at: Option<i64>,
 }
 
 impl OutboxRow {
@@ -124,6 +128,8 @@ pub struct State {
     /// How long before a fault a copy may have been published and still be unmarked when
     /// the fault hit: the publish timeout, with margin.
     pub lead_ms: u64,
+    /// Unix ms of the campaign's time 0 (the sink's and the faults' clock).
+    pub started_unix_ms: i64,
     /// Everything drained (queues, outbox, downstream, sink) within the bound.
     pub drained: bool,
     /// Processes that exited without being killed.
@@ -159,6 +165,11 @@ pub struct Findings {
     /// whose publish a relay then logged as failed and retried: the fault's resend, delayed
     /// by the retries' backoff. Reported but not a failure.
     pub duplicate_events_after_failed_publishes: usize,
+    /// Copies resent after a fault that hit their row confirmed and not yet marked, however
+    /// long after the first copy: the row's mark committed only after the fault began, and
+    /// a relay logged a mark it could not write in between (a store that did not answer).
+    /// G3: such a row is sent again (at least once).
+    pub duplicate_events_after_delayed_mark: usize,
     /// Time from the start to the last arrival that no fault's window covers: where a
     /// duplicate event is always a finding (the check is not vacuous when this is > 0).
     pub ms_outside_windows: u64,

@@ -13,6 +13,13 @@ use crate::checker::{DeadLetter, OutboxRow, State};
 /// Bound on every query: a store that is down (a fault) must not hang the campaign.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Now in Unix milliseconds: the clock of the store's `created_at` and `published_at`.
+pub fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 /// A small pool on the gateways' database.
 pub async fn open(url: &str) -> anyhow::Result<AnyPool> {
     sqlx::any::install_default_drivers();
@@ -85,7 +92,8 @@ pub async fn store(pool: &AnyPool, state: &mut State) -> anyhow::Result<()> {
         state.inbox.insert((row.try_get(0)?, row.try_get(1)?));
     }
     let outbox = sqlx::query(
-        "SELECT id, event_id, route, ordering_key, published_at, attempts, last_error FROM outbox",
+        "SELECT id, event_id, route, ordering_key, published_at, attempts, last_error, created_at \
+         FROM outbox",
     )
     .fetch_all(pool)
     .await
@@ -100,6 +108,8 @@ pub async fn store(pool: &AnyPool, state: &mut State) -> anyhow::Result<()> {
             published: published.is_some(),
             attempts: row.try_get(5)?,
             last_error: row.try_get(6)?,
+            created_at: row.try_get(7)?,
+            published_at: published,
         });
     }
     let dead = sqlx::query(

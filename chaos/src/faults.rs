@@ -529,9 +529,7 @@ struct Row {
 /// at that moment (SQLite's lock held by a gateway): rows that could not be written are
 /// reported, not retried, and the checker expects nothing of them.
 async fn commit_rows(store_url: &str, rows: &[Row], bound: Duration) -> Result<(), String> {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+    let now_ms = crate::collect::unix_ms();
     let insert = async {
         let pool = crate::collect::open(store_url).await?;
         let mut tx = pool.begin().await?;

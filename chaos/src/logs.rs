@@ -11,6 +11,13 @@ const CONFIRM_TIMEOUT: &str = "no publisher confirm within the timeout";
 /// What a relay logs when a publish did not go through and the row stays pending.
 const PUBLISH_FAILED: &str = "outbox publish failed";
 
+/// What a relay logs when a confirmed row's mark did not commit (the row is sent again by
+/// the next relay that finds it pending).
+const MARK_TROUBLES: [&str; 2] = [
+    "could not mark confirmed outbox rows",
+    "confirmed outbox rows not found in the store",
+];
+
 /// What the relays logged about their publishes (see [`relay_logs`]).
 #[derive(Debug, Default)]
 pub struct RelayLogs {
@@ -19,6 +26,17 @@ pub struct RelayLogs {
     /// Events whose publish failed otherwise (returned unroutable, nacked, the channel
     /// closed): the row stayed pending and was retried with backoff.
     pub failed_publishes: HashSet<String>,
+    /// When a relay could not mark confirmed rows (the store did not answer, refused the
+    /// write): such rows stay pending and are sent again by the next relay that finds them.
+    pub mark_troubles: Vec<MarkTrouble>,
+}
+
+/// One line where a relay could not mark confirmed rows.
+#[derive(Debug, Clone)]
+pub struct MarkTrouble {
+    /// When it was logged (Unix ms).
+    pub at_unix_ms: i64,
+    pub line: String,
 }
 
 /// Reads every `*.log` in `dir` (the relays, and gateways that run one).
@@ -35,6 +53,19 @@ pub fn relay_logs(dir: &Path) -> std::io::Result<RelayLogs> {
 
 impl RelayLogs {
     fn read(&mut self, log: &str) {
+        self.mark_troubles.extend(
+            log.lines()
+                .filter(|line| MARK_TROUBLES.iter().any(|m| line.contains(m)))
+                .filter_map(|line| {
+                    let stamp = line.split_whitespace().next()?;
+                    let at = humantime::parse_rfc3339(stamp).ok()?;
+                    let at = at.duration_since(std::time::UNIX_EPOCH).ok()?;
+                    Some(MarkTrouble {
+                        at_unix_ms: i64::try_from(at.as_millis()).ok()?,
+                        line: line.chars().take(240).collect(),
+                    })
+                }),
+        );
         for line in log.lines().filter(|line| line.contains(PUBLISH_FAILED)) {
             let Some(id) = line
                 .split_whitespace()
@@ -62,10 +93,13 @@ mod tests {
 2026-12-02T07:12:43.288714Z  WARN carteiro::relay::session: outbox publish failed; the row stays pending event_id=01a2-ab exchange=chaos.events routing_key=acesso.liberado attempts=1 error=no publisher confirm within the timeout; the message may or may not be stored
 2026-12-02T07:12:44.000000Z  WARN carteiro::relay::session: outbox publish failed; the row stays pending event_id=01a2-cd exchange=chaos.events routing_key=x attempts=1 error=returned as unroutable
 2026-12-02T07:12:45.000000Z  WARN carteiro::pipeline::process: retry copy failed error=no publisher confirm within the timeout; the message may or may not be stored
+2026-12-02T07:12:46.000000Z  WARN carteiro::relay::marker: could not mark confirmed outbox rows published; retrying rows=3 error=pool timed out
 ";
         let mut logs = RelayLogs::default();
         logs.read(log);
         assert_eq!(logs.confirm_timeouts, ["01a2-ab".to_owned()].into());
         assert_eq!(logs.failed_publishes, ["01a2-cd".to_owned()].into());
+        assert_eq!(logs.mark_troubles.len(), 1, "{:?}", logs.mark_troubles);
+        assert_eq!(logs.mark_troubles[0].at_unix_ms, 1_796_195_566_000);
     }
 }

@@ -116,6 +116,10 @@ pub fn markdown(o: &Outcome, command: &str, date: &str) -> String {
             &f.duplicate_events_after_failed_publishes,
         ),
         (
+            "duplicate events resent after a fault that hit them confirmed and not yet marked, the store holding up their mark (at least once)",
+            &f.duplicate_events_after_delayed_mark,
+        ),
+        (
             "dead letters archived twice (at least once)",
             &f.repeated_dead_letters,
         ),

@@ -74,6 +74,57 @@ fn window(state: &State, s: &FaultSpan) -> (u64, u64) {
     )
 }
 
+/// Whether the copy at `at` of `row`, first sent at `first_at`, came after a fault that hit
+/// the row confirmed and not yet marked: the fault began after the first copy, its window
+/// holds this one, the row's mark committed only after the fault began, and a relay logged
+/// a mark it could not write between the first copy and the fault. However long the mark
+/// was held up, the row was in flight when the fault hit (G3 sends it again).
+fn resent_unmarked(state: &State, row: &OutboxRow, first_at: u64, at: u64) -> bool {
+    let campaign_ms = |unix_ms: i64| unix_ms - state.started_unix_ms;
+    let Some(marked) = row.published_at.map(campaign_ms) else {
+        return false;
+    };
+    let first = i64::try_from(first_at).unwrap_or(i64::MAX);
+    state.faults.iter().any(|s| {
+        let start = i64::try_from(s.start_ms).unwrap_or(i64::MAX);
+        let (_, to) = window(state, s);
+        first <= start
+            && s.start_ms <= at
+            && at <= to
+            && marked > start
+            && state.relay_logs.mark_troubles.iter().any(|t| {
+                let logged = campaign_ms(t.at_unix_ms);
+                first <= logged && logged <= start
+            })
+    })
+}
+
+/// Where a row's time went, on the campaign's clock: when it was committed and marked, and
+/// its failed attempts.
+fn row_story(state: &State, row: &OutboxRow) -> String {
+    let at = |unix_ms: i64| (unix_ms - state.started_unix_ms) as f64 / 1e3;
+    let marked = row
+        .published_at
+        .map_or("never marked published".to_owned(), |p| {
+            format!("marked published at {:.1} s", at(p))
+        });
+    let marks = &state.relay_logs.mark_troubles;
+    format!(
+        "row {} committed at {:.1} s, {marked}, {} failed attempts{}; relays logged {} mark \
+         troubles{}",
+        row.id,
+        at(row.created_at),
+        row.attempts,
+        row.last_error
+            .as_deref()
+            .map_or(String::new(), |e| format!(", last: {e}")),
+        marks.len(),
+        marks
+            .first()
+            .map_or(String::new(), |m| format!(", the first: {}", m.line))
+    )
+}
+
 /// Time from 0 to the last arrival that no fault's window covers.
 fn outside_windows(state: &State) -> u64 {
     let end = state.sink.iter().map(|a| a.at_ms).max().unwrap_or(0);
@@ -141,15 +192,18 @@ pub(super) fn check_sink(state: &State, events: &HashMap<&str, Vec<&OutboxRow>>,
                     .any(|(from, to)| from <= first_at && first_at <= to)
             {
                 f.duplicate_events_after_failed_publishes += 1;
+            } else if resent_unmarked(state, upstream[id], first_at, at) {
+                f.duplicate_events_after_delayed_mark += 1;
             } else {
                 f.duplicate_events_beyond_window += 1;
                 f.note(
                     "duplicate_events_beyond_window",
                     format!(
                         "event {id}: first copy at {:.1} s, another at {:.1} s, no fault's \
-                         window holds both",
+                         window holds both ({})",
                         first_at as f64 / 1e3,
-                        at as f64 / 1e3
+                        at as f64 / 1e3,
+                        row_story(state, upstream[id])
                     ),
                 );
             }

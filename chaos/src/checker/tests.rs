@@ -5,6 +5,7 @@ use crate::config::{
     NS_BATCH, NS_COUNTER, NS_DOWNSTREAM, NS_ENROLL, NS_FLAKY, ROUTE_BATCH, ROUTE_COUNTER,
     ROUTE_ENROLL, ROUTE_FLAKY, ROUTE_LARGE,
 };
+use crate::logs::MarkTrouble;
 
 fn sent(number: u64, kind: Kind) -> Sent {
     Sent::new(number, kind)
@@ -24,6 +25,8 @@ fn event(state: &mut State, id: i64, route: &str, source: &str, at_ms: u64) -> S
         published: true,
         attempts: 0,
         last_error: None,
+        created_at: 0,
+        published_at: Some(0),
     });
     kv(state, NS_DOWNSTREAM, &format!("seen/{event_id}"), "1");
     state.sink.push(Arrival {
@@ -214,6 +217,71 @@ fn a_resend_delayed_by_failed_publishes_past_its_faults_window_is_reported_not_f
     // A first copy outside every window: no fault to resend it, so still a finding.
     s.sink[0].at_ms = 6_000;
     assert_eq!(failing(&s).duplicate_events_beyond_window, 1);
+}
+
+/// A relay's mark held up by the store (it did not answer) well past the lead window, then a
+/// relay killed: the next relay sends the row again. Allowed only when the row's mark
+/// committed after the fault began and a relay logged the mark it could not write between
+/// the first copy and the fault.
+#[test]
+fn a_resend_of_a_row_whose_mark_the_store_held_up_is_reported_not_failed() {
+    let mut s = clean();
+    s.started_unix_ms = 1_000_000;
+    s.sink[0].at_ms = 2_800;
+    s.faults.push(fault(9_000, 9_100));
+    copy(&mut s, "ev-1", 9_400);
+    let marked_at = |s: &mut State, ms: i64| {
+        let row = s.outbox.iter_mut().find(|r| r.event_id == "ev-1");
+        row.expect("ev-1").published_at = Some(1_000_000 + ms);
+    };
+    let trouble = |s: &mut State, ms: i64| {
+        s.relay_logs.mark_troubles.push(MarkTrouble {
+            at_unix_ms: 1_000_000 + ms,
+            line: "could not mark confirmed outbox rows published".into(),
+        });
+    };
+    marked_at(&mut s, 9_500);
+    assert_eq!(
+        failing(&s).duplicate_events_beyond_window,
+        1,
+        "no trouble logged"
+    );
+    trouble(&mut s, 9_050);
+    assert_eq!(
+        failing(&s).duplicate_events_beyond_window,
+        1,
+        "logged after the fault"
+    );
+    trouble(&mut s, 5_000);
+    let f = passing(&s);
+    assert_eq!(
+        (
+            f.duplicate_events_beyond_window,
+            f.duplicate_events_after_delayed_mark
+        ),
+        (0, 1)
+    );
+    // Marked before the fault hit: sending it again is a relay's defect.
+    marked_at(&mut s, 8_000);
+    assert_eq!(
+        failing(&s).duplicate_events_beyond_window,
+        1,
+        "marked before the fault"
+    );
+    // Never marked, or the copy past the fault's window: still a finding.
+    s.outbox.iter_mut().for_each(|r| r.published_at = None);
+    assert_eq!(
+        failing(&s).duplicate_events_beyond_window,
+        1,
+        "never marked"
+    );
+    marked_at(&mut s, 9_500);
+    s.sink.last_mut().expect("copy").at_ms = 20_000;
+    assert_eq!(
+        failing(&s).duplicate_events_beyond_window,
+        1,
+        "past the window"
+    );
 }
 
 #[test]
@@ -460,6 +528,8 @@ fn poison_row(s: &mut State) -> &mut OutboxRow {
         published: false,
         attempts: 1,
         last_error: Some("permanent: cannot be published: routing key: too long".into()),
+        created_at: 0,
+        published_at: None,
     });
     s.outbox.last_mut().expect("just pushed")
 }
