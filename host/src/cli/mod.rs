@@ -1,8 +1,8 @@
 //! The `carteiro` command line: argument types and dispatch. Each command lives in its own
 //! module; `main.rs` only sets up tracing and signals and calls [`run`].
 //!
-//! `ops` (run, check, migrate, relay, publish, outbox), `dlq_command` (with
-//! `dlq_edit_command`: `dlq edit`, `dlq show --journey`), `shadow_command`,
+//! `ops` (run, check, migrate, relay, publish, outbox), `dlq_command` (its
+//! `edit`, `replay` and `shadow` parts), `shadow_command`,
 //! `canary_command`, `seal_command` (named apart from the parts they drive: `dlq`,
 //! `pipeline::live_shadow`, `pipeline::canary`, `broker::seal`), `plugin_test`; for handler
 //! authors `scaffold` (`plugin new`), `plugin_build` (`plugin build`), `sdk` (the embedded
@@ -10,7 +10,6 @@
 
 mod canary_command;
 mod dlq_command;
-mod dlq_edit_command;
 mod ops;
 mod plugin_build;
 mod plugin_test;

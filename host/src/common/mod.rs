@@ -1,10 +1,12 @@
 //! Small pieces shared by the pipeline, the relay, the dead-letter tools and housekeeping,
-//! kept below all of them so none imports another for a utility: time, test-only fault
-//! injection, Carteiro's own AMQP header names ([`header_names`]), the labels deliveries and
-//! retention purges are counted by ([`labels`]), the attempt history a message carries on its
-//! copies ([`journey`]), PEM files for TLS ([`pem`]), units in config and on the command line
-//! ([`units`]: sizes like `64MiB`, durations), and file permissions of secrets.
+//! kept below all of them so none imports another for a utility: time, an alert's
+//! raise/remind/clear cycle ([`alert`]), test-only fault injection, Carteiro's own AMQP
+//! header names ([`header_names`]), the labels deliveries and retention purges are counted
+//! by ([`labels`]), the attempt history a message carries on its copies ([`journey`]), PEM
+//! files for TLS ([`pem`]), units in config and on the command line ([`units`]: sizes like
+//! `64MiB`, durations), and file permissions of secrets.
 
+pub mod alert;
 pub mod header_names;
 pub mod journey;
 pub mod labels;

@@ -35,8 +35,8 @@ use pgwire_replication::{PgWireError, ReplicationClient};
 use tokio_util::sync::CancellationToken;
 
 use super::{Relay, sleep_or_stop};
-use crate::alerts::Change;
 use crate::broker::JitteredBackoff;
+use crate::common::alert::Change;
 
 /// How often a standing-by relay tries to take the slot.
 const STANDBY_RETRY: Duration = Duration::from_secs(3);

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::Connection;
 
-use crate::alerts::{Change, LoggedAlert};
+use crate::common::alert::{Change, LoggedAlert};
 
 /// Why the CDC relay cannot start on this PostgreSQL.
 #[derive(Debug, thiserror::Error)]

@@ -3,28 +3,23 @@
 //! The export is carteiro:handler's `handle` or wasi:messaging's `incoming-handler.handle`
 //! (`runtime::standard`), whichever world the component was found to implement at load.
 
+mod failure;
+mod load;
+
+pub use failure::{LoadError, PluginFailure};
+
 use super::Runtime;
-use super::bindings::batch_world::BatchHandlerPre;
-use super::bindings::{HandlerPre, types};
+use super::bindings::types;
 use super::effects::{Effects, KvSource};
 use super::host::{HostCalls, HostState, PluginIdentity};
-use super::limits::{
-    DeadlineReached, DeliveryTotals, HostCallLimitExceeded, MemoryLimitExceeded, TotalExceeded,
-};
+use super::limits::DeliveryTotals;
 use super::linked::Linked;
 use super::native::{NativeHandler, NativeHost};
 use super::pool::{Bound, Finished, Instance, InstancePool, Isolation};
-use super::standard::{
-    self, MessagingCorePre, StandardError, StandardErrorPolicy, World, WorldProblem,
-};
-use crate::common::labels::FailureKind;
-use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
-use std::path::Path;
+use super::standard::{self, MessagingCorePre, StandardError, StandardErrorPolicy, World};
+use failure::{classify, forward_output};
 use std::sync::Arc;
 use std::time::Duration;
-use wasmtime::Trap;
-use wasmtime::component::Component;
 
 /// Limits applied to each delivery a plugin handles.
 #[derive(Debug, Clone)]
@@ -36,91 +31,10 @@ pub struct PluginLimits {
     pub max_events: u32,
     /// Totals of kv, event and log bytes per delivery.
     pub totals: DeliveryTotals,
-    /// Deliveries running at once; `None`: [`default_concurrency`] of the component's size.
+    /// Deliveries running at once; `None`: [`load::default_concurrency`] of the component's size.
     pub max_concurrency: Option<u32>,
     /// A fresh instance per delivery (default), or one reused for several.
     pub isolation: Isolation,
-}
-
-/// Why a plugin could not be loaded. The message says which file and what to do.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    #[error("cannot read plugin `{name}` from {path}: {source}")]
-    Read {
-        name: String,
-        path: String,
-        source: std::io::Error,
-    },
-    #[error(
-        "plugin `{name}` ({path}) has sha256 {actual}, but the config pins {expected}; \
-         rebuild the plugin or update `sha256` if the new file is trusted"
-    )]
-    DigestMismatch {
-        name: String,
-        path: String,
-        expected: String,
-        actual: String,
-    },
-    #[error(
-        "plugin `{name}` ({path}) is not a WebAssembly component: {detail}. Build it with \
-         `cargo build --target wasm32-wasip2` (core modules are not accepted)"
-    )]
-    NotAComponent {
-        name: String,
-        path: String,
-        detail: String,
-    },
-    #[error(
-        "plugin `{name}` ({path}) is not a handler Carteiro runs: {detail}. Build it against \
-         carteiro-sdk and export a handler with `export_handler!` or `export_batch_handler!` \
-         (the carteiro:handler@0.1.0 worlds `handler` and `batch-handler`), or against \
-         wasi:messaging@0.2.0-draft (world `messaging-core`, WIT in \
-         plugin-sdk/wit/wasi-messaging-0.2.0-draft)"
-    )]
-    WrongWorld {
-        name: String,
-        path: String,
-        detail: String,
-    },
-    #[error(
-        "plugin `{name}` ({path}) is a wasi:messaging component Carteiro cannot run: {problem}"
-    )]
-    UnsupportedImport {
-        name: String,
-        path: String,
-        problem: WorldProblem,
-    },
-}
-
-/// A classified failure of one delivery's plugin call. The host stays healthy.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PluginFailure {
-    #[error("plugin trapped: {0}")]
-    Trap(String),
-    #[error("plugin exceeded its timeout of {0:?}")]
-    Timeout(Duration),
-    #[error("plugin exceeded its memory limit: {0}")]
-    Memory(String),
-    #[error("plugin exceeded its host-call limit of {0}")]
-    HostCallLimit(u32),
-    #[error("plugin exceeded a per-delivery limit: {0}")]
-    ResourceLimit(String),
-    #[error("plugin could not be instantiated: {0}")]
-    Instantiate(String),
-}
-
-impl PluginFailure {
-    /// What kind of failure, for metrics and the `x-carteiro-failure` header.
-    pub fn kind(&self) -> FailureKind {
-        match self {
-            Self::Trap(_) => FailureKind::Trap,
-            Self::Timeout(_) => FailureKind::Timeout,
-            Self::Memory(_) => FailureKind::Memory,
-            Self::HostCallLimit(_) => FailureKind::HostCallLimit,
-            Self::ResourceLimit(_) => FailureKind::ResourceLimit,
-            Self::Instantiate(_) => FailureKind::Instantiate,
-        }
-    }
 }
 
 /// The result of a completed `handle` call.
@@ -156,7 +70,7 @@ pub struct Plugin {
     pub(super) code: Code,
     limits: PluginLimits,
     digest: Arc<str>,
-    /// Instances of this plugin running a delivery at once (see [`default_concurrency`]).
+    /// Instances of this plugin running a delivery at once (see [`load::default_concurrency`]).
     concurrency: Arc<tokio::sync::Semaphore>,
     /// Idle instances kept for reuse (`isolation = "per-batch"`); `None`: a fresh instance
     /// per delivery. Another version (a reload, a canary) is another `Plugin` with a pool
@@ -176,22 +90,6 @@ pub(super) enum Code {
     Native(Arc<dyn NativeHandler>),
 }
 
-/// Components this large carry a language runtime (componentize-py about 18 MB,
-/// ComponentizeJS about 12 MB; Rust handlers well under 1 MB).
-const INTERPRETER_COMPONENT_BYTES: usize = 4 << 20;
-
-/// How many instances of a component may be alive at once when the config does not say.
-/// A Python or JavaScript instance dirties megabytes of its interpreter's heap on every
-/// delivery, and deliveries beyond the CPU count only queue for the same cores: so such
-/// components get two instances per core, and small (Rust) ones are limited only by the
-/// instance pool.
-pub fn default_concurrency(component_bytes: usize) -> Option<u32> {
-    (component_bytes >= INTERPRETER_COMPONENT_BYTES).then(|| {
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        u32::try_from(cores * 2).unwrap_or(u32::MAX)
-    })
-}
-
 /// Digits of a digest kept in version labels: enough to tell versions apart, few enough to
 /// read in a dashboard.
 pub const VERSION_DIGITS: usize = 12;
@@ -209,154 +107,6 @@ pub(super) struct Spent {
 }
 
 impl Plugin {
-    /// Reads, verifies (digest pin), compiles and pre-links a component.
-    pub fn load(
-        runtime: &Arc<Runtime>,
-        name: &str,
-        path: &Path,
-        expected_sha256: Option<&str>,
-        limits: PluginLimits,
-        variables: BTreeMap<String, String>,
-    ) -> Result<Self, LoadError> {
-        let shown = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
-            name: name.into(),
-            path: shown.clone(),
-            source,
-        })?;
-        let digest = hex::encode(Sha256::digest(&bytes));
-        if let Some(expected) = expected_sha256
-            && !expected.eq_ignore_ascii_case(&digest)
-        {
-            return Err(LoadError::DigestMismatch {
-                name: name.into(),
-                path: shown,
-                expected: expected.to_ascii_lowercase(),
-                actual: digest,
-            });
-        }
-        let component = Component::from_binary(&runtime.engine, &bytes).map_err(|e| {
-            LoadError::NotAComponent {
-                name: name.into(),
-                path: shown.clone(),
-                detail: format!("{e:#}"),
-            }
-        })?;
-        let ty = component.component_type();
-        let world = standard::detect(
-            ty.exports(&runtime.engine).map(|(export, _)| export),
-            ty.imports(&runtime.engine).map(|(import, _)| import),
-        )
-        .map_err(|problem| match problem {
-            WorldProblem::UnsupportedImport { .. } => LoadError::UnsupportedImport {
-                name: name.into(),
-                path: shown.clone(),
-                problem,
-            },
-            other => LoadError::WrongWorld {
-                name: name.into(),
-                path: shown.clone(),
-                detail: other.to_string(),
-            },
-        })?;
-        let wrong_world = |e: wasmtime::Error| LoadError::WrongWorld {
-            name: name.into(),
-            path: shown.clone(),
-            detail: format!("as a {} component: {e:#}", world.label()),
-        };
-        let instance_pre = runtime
-            .linker
-            .instantiate_pre(&component)
-            .map_err(wrong_world)?;
-        let code = match world {
-            // A component of the `batch-handler` world also exports `handle-batch`; its type
-            // is checked here, so a wrong signature is a load error rather than a plain handler.
-            World::Carteiro if component.get_export_index(None, "handle-batch").is_some() => {
-                Code::Wasm(Linked::Batch(
-                    BatchHandlerPre::new(instance_pre).map_err(wrong_world)?,
-                ))
-            }
-            World::Carteiro => Code::Wasm(Linked::Plain(
-                HandlerPre::new(instance_pre).map_err(wrong_world)?,
-            )),
-            World::Standard => {
-                Code::Standard(MessagingCorePre::new(instance_pre).map_err(wrong_world)?)
-            }
-        };
-        let concurrency = limits
-            .max_concurrency
-            .or_else(|| default_concurrency(bytes.len()))
-            .map_or(tokio::sync::Semaphore::MAX_PERMITS, |n| n.max(1) as usize);
-        Ok(Self::assemble(
-            runtime,
-            name,
-            code,
-            limits,
-            variables,
-            digest,
-            concurrency,
-        ))
-    }
-
-    /// A plugin whose deliveries run `handler`, compiled into the host, under the same
-    /// imports, caps and limits as a component (benchmarks: what the sandbox costs). Its
-    /// digest is that of the label `native:<name>`.
-    pub fn native(
-        runtime: &Arc<Runtime>,
-        name: &str,
-        handler: Arc<dyn NativeHandler>,
-        limits: PluginLimits,
-        variables: BTreeMap<String, String>,
-    ) -> Self {
-        let digest = hex::encode(Sha256::digest(format!("native:{name}").as_bytes()));
-        let concurrency = limits
-            .max_concurrency
-            .map_or(tokio::sync::Semaphore::MAX_PERMITS, |n| n.max(1) as usize);
-        Self::assemble(
-            runtime,
-            name,
-            Code::Native(handler),
-            limits,
-            variables,
-            digest,
-            concurrency,
-        )
-    }
-
-    /// A plugin of `code`, whatever it is compiled to: its identity, limits and permits.
-    fn assemble(
-        runtime: &Arc<Runtime>,
-        name: &str,
-        code: Code,
-        limits: PluginLimits,
-        variables: BTreeMap<String, String>,
-        digest: String,
-        concurrency: usize,
-    ) -> Self {
-        let pool = match (&code, limits.isolation) {
-            (Code::Wasm(_) | Code::Standard(_), Isolation::PerBatch { reuse }) => {
-                Some(runtime.pools.add(reuse))
-            }
-            _ => None,
-        };
-        Self {
-            runtime: runtime.clone(),
-            identity: Arc::new(PluginIdentity {
-                name: name.into(),
-                variables,
-                max_host_calls: limits.max_host_calls,
-                max_events: limits.max_events,
-                totals: limits.totals,
-                standard_exchange: None,
-            }),
-            code,
-            limits,
-            digest: digest.into(),
-            concurrency: Arc::new(tokio::sync::Semaphore::new(concurrency)),
-            pool,
-        }
-    }
-
     /// Lets a wasi:messaging component's `producer.send` publish to `exchange` (the
     /// topic becomes the routing key); without it, `client.connect` answers
     /// `permission-denied`. No effect on a carteiro:handler component.
@@ -611,77 +361,4 @@ impl Plugin {
             standard_error: None,
         })
     }
-}
-
-/// Maps a wasmtime error to the failure the route policy understands.
-fn classify(error: wasmtime::Error, timeout: Duration, stderr: &str) -> PluginFailure {
-    if error.downcast_ref::<DeadlineReached>().is_some() {
-        return PluginFailure::Timeout(timeout);
-    }
-    if let Some(limit) = error.downcast_ref::<MemoryLimitExceeded>() {
-        return PluginFailure::Memory(limit.to_string());
-    }
-    if let Some(limit) = error.downcast_ref::<HostCallLimitExceeded>() {
-        return PluginFailure::HostCallLimit(limit.0);
-    }
-    if let Some(total) = error.downcast_ref::<TotalExceeded>() {
-        return PluginFailure::ResourceLimit(total.to_string());
-    }
-    let mut message = match error.downcast_ref::<Trap>() {
-        Some(Trap::Interrupt) => return PluginFailure::Timeout(timeout),
-        Some(Trap::StackOverflow) => "stack overflow".to_owned(),
-        // Rust guests keep their stack in linear memory: overflowing it usually shows up as
-        // an out-of-bounds access rather than a wasm stack overflow.
-        Some(Trap::MemoryOutOfBounds) => {
-            "out of bounds memory access (often a stack overflow in the guest)".to_owned()
-        }
-        Some(trap) => trap.to_string(),
-        None => format!("{error:#}"),
-    };
-    // A Rust guest prints its panic message to stderr before trapping: that is the reason
-    // an operator needs.
-    // It reads `thread '..' panicked at FILE:LINE:COL:` and then the panic message.
-    let lines: Vec<&str> = stderr.lines().collect();
-    if let Some(at) = lines.iter().rposition(|l| l.contains("panicked")) {
-        let location = lines[at].trim();
-        match lines
-            .get(at + 1)
-            .map(|l| l.trim())
-            .filter(|l| !l.is_empty())
-        {
-            Some(what) => message = format!("{message} ({location} {what})"),
-            None => message = format!("{message} ({location})"),
-        }
-    } else {
-        // Other guests (Python, JavaScript) print a traceback or stack: its last lines name
-        // the error and where it was raised.
-        let last: Vec<&str> = lines
-            .iter()
-            .map(|l| l.trim())
-            .filter(|l| !l.is_empty())
-            .rev()
-            .take(3)
-            .collect();
-        if !last.is_empty() {
-            let tail: Vec<&str> = last.into_iter().rev().collect();
-            message = format!("{message} (stderr: {})", tail.join(" | "));
-        }
-    }
-    PluginFailure::Trap(message)
-}
-
-/// Sends the guest's captured output to tracing under the plugin's name; returns stderr.
-fn forward_output(plugin: &str, stdout: &[u8], stderr: &[u8]) -> String {
-    if stdout.is_empty() && stderr.is_empty() {
-        return String::new();
-    }
-    let out = String::from_utf8_lossy(stdout);
-    for line in out.lines().filter(|l| !l.is_empty()) {
-        tracing::info!(plugin, stream = "stdout", "{line}");
-    }
-    let err = String::from_utf8_lossy(stderr).into_owned();
-    for line in err.lines().filter(|l| !l.is_empty()) {
-        tracing::warn!(plugin, stream = "stderr", "{line}");
-    }
-    err
 }
