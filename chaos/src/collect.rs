@@ -45,6 +45,27 @@ pub async fn progress(pool: &AnyPool) -> Option<(u64, u64)> {
     .await
 }
 
+/// The first unpublished outbox rows (not the poison route's): id, route and how long ago
+/// they were committed, for a drain that gave up. `None` while the store cannot answer.
+pub async fn unpublished_rows(pool: &AnyPool) -> Option<Vec<(i64, String, i64)>> {
+    let query = sqlx::query(
+        "SELECT id, route, created_at FROM outbox \
+         WHERE published_at IS NULL AND route <> 'chaos-poison' ORDER BY id LIMIT 10",
+    )
+    .fetch_all(pool);
+    let rows = tokio::time::timeout(QUERY_TIMEOUT, query)
+        .await
+        .ok()?
+        .ok()?;
+    let now = unix_ms();
+    rows.iter()
+        .map(|r| {
+            let created: i64 = r.try_get(2).ok()?;
+            Some((r.try_get(0).ok()?, r.try_get(1).ok()?, now - created))
+        })
+        .collect()
+}
+
 /// Downstream inbox records and upstream outbox rows: equal once every event took effect.
 pub async fn downstream(pool: &AnyPool) -> Option<(u64, u64)> {
     two_counts(

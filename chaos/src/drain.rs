@@ -22,19 +22,18 @@ use crate::{broker, collect, config};
 pub async fn drain(urls: &[String], pool: &sqlx::AnyPool, bound: Duration) -> bool {
     let deadline = Instant::now() + bound;
     let mut quiet = 0;
+    let mut left = String::new();
     while Instant::now() < deadline {
         // Bounded as a whole: a broker that stops answering mid-check must not hang the drain.
         let depths = tokio::time::timeout(STEP, depths(urls))
             .await
             .unwrap_or_else(|_| vec![None]);
         let empty = all_empty(&depths);
-        let outbox = collect::progress(pool)
-            .await
-            .is_some_and(|(_, pending)| pending == 0);
-        let downstream = collect::downstream(pool)
-            .await
-            .is_some_and(|(done, events)| done == events);
-        quiet = if empty && outbox && downstream {
+        let pending = collect::progress(pool).await.map(|(_, pending)| pending);
+        let downstream = collect::downstream(pool).await;
+        let outbox = pending == Some(0);
+        let downstream_done = downstream.is_some_and(|(done, events)| done == events);
+        quiet = if empty && outbox && downstream_done {
             quiet + 1
         } else {
             0
@@ -42,9 +41,36 @@ pub async fn drain(urls: &[String], pool: &sqlx::AnyPool, bound: Duration) -> bo
         if quiet >= 3 {
             return true;
         }
+        left = describe(&depths, pending, downstream);
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+    println!("chaos: left when the drain gave up: {left}");
+    if let Some(rows) = collect::unpublished_rows(pool).await {
+        println!("chaos: unpublished outbox rows (id, route, ms since commit): {rows:?}");
+    }
     false
+}
+
+/// What the last look found undone, for a drain that gave up.
+fn describe(
+    depths: &[Option<u32>],
+    pending: Option<u64>,
+    downstream: Option<(u64, u64)>,
+) -> String {
+    let queues: Vec<String> = all_queues()
+        .iter()
+        .zip(depths)
+        .filter(|(_, d)| **d != Some(0))
+        .map(|(q, d)| format!("{q}={}", d.map_or("?".into(), |n| n.to_string())))
+        .collect();
+    let show = |v: Option<u64>| v.map_or("?".to_owned(), |n| n.to_string());
+    format!(
+        "outbox rows unpublished {}; downstream effects {} of {} events; queues not empty [{}]",
+        show(pending),
+        show(downstream.map(|d| d.0)),
+        show(downstream.map(|d| d.1)),
+        queues.join(", ")
+    )
 }
 
 /// Longest one broker step of the drain may take (connect, open a channel, read, close).
