@@ -110,7 +110,7 @@ fn body_sql() -> String {
     )
 }
 
-/// The fields the archive keeps of [`body`] (`dead_letter_search`), each as (path, SQL
+/// The fields the archive keeps of [`body`] (`store::dead_letters::search`), each as (path, SQL
 /// expression of `i` giving its canonical value text).
 fn fields_sql() -> Vec<(&'static str, String)> {
     vec![

@@ -1,6 +1,6 @@
 //! The dead-letter search syntax, parsed in one place for the console's search box,
 //! `GET /dlq?q=` and `carteiro dlq list|replay|purge --search`, into a [`Search`] that narrows
-//! a store filter. Every term is answered from an index (`store::dead_letter_search`).
+//! a store filter. Every term is answered from an index (`store::dead_letters::search`).
 //!
 //! A query is terms separated by spaces; a dead letter must match every one:
 //! - `id:VALUE`: its message id (the AMQP `message_id` property) is exactly VALUE;

@@ -5,24 +5,22 @@
 //! # Layout
 //! - `error`: [`StoreError`] and the transient/permanent classification.
 //! - `migrations`: the embedded schema (`host/migrations/{sqlite,postgres}`).
-//! - `commit`: [`Store::commit_batch`], one transaction for many deliveries (G2), and its
-//!   savepoint-per-request fallback; `commit_set`: its set-based fast path;
-//!   `commit_request`: [`CommitRequest`] and what both paths share (checks, key locks,
-//!   outbox rows), below them both.
-//! - `committer`: [`GroupCommitter`], the task that batches concurrent commits.
-//! - `inbox`, `kv`, `outbox`, `dead_letters`: reads and maintenance per table
-//!   (`dead_letters::hours`: dead letters per hour, for the console's charts;
-//!   `dead_letters::search_page`: a search's page, its cost capped by
-//!   [`SEARCH_EXAMINED_MAX`]);
-//!   `purge`: the batched delete every retention purge of them uses;
-//!   `dead_letter_text`: [`NewDeadLetter`] and the lossless encoding that lets any of
-//!   them be archived; `dead_letter_history`: each replay and edit of a dead letter
-//!   ([`DeadLetterEvent`]), the claims they take and the marks they leave;
-//!   `edit_claims`: the claim an edited copy holds on its idempotency key until it settles
-//!   ([`EditKeyClaim`]);
-//!   `dead_letter_search`: what a dead letter is found by (message and correlation ids, a
-//!   JSON body's fields: [`BodyField`]), worked out when it is archived, and the indexed
-//!   [`SearchTerms`] of a filter.
+//! - `commit/`: [`Store::commit_batch`], one transaction for many deliveries (G2): its
+//!   set-based fast path (`set`), its savepoint-per-request fallback (`savepoints`), what
+//!   both share (`request`: [`CommitRequest`]), and [`GroupCommitter`] (`committer`), the
+//!   task that batches concurrent commits.
+//! - `inbox`, `kv`, `outbox`: reads and maintenance per table; `outbox_cdc`: the CDC
+//!   relay's bookkeeping; `canaries`, `secrets`: canary decisions and the header-seal keys.
+//! - `dead_letters/`: the dead-letter archive (`mod.rs`: archive, list, count, purge):
+//!   `text`: [`NewDeadLetter`] and the lossless encoding that lets any of them be archived;
+//!   `search`: what a dead letter is found by (message and correlation ids, a JSON body's
+//!   fields: [`BodyField`]), worked out when it is archived, and the indexed
+//!   [`SearchTerms`] of a filter; `search_page`: a search's page, its cost capped by
+//!   [`SEARCH_EXAMINED_MAX`]; `hours`: dead letters per hour, for the console's charts;
+//!   `history`: each replay and edit of a dead letter ([`DeadLetterEvent`]), the claims they
+//!   take and the marks they leave; `edit_claims`: the claim an edited copy holds on its
+//!   idempotency key until it settles ([`EditKeyClaim`]).
+//! - `purge`: the batched delete every retention purge uses.
 //! - `reads`: [`BatchedReads`], the pipeline's inbox and kv point reads, batched.
 //! - `sql`: placeholder lists for statements built per batch.
 //! - `nul_free`: the text check shared by every write (no NUL bytes on either backend).
@@ -31,15 +29,8 @@
 
 mod canaries;
 mod commit;
-mod commit_request;
-mod commit_set;
-mod committer;
 mod config;
-mod dead_letter_history;
-mod dead_letter_search;
-mod dead_letter_text;
 mod dead_letters;
-mod edit_claims;
 mod error;
 mod inbox;
 mod kv;
@@ -57,21 +48,16 @@ mod tls;
 pub(crate) mod tests;
 
 pub use canaries::CanaryDecision;
-pub use commit_request::{
-    CommitOutcome, CommitRequest, KvRead, KvWrite, MAX_KV_KEYS_PER_COMMIT, NewOutboxRow,
+pub use commit::{
+    CommitOutcome, CommitRequest, CommitterConfig, CommitterHandle, GroupCommitter, KvRead,
+    KvWrite, MAX_KV_KEYS_PER_COMMIT, NewOutboxRow,
 };
-pub use committer::{CommitterConfig, CommitterHandle, GroupCommitter};
 pub use config::StoreConfig;
-pub use dead_letter_history::DeadLetterEvent;
-pub use dead_letter_search::{
-    BodyField, MAX_FIELD_BYTES, MAX_FIELDS, MAX_INDEXED_BODY, SearchTerms, body_fields,
-};
-pub use dead_letter_text::NewDeadLetter;
 pub use dead_letters::{
-    DeadLetter, DeadLetterFilter, DeadLetterHour, DeadLetterPage, DeadLetterStat, HOUR_MS,
-    SEARCH_EXAMINED_MAX,
+    BodyField, DeadLetter, DeadLetterEvent, DeadLetterFilter, DeadLetterHour, DeadLetterPage,
+    DeadLetterStat, EditKeyClaim, HOUR_MS, HeldEditClaim, KeyTaken, MAX_FIELD_BYTES, MAX_FIELDS,
+    MAX_INDEXED_BODY, NewDeadLetter, SEARCH_EXAMINED_MAX, SearchTerms, body_fields,
 };
-pub use edit_claims::{EditKeyClaim, HeldEditClaim, KeyTaken};
 pub use error::StoreError;
 pub use kv::KvEntry;
 pub use outbox::{OUTBOX_NOTIFY_CHANNEL, OutboxRow, OutboxStatus};

@@ -9,7 +9,7 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::commit_request::NewOutboxRow;
+use super::commit::NewOutboxRow;
 use super::sql::{Placeholders, shaped_chunks};
 use super::{Backend, Store, StoreError, headers_from_json, now_ms, nul_free};
 

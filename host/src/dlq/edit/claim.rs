@@ -1,4 +1,4 @@
-//! The claim an edited copy takes on its key before it is sent (`store::edit_claims`): the
+//! The claim an edited copy takes on its key before it is sent (`store::dead_letters::edit_claims`): the
 //! route's inbox does not see a copy still waiting in the queue, so a second edit keeping the
 //! key is refused until the first copy settles — applied by the route, dead-lettered again,
 //! or [`SETTLE_MAX`] after it was sent.

@@ -9,7 +9,7 @@
 use sqlx::any::AnyRow;
 use sqlx::{AssertSqlSafe, Row};
 
-use super::{Store, StoreError, now_ms, nul_free};
+use crate::store::{Store, StoreError, now_ms, nul_free};
 
 /// `kind` of a replay in `dead_letter_events`.
 const EVENT_REPLAY: &str = "replay";
@@ -130,7 +130,7 @@ impl Store {
         };
         self.bounded(what, async {
             nul_free::text(field, owner)?;
-            let clock = super::outbox::db_clock_ms(self.backend);
+            let clock = crate::store::outbox::db_clock_ms(self.backend);
             let mut sql = format!(
                 "UPDATE dead_letters SET replaying_by = $2, replaying_until = {clock} + $3 \
                  WHERE id = $1 \

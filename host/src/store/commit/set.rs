@@ -14,17 +14,17 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use sqlx::{AnyConnection, AssertSqlSafe, Row};
 
-use super::commit_request::{
+use super::request::{
     CommitOutcome, CommitRequest, check, insert_outbox, last_write_per_key, lock_kv_keys,
     observed_version,
 };
-use super::error::{Class, classify};
-use super::inbox::present_keys;
-use super::sql::{Placeholders, shaped_chunks};
-use super::{Backend, Store, StoreError, now_ms};
+use crate::store::error::{Class, classify};
+use crate::store::inbox::present_keys;
+use crate::store::sql::{Placeholders, shaped_chunks};
+use crate::store::{Backend, Store, StoreError, now_ms};
 
 /// Why the fast path gave up.
-pub(super) enum SetError {
+pub(crate) enum SetError {
     /// The database is unreachable: the whole batch fails (nothing committed).
     Unavailable(StoreError),
     /// The database refused something or a concurrent writer raced us: nothing was
@@ -79,7 +79,7 @@ struct KvChange<'a> {
 }
 
 impl Store {
-    pub(super) async fn commit_set(
+    pub(crate) async fn commit_set(
         &self,
         batch: &[CommitRequest],
     ) -> Result<Vec<CommitOutcome>, SetError> {

@@ -1,14 +1,14 @@
 //! What one delivery makes durable ([`CommitRequest`]) and what both commit paths do with it
 //! alike: the checks before touching the database, the advisory locks on its kv keys and the
-//! insert of its outbox rows. It sits below `commit` (the savepoint path) and `commit_set`
+//! insert of its outbox rows. It sits below `savepoints` (the savepoint path) and `set`
 //! (the set-based fast path) so that neither has to import the other for these.
 
 use std::collections::BTreeSet;
 
 use sqlx::{AnyConnection, AssertSqlSafe};
 
-use super::sql::{Placeholders, shaped_chunks};
-use super::{Backend, StoreError, headers_to_json, nul_free};
+use crate::store::sql::{Placeholders, shaped_chunks};
+use crate::store::{Backend, StoreError, headers_to_json, nul_free};
 
 /// One kv key the handler read, and the version it saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +86,7 @@ pub enum CommitOutcome {
 /// `max_locks_per_transaction` (64) × `max_connections` (100) = 6,400 locks for the whole
 /// server by default; a transaction past it fails with "out of shared memory" (53200), which
 /// is the store's trouble, so a delivery over it would be requeued for ever. Batches over
-/// this are committed as several transactions (see `commit::key_groups`); a single delivery over
+/// this are committed as several transactions (see `savepoints::key_groups`); a single delivery over
 /// it is `Rejected` (dead-lettered with this reason), on both backends alike.
 pub const MAX_KV_KEYS_PER_COMMIT: usize = 2_048;
 

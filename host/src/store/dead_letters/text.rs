@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::headers_to_json;
+use crate::store::headers_to_json;
 
 /// A message to archive, and what an archived `DeadLetter` gives back (its `letter`).
 /// Defined here, below `dead_letters` (which archives it), because the encoding reads it.

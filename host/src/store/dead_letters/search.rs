@@ -37,9 +37,9 @@ use std::collections::VecDeque;
 
 use serde_json::{Map, Value};
 
-use super::Backend;
-use super::dead_letter_text::{NewDeadLetter, SHORT_MAX, stand_in};
+use super::text::{NewDeadLetter, SHORT_MAX, stand_in};
 use crate::common::header_names::{PROP_CORRELATION_ID, PROP_MESSAGE_ID};
+use crate::store::Backend;
 
 /// At most this many fields of one body are kept.
 pub const MAX_FIELDS: usize = 64;

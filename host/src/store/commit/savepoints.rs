@@ -7,13 +7,13 @@ use std::collections::BTreeSet;
 
 use sqlx::AnyConnection;
 
-use super::commit_request::{
+use super::request::{
     CommitOutcome, CommitRequest, MAX_KV_KEYS_PER_COMMIT, check, distinct_keys, insert_outbox,
     last_write_per_key, lock_kv_keys, observed_version,
 };
-use super::commit_set::SetError;
-use super::error::{Class, classify};
-use super::{Backend, Store, StoreError, now_ms};
+use super::set::SetError;
+use crate::store::error::{Class, classify};
+use crate::store::{Backend, Store, StoreError, now_ms};
 
 impl Store {
     /// Commits a batch in one transaction (several when its kv keys add up to more than
@@ -23,7 +23,7 @@ impl Store {
     /// timeout (see [`Store::bounded`]) or in an earlier transaction of a split batch, and
     /// the redeliveries of what did commit are then acked as duplicates (G2).
     ///
-    /// The fast path is set-based (see `commit_set`): a handful of statements per batch.
+    /// The fast path is set-based (see `set`): a handful of statements per batch.
     /// When the database refuses something in it or a concurrent instance races it, the
     /// batch is rolled back and committed again request by request, each inside its own
     /// savepoint, so one bad request cannot sink its neighbours.

@@ -14,7 +14,7 @@
 
 use sqlx::{AnyConnection, AssertSqlSafe};
 
-use super::{Store, StoreError, nul_free};
+use crate::store::{Store, StoreError, nul_free};
 
 /// What an edit asks to claim.
 pub struct EditKeyClaim<'a> {
@@ -59,7 +59,7 @@ impl Store {
             nul_free::text("route", claim.route)?;
             nul_free::text("inbox key", claim.key)?;
             nul_free::text("message id", claim.message_id.unwrap_or(""))?;
-            let clock = super::outbox::db_clock_ms(self.backend);
+            let clock = crate::store::outbox::db_clock_ms(self.backend);
             let mut tx = self.begin_write().await?;
             sqlx::query(AssertSqlSafe(format!(
                 "DELETE FROM dead_letter_edit_claims WHERE claimed_until < {clock} \

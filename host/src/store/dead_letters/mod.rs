@@ -1,20 +1,29 @@
 //! The dead-letter archive: every message that gave up, with its reason (G4), queryable and
 //! replayable by operators. Any dead letter can be archived, whatever its text: see
-//! `dead_letter_text` for how text the columns cannot hold is stored losslessly.
+//! `text` for how text the columns cannot hold is stored losslessly.
 
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::{Arguments, AssertSqlSafe, Row};
 
-use super::dead_letter_search::{self, SearchTerms};
-use super::dead_letter_text::{self, NewDeadLetter, SHORT_MAX, TEXT_MAX, stand_in};
 use super::{Backend, PURGE_CHUNK, Store, StoreError, headers_from_json};
 use crate::common::header_names::REPLAY_OF;
+use text::{SHORT_MAX, TEXT_MAX, stand_in};
 
+mod edit_claims;
+mod history;
 mod hours;
+mod search;
 mod search_page;
+mod text;
 
+pub use edit_claims::{EditKeyClaim, HeldEditClaim, KeyTaken};
+pub use history::DeadLetterEvent;
 pub use hours::{DeadLetterHour, HOUR_MS};
+pub use search::{
+    BodyField, MAX_FIELD_BYTES, MAX_FIELDS, MAX_INDEXED_BODY, SearchTerms, body_fields,
+};
 pub use search_page::{DeadLetterPage, SEARCH_EXAMINED_MAX};
+pub use text::NewDeadLetter;
 
 /// An archived dead letter: the message as it was archived, and the archive's bookkeeping.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,17 +142,17 @@ impl Store {
     /// Archives one dead letter; returns its id.
     ///
     /// Accepts any `NewDeadLetter`: its text is stored in the lossless encoding of
-    /// `dead_letter_text`, so the row always fits the schema, and the only error is
+    /// `text`, so the row always fits the schema, and the only error is
     /// [`StoreError::Unavailable`]: the store is down, too slow, read-only, full, or does
     /// not have the schema Carteiro migrated (any refusal of an encoded row means that).
     /// The caller requeues and pauses; it never needs to park or drop the message.
     ///
-    /// What it will be found by is worked out here, once (`dead_letter_search`): its message
+    /// What it will be found by is worked out here, once (`search`): its message
     /// and correlation ids, and at most 64 fields of a JSON body, written in the same
     /// transaction (one more statement: the rows of `dead_letter_fields`).
     pub async fn dead_letter_insert(&self, dl: &NewDeadLetter) -> Result<i64, StoreError> {
-        let stored = dead_letter_text::encode(dl);
-        let search = dead_letter_search::search_columns(dl);
+        let stored = text::encode(dl);
+        let search = search::search_columns(dl);
         // A replay or edited copy names the dead letter it came from (a sealed header: the
         // archiver and the pipeline pass only trusted Carteiro headers on).
         let replay_of = dl
@@ -156,7 +165,7 @@ impl Store {
                       message_id, correlation_id) \
                       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10, $11, $12, $13) \
                       RETURNING id";
-        let field_rows = dead_letter_search::fields_rows(&search.fields);
+        let field_rows = search::fields_rows(&search.fields);
         let insert_fields = match self.backend {
             Backend::Sqlite => {
                 "INSERT OR IGNORE INTO dead_letter_fields (path, value, dead_letter_id) \
@@ -201,7 +210,7 @@ impl Store {
                     .iter()
                     .find(|(name, _)| name == crate::common::header_names::PROP_MESSAGE_ID)
                     .map(|(_, value)| value.as_str());
-                super::edit_claims::settle(&mut tx, of, route, message_id).await?;
+                edit_claims::settle(&mut tx, of, route, message_id).await?;
             }
             tx.commit().await?;
             Ok(id)
@@ -593,7 +602,7 @@ fn dead_letter(row: &AnyRow) -> Result<DeadLetter, StoreError> {
     let headers: String = row.try_get("headers")?;
     let original: Option<String> = row.try_get("original")?;
     let stored_encoded = original.is_some();
-    let original = dead_letter_text::decode(original.as_deref()).unwrap_or_default();
+    let original = text::decode(original.as_deref()).unwrap_or_default();
     let route: String = row.try_get("route")?;
     let queue: String = row.try_get("queue")?;
     let reason: String = row.try_get("reason")?;

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
-use super::commit_request::{MAX_KV_KEYS_PER_COMMIT, distinct_keys};
-use super::{CommitOutcome, CommitRequest, Store, StoreError};
+use super::request::{CommitOutcome, CommitRequest, MAX_KV_KEYS_PER_COMMIT, distinct_keys};
+use crate::store::{Store, StoreError};
 
 /// Tuning for [`GroupCommitter::spawn_with`].
 #[derive(Debug, Clone)]
