@@ -3,7 +3,7 @@
 use super::{Store, StoreError, now_ms, nul_free};
 
 /// How a canary ended, as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct CanaryDecision {
     pub plugin: String,
     /// The canary component's sha256.
@@ -37,20 +37,12 @@ impl Store {
     /// Every recorded canary decision.
     pub async fn canary_decisions(&self) -> Result<Vec<CanaryDecision>, StoreError> {
         self.bounded("canary decisions", async {
-            let rows: Vec<(String, String, String, String)> = sqlx::query_as(
+            let decisions: Vec<CanaryDecision> = sqlx::query_as(
                 "SELECT plugin, canary_digest, decision, reason FROM canary_decisions",
             )
             .fetch_all(&self.pool)
             .await?;
-            Ok(rows
-                .into_iter()
-                .map(|(plugin, canary_digest, decision, reason)| CanaryDecision {
-                    plugin,
-                    canary_digest,
-                    decision,
-                    reason,
-                })
-                .collect())
+            Ok(decisions)
         })
         .await
     }

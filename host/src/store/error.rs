@@ -3,8 +3,11 @@
 
 use sqlx::error::DatabaseError;
 
+pub(crate) use super::backend::Class;
+use super::backend::UrlError;
+
 /// What went wrong talking to the store.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     /// The store itself is in trouble, whatever the data: unreachable, too busy or too slow
     /// (connect refused, pool or statement timeout, SQLite busy/locked), read-only after a
@@ -30,20 +33,8 @@ impl StoreError {
     }
 }
 
-/// What a per-request database error means inside `commit_batch`.
-pub(crate) enum Class {
-    /// Lost a race (deadlock victim, serialization failure): re-run the handler.
-    Conflict,
-    /// The connection or server is in trouble: the whole batch fails.
-    Unavailable,
-    /// The request's data was refused by the database.
-    Data,
-}
-
-/// What a database error code means by itself. PostgreSQL SQLSTATEs are always five
-/// characters; SQLite result codes are numbers of at most four digits (the extended code,
-/// with the primary code in its low byte). `message` is read only for SQLite's generic
-/// `SQLITE_ERROR` (1), which is also what a missing table or column returns.
+/// What a database error code means by itself, by the dialect whose codes look like it
+/// (`Dialect::classify`).
 ///
 /// The rule: an error that would hit *any* request the same way (the database is read-only,
 /// full, corrupt, unreachable, too slow, or its schema or permissions are not the ones
@@ -52,63 +43,7 @@ pub(crate) enum Class {
 /// request's values is `Data`. Unknown codes count as `Data`, so the savepoint fallback of
 /// `commit_batch` isolates them to one request.
 pub(crate) fn classify_code(code: &str, message: &str) -> Class {
-    if code.len() == 5 {
-        classify_sqlstate(code)
-    } else {
-        classify_sqlite(code.parse::<i64>().unwrap_or(-1), message)
-    }
-}
-
-/// PostgreSQL SQLSTATEs (appendix A of the PostgreSQL manual).
-fn classify_sqlstate(code: &str) -> Class {
-    match code {
-        // Serialization failure, deadlock victim: lost a race, run again.
-        "40001" | "40P01" => Class::Conflict,
-        // 25006 read-only transaction (a failover demoted the primary, or
-        // default_transaction_read_only), 25P03 idle-in-transaction timeout.
-        "25006" | "25P03" => Class::Unavailable,
-        // 55P03 lock_timeout, 55006 object in use, 55000 object not in prerequisite state.
-        "55P03" | "55006" | "55000" => Class::Unavailable,
-        // 42P01 undefined table, 42703 undefined column, 42883 undefined function, 3F000
-        // undefined schema: the schema is not the one we migrated. 42501 insufficient
-        // privilege: the role lost a grant.
-        "42P01" | "42703" | "42883" | "3F000" | "42501" => Class::Unavailable,
-        // 3D000 the database does not exist.
-        "3D000" => Class::Unavailable,
-        _ => {
-            // 08 connection exception, 28 invalid authorization, 53 insufficient resources
-            // (disk full, out of memory, too many connections), 57 operator intervention
-            // (57014 statement_timeout / cancel, 57P0x shutdown, cannot connect now), 58
-            // system error (I/O), XX internal error (data or index corrupted), HV foreign
-            // data wrapper.
-            let class = &code[..2];
-            if ["08", "28", "53", "57", "58", "XX", "HV"].contains(&class) {
-                Class::Unavailable
-            } else {
-                // 22 data exception (e.g. 22021 bad encoding, 22P05 NUL), 23 integrity
-                // constraint (23505 unique: an inbox conflict never raises it, the inbox
-                // insert is ON CONFLICT DO NOTHING), 54 program limit (54000 e.g. an index
-                // row too large): about this request's values.
-                Class::Data
-            }
-        }
-    }
-}
-
-/// SQLite result codes (<https://www.sqlite.org/rescode.html>), extended or primary.
-fn classify_sqlite(code: i64, message: &str) -> Class {
-    match code & 0xff {
-        // 1 SQLITE_ERROR: generic; "no such table/column" means the schema is not ours.
-        1 if message.starts_with("no such table") || message.starts_with("no such column") => {
-            Class::Unavailable
-        }
-        // 3 PERM, 5 BUSY, 6 LOCKED, 7 NOMEM, 8 READONLY, 9 INTERRUPT, 10 IOERR, 11 CORRUPT,
-        // 13 FULL, 14 CANTOPEN, 15 PROTOCOL, 17 SCHEMA (changed under a prepared statement),
-        // 23 AUTH, 26 NOTADB.
-        3 | 5 | 6 | 7 | 8 | 9 | 10 | 11 | 13 | 14 | 15 | 17 | 23 | 26 => Class::Unavailable,
-        // 18 TOOBIG, 19 CONSTRAINT, 20 MISMATCH, 25 RANGE, and anything else.
-        _ => Class::Data,
-    }
+    super::backend::of_error_code(code).classify(code, message)
 }
 
 pub(crate) fn classify(err: &sqlx::Error) -> Class {
@@ -139,6 +74,12 @@ impl From<sqlx::Error> for StoreError {
             Class::Unavailable => StoreError::Unavailable(msg),
             Class::Conflict | Class::Data => StoreError::Database(msg),
         }
+    }
+}
+
+impl From<UrlError> for StoreError {
+    fn from(err: UrlError) -> Self {
+        StoreError::Unavailable(err.to_string())
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use sqlx::{AnyConnection, AssertSqlSafe};
 
 use super::sql::{Placeholders, shaped_chunks};
-use super::{Backend, Store, StoreError, nul_free};
+use super::{Dialect, Store, StoreError, nul_free};
 
 impl Store {
     /// Has a delivery with this (route, idempotency key) already committed its effects?
@@ -58,7 +58,7 @@ impl Store {
     ) -> Result<HashSet<String>, StoreError> {
         self.bounded("inbox contains many", async {
             let mut conn = self.pool().acquire().await?;
-            Ok(present_keys(&mut conn, self.backend, route, keys).await?)
+            Ok(present_keys(&mut conn, self.dialect, route, keys).await?)
         })
         .await
     }
@@ -81,13 +81,13 @@ impl Store {
 /// an open transaction), one query per chunk.
 pub(super) async fn present_keys(
     conn: &mut AnyConnection,
-    backend: Backend,
+    dialect: &'static dyn Dialect,
     route: &str,
     keys: &[&str],
 ) -> Result<HashSet<String>, sqlx::Error> {
     let mut found = HashSet::new();
     for chunk in shaped_chunks(keys) {
-        let mut p = Placeholders::new(backend);
+        let mut p = Placeholders::new(dialect);
         let sql = format!(
             "SELECT key FROM inbox WHERE route = {} AND key IN ({})",
             p.next(),

@@ -9,12 +9,20 @@ use super::sql::{Placeholders, shaped_chunks};
 use super::{Store, StoreError, nul_free};
 
 /// A stored value and its version (1 on creation, +1 per write).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct KvEntry {
     /// The bytes as last written.
     pub value: Vec<u8>,
     /// Pass back as `KvRead::observed_version` at commit.
     pub version: i64,
+}
+
+/// A key and its entry, as [`Store::kv_get_many`] reads them.
+#[derive(sqlx::FromRow)]
+struct KeyedEntry {
+    key: String,
+    #[sqlx(flatten)]
+    entry: KvEntry,
 }
 
 impl Store {
@@ -24,7 +32,7 @@ impl Store {
         self.bounded("kv get", async {
             nul_free::text("namespace", namespace)?;
             nul_free::text("kv key", key)?;
-            let row: Option<(Vec<u8>, i64)> = sqlx::query_as(
+            let entry: Option<KvEntry> = sqlx::query_as(
                 "SELECT value, version FROM kv \
                      WHERE namespace = $1 AND key = $2 AND value IS NOT NULL",
             )
@@ -32,7 +40,7 @@ impl Store {
             .bind(key)
             .fetch_optional(self.pool())
             .await?;
-            Ok(row.map(|(value, version)| KvEntry { value, version }))
+            Ok(entry)
         })
         .await
     }
@@ -46,20 +54,19 @@ impl Store {
         self.bounded("kv get many", async {
             let mut found = HashMap::new();
             for chunk in shaped_chunks(keys) {
-                let mut p = Placeholders::new(self.backend);
+                let mut p = Placeholders::new(self.dialect);
                 let sql = format!(
                     "SELECT key, value, version FROM kv \
                      WHERE namespace = {} AND key IN ({}) AND value IS NOT NULL",
                     p.next(),
                     p.list(chunk.len())
                 );
-                let mut query =
-                    sqlx::query_as::<_, (String, Vec<u8>, i64)>(AssertSqlSafe(sql)).bind(namespace);
+                let mut query = sqlx::query_as::<_, KeyedEntry>(AssertSqlSafe(sql)).bind(namespace);
                 for key in chunk {
                     query = query.bind(*key);
                 }
-                for (key, value, version) in query.fetch_all(self.pool()).await? {
-                    found.insert(key, KvEntry { value, version });
+                for row in query.fetch_all(self.pool()).await? {
+                    found.insert(row.key, row.entry);
                 }
             }
             Ok(found)

@@ -11,9 +11,11 @@ use std::borrow::Cow;
 use sqlx::SqlSafeStr;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 
-use super::Backend;
+/// One migration: its version, description and SQL.
+pub(crate) type MigrationFile = (i64, &'static str, &'static str);
 
-const SQLITE: &[(i64, &str, &str)] = &[
+/// SQLite's schema (`backend::Sqlite`).
+pub(crate) const SQLITE: &[MigrationFile] = &[
     (
         1,
         "initial",
@@ -81,7 +83,8 @@ const SQLITE: &[(i64, &str, &str)] = &[
     ),
 ];
 
-const POSTGRES: &[(i64, &str, &str)] = &[
+/// PostgreSQL's schema (`backend::Postgres`).
+pub(crate) const POSTGRES: &[MigrationFile] = &[
     (
         1,
         "initial",
@@ -149,11 +152,8 @@ const POSTGRES: &[(i64, &str, &str)] = &[
     ),
 ];
 
-pub(crate) fn migrator(backend: Backend) -> Migrator {
-    let files = match backend {
-        Backend::Sqlite => SQLITE,
-        Backend::Postgres => POSTGRES,
-    };
+/// The migrations of `files` (a dialect's `schema`).
+pub(crate) fn migrator(files: &[MigrationFile]) -> Migrator {
     Migrator::with_migrations(
         files
             .iter()

@@ -1,8 +1,11 @@
 //! The durable store: idempotency inbox, plugin kv state, transactional outbox and dead
 //! letters, on SQLite (embedded default) or PostgreSQL (production), through one sqlx `Any`
-//! code path with `$1`-style bound parameters.
+//! code path with `$1`-style bound parameters. Where the two differ, the store asks its
+//! [`Dialect`].
 //!
 //! # Layout
+//! - `backend/`: the [`Dialect`] interface and its two implementations (`sqlite`,
+//!   `postgres`): every SQL and behaviour difference between the backends.
 //! - `error`: [`StoreError`] and the transient/permanent classification.
 //! - `migrations`: the embedded schema (`host/migrations/{sqlite,postgres}`).
 //! - `commit/`: [`Store::commit_batch`], one transaction for many deliveries (G2): its
@@ -27,6 +30,7 @@
 //! - `tls`: the libpq-style `sslmode`/`sslrootcert`/`sslcert`/`sslkey` of a PostgreSQL URL.
 //! - `config`: [`StoreConfig`] (`[store]`) and its checks.
 
+mod backend;
 mod canaries;
 mod commit;
 mod config;
@@ -47,6 +51,7 @@ mod tls;
 #[cfg(test)]
 pub(crate) mod tests;
 
+pub use backend::{Backend, Class, Dialect, IndexWalk, Postgres, Sqlite, UrlError, for_url};
 pub use canaries::CanaryDecision;
 pub use commit::{
     CommitOutcome, CommitRequest, CommitterConfig, CommitterHandle, GroupCommitter, KvRead,
@@ -76,16 +81,6 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::redact::redact_url;
 
-/// Which database a [`Store`] talks to; decides the few SQL spellings that differ.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    /// `sqlite://PATH` — one file, WAL mode, writers serialised by `BEGIN IMMEDIATE` (and,
-    /// inside one process, by the store's writer lock first: see [`Store::begin_write`]).
-    Sqlite,
-    /// `postgres://...` — shared by several gateway instances.
-    Postgres,
-}
-
 /// How to open a [`Store`] (`[store]` in the config).
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -113,15 +108,16 @@ impl StoreOptions {
 #[derive(Clone)]
 pub struct Store {
     pool: AnyPool,
-    backend: Backend,
+    dialect: &'static dyn Dialect,
     redacted: Arc<str>,
     /// Client-side bound on one store operation (see [`Store::bounded`]).
     op_timeout: Duration,
     /// How the pool connects (for the migrations' own connection).
     options: Arc<AnyConnectOptions>,
-    /// SQLite only: in-process writers queue here (FIFO) before `BEGIN IMMEDIATE`, instead
-    /// of sleeping in SQLite's busy handler (steps of up to 100 ms) while another connection
-    /// of the same pool holds the write lock. Shared by clones.
+    /// Where the database takes one writer at a time (`Dialect::one_writer`, SQLite):
+    /// in-process writers queue here (FIFO) before they begin, instead of sleeping in the
+    /// busy handler (steps of up to 100 ms) while another connection of the same pool holds
+    /// the write lock. Shared by clones.
     writer: Arc<Mutex<()>>,
     /// `[security]`'s header-seal key; `None`: the key kept in `carteiro_secrets`.
     seal_secret: Option<Arc<[u8]>>,
@@ -144,36 +140,34 @@ impl Store {
     /// Connects with explicit options. Does not migrate.
     pub async fn connect_with(url: &str, opts: &StoreOptions) -> Result<Store, StoreError> {
         let max_connections = opts.max_connections;
-        let statement_timeout_ms = opts.statement_timeout.as_millis().max(1);
         sqlx::any::install_default_drivers();
         crate::common::use_aws_lc_rs();
         let redacted: Arc<str> = redact_url(url).into();
-        let (backend, url) = if url.starts_with("sqlite:") {
-            (Backend::Sqlite, prepare_sqlite_url(url)?)
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            (Backend::Postgres, url.to_string())
-        } else {
+        let Some(dialect) = backend::for_url(url) else {
             return Err(StoreError::Invalid(format!(
                 "unsupported store URL {redacted}: expected sqlite://PATH or postgres://..."
             )));
         };
+        let url = dialect.prepare_url(url)?;
         let options: AnyConnectOptions = url.parse().map_err(|e: sqlx::Error| {
             let why = crate::redact::scrub(&e.to_string(), &url);
             StoreError::Invalid(format!("bad store URL {redacted}: {why}"))
         })?;
-        if backend == Backend::Sqlite {
-            // WAL lets readers run beside the single writer. It is persistent and needs an
-            // exclusive lock to switch, so set it once here rather than on every connection.
+        let setup = dialect.database_setup();
+        if !setup.is_empty() {
             let mut conn = options
                 .connect()
                 .await
                 .map_err(|e| unavailable(&redacted, e))?;
-            sqlx::query("PRAGMA journal_mode = WAL")
-                .execute(&mut conn)
-                .await
-                .map_err(|e| unavailable(&redacted, e))?;
+            for statement in setup {
+                sqlx::query(AssertSqlSafe(*statement))
+                    .execute(&mut conn)
+                    .await
+                    .map_err(|e| unavailable(&redacted, e))?;
+            }
             conn.close().await.map_err(|e| unavailable(&redacted, e))?;
         }
+        let session: Arc<[String]> = dialect.session_setup(opts.statement_timeout).into();
         let pool = AnyPoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -199,22 +193,12 @@ impl Store {
                 })
             })
             .after_connect(move |conn, _| {
+                let session = session.clone();
                 Box::pin(async move {
-                    if backend == Backend::Postgres {
-                        // Prepared statements are cached per connection. A generic plan made
-                        // while a table is still empty (a fresh deployment) picks a sequential
-                        // scan and keeps it as the table grows: the benchmark fell from ~2,300
-                        // to ~800 msg/s in one run of three. Plan each execution instead.
-                        sqlx::query("SET plan_cache_mode = force_custom_plan")
+                    for statement in session.iter() {
+                        sqlx::query(AssertSqlSafe(statement.as_str()))
                             .execute(&mut *conn)
                             .await?;
-                        // A statement that runs longer fails with 57014, which counts as the
-                        // store being unavailable (requeue, pause), never as bad data.
-                        sqlx::query(AssertSqlSafe(format!(
-                            "SET statement_timeout = {statement_timeout_ms}"
-                        )))
-                        .execute(&mut *conn)
-                        .await?;
                     }
                     Ok(())
                 })
@@ -224,7 +208,7 @@ impl Store {
             .map_err(|e| unavailable(&redacted, e))?;
         Ok(Store {
             pool,
-            backend,
+            dialect,
             redacted,
             op_timeout: opts.statement_timeout + ACQUIRE_TIMEOUT,
             options: Arc::new(options),
@@ -237,21 +221,21 @@ impl Store {
     /// at once on PostgreSQL: sqlx takes an advisory lock). Not bounded by the statement
     /// timeout: building an index on a large table may take longer.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        match self.backend {
-            Backend::Sqlite => migrations::migrator(self.backend).run(&self.pool).await?,
-            Backend::Postgres => {
-                // A one-connection pool of its own, without the pool's statement_timeout.
-                let pool = AnyPoolOptions::new()
-                    .max_connections(1)
-                    .acquire_timeout(ACQUIRE_TIMEOUT)
-                    .connect_with((*self.options).clone())
-                    .await
-                    .map_err(|e| unavailable(&self.redacted, e))?;
-                let result = migrations::migrator(self.backend).run(&pool).await;
-                pool.close().await;
-                result?;
-            }
+        let migrator = migrations::migrator(self.dialect.schema());
+        if !self.dialect.migrate_apart() {
+            migrator.run(&self.pool).await?;
+            return Ok(());
         }
+        // A one-connection pool of its own, without the pool's session settings.
+        let pool = AnyPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with((*self.options).clone())
+            .await
+            .map_err(|e| unavailable(&self.redacted, e))?;
+        let result = migrator.run(&pool).await;
+        pool.close().await;
+        result?;
         Ok(())
     }
 
@@ -281,9 +265,15 @@ impl Store {
         self
     }
 
-    /// The backend behind this store.
+    /// The backend behind this store (for tests and messages: what differs between
+    /// backends is the [`Dialect`]'s).
     pub fn backend(&self) -> Backend {
-        self.backend
+        self.dialect.backend()
+    }
+
+    /// How this store's database spells what differs between backends.
+    pub fn dialect(&self) -> &'static dyn Dialect {
+        self.dialect
     }
 
     /// The URL with any password replaced by `***`, for logs and errors.
@@ -313,50 +303,44 @@ impl Store {
     /// counts as unavailable.
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.bounded("ping", async {
-            match self.backend {
-                Backend::Sqlite => {
-                    sqlx::query("SELECT 1").execute(&self.pool).await?;
-                }
-                Backend::Postgres => {
-                    let read_only: String =
-                        sqlx::query_scalar("SELECT current_setting('transaction_read_only')")
-                            .fetch_one(&self.pool)
-                            .await?;
-                    if read_only == "on" {
-                        return Err(StoreError::Unavailable(format!(
-                            "{} is read-only (a standby after a failover, or \
-                             default_transaction_read_only)",
-                            self.redacted
-                        )));
-                    }
-                }
+            let Some(check) = self.dialect.read_only_check() else {
+                sqlx::query("SELECT 1").execute(&self.pool).await?;
+                return Ok(());
+            };
+            let read_only: String = sqlx::query_scalar(AssertSqlSafe(check))
+                .fetch_one(&self.pool)
+                .await?;
+            if read_only == "on" {
+                return Err(StoreError::Unavailable(format!(
+                    "{} is read-only (a standby after a failover, or \
+                     default_transaction_read_only)",
+                    self.redacted
+                )));
             }
             Ok(())
         })
         .await
     }
 
-    /// Begins a write transaction. On SQLite it first takes the store's writer lock (held
-    /// until the transaction ends, so in-process writers take turns in arrival order), then
-    /// `BEGIN IMMEDIATE` takes SQLite's write lock up front (waiting up to busy_timeout only
-    /// for other processes), so a later write in it cannot fail with SQLITE_BUSY_SNAPSHOT when
-    /// another process committed in between.
+    /// Begins a write transaction. Where the database takes one writer at a time (SQLite)
+    /// it first takes the store's writer lock (held until the transaction ends, so
+    /// in-process writers take turns in arrival order), then begins as the dialect says
+    /// (SQLite's `BEGIN IMMEDIATE` takes the write lock up front).
     ///
     /// Use it like a `sqlx::Transaction`: `execute(&mut *tx)`, then `tx.commit().await?`.
     pub(crate) async fn begin_write(&self) -> Result<WriteTx, StoreError> {
-        Ok(match self.backend {
-            Backend::Sqlite => {
-                // Lock before taking a pooled connection: a queued writer holds no connection.
-                let writer = self.writer.clone().lock_owned().await;
-                WriteTx {
-                    tx: self.pool.begin_with("BEGIN IMMEDIATE").await?,
-                    _writer: Some(writer),
-                }
-            }
-            Backend::Postgres => WriteTx {
-                tx: self.pool.begin().await?,
-                _writer: None,
-            },
+        // Lock before taking a pooled connection: a queued writer holds no connection.
+        let writer = match self.dialect.one_writer() {
+            true => Some(self.writer.clone().lock_owned().await),
+            false => None,
+        };
+        let tx = match self.dialect.begin_write() {
+            Some(begin) => self.pool.begin_with(begin).await?,
+            None => self.pool.begin().await?,
+        };
+        Ok(WriteTx {
+            tx,
+            _writer: writer,
         })
     }
 
@@ -439,59 +423,6 @@ fn unavailable(redacted: &str, e: sqlx::Error) -> StoreError {
             StoreError::Unavailable(format!("cannot connect to {redacted}: {m}"))
         }
         other => other,
-    }
-}
-
-/// Adds `mode=rwc` (create if missing) unless the URL chose a mode, and creates the folder.
-fn prepare_sqlite_url(url: &str) -> Result<String, StoreError> {
-    let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
-    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let dir = std::path::Path::new(path)
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty());
-    if let Some(dir) = dir.filter(|_| path != ":memory:") {
-        std::fs::create_dir_all(dir).map_err(|e| {
-            StoreError::Unavailable(format!("cannot create folder {}: {e}", dir.display()))
-        })?;
-    }
-    let mode = query.split('&').find_map(|kv| kv.strip_prefix("mode="));
-    if path != ":memory:" && mode.is_none_or(|m| m.contains('c')) {
-        create_private(std::path::Path::new(path))?;
-    }
-    if mode.is_some() {
-        Ok(url.to_string())
-    } else if query.is_empty() {
-        Ok(format!("{url}?mode=rwc"))
-    } else {
-        Ok(format!("{url}&mode=rwc"))
-    }
-}
-
-/// Creates the SQLite file readable by its owner only (0600) when it does not exist yet:
-/// it holds the header-seal key and every message's effects. SQLite gives its `-wal` and
-/// `-shm` files the database file's mode. An existing file that others may read is kept as
-/// it is, with a warning.
-fn create_private(path: &std::path::Path) -> Result<(), StoreError> {
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    match options.open(path) {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            if let Some(mode) = crate::common::loose_permissions(path) {
-                tracing::warn!(
-                    path = %path.display(),
-                    mode = format!("{mode:o}"),
-                    "the SQLite store can be read by other users; it holds the header-seal key                      and every message's effects: chmod 600 it (and its -wal and -shm files)"
-                );
-            }
-            Ok(())
-        }
-        Err(e) => Err(StoreError::Unavailable(format!(
-            "cannot create the SQLite file {}: {e}",
-            path.display()
-        ))),
     }
 }
 

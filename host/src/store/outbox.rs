@@ -6,12 +6,9 @@
 //! relays take the same row while a lease runs. A relay that dies simply lets its leases
 //! expire; another relay then republishes (G3: duplicates only for rows in flight).
 
-use sqlx::Row;
-use sqlx::any::AnyRow;
-
 use super::commit::NewOutboxRow;
 use super::sql::{Placeholders, shaped_chunks};
-use super::{Backend, Store, StoreError, headers_from_json, now_ms, nul_free};
+use super::{Store, StoreError, headers_from_json, now_ms, nul_free};
 
 /// PostgreSQL `NOTIFY` channel signalled by every commit that inserted outbox rows.
 pub const OUTBOX_NOTIFY_CHANNEL: &str = "carteiro_outbox";
@@ -108,23 +105,16 @@ impl Store {
     ) -> Result<Vec<OutboxRow>, StoreError> {
         self.bounded("outbox claim", async {
             nul_free::text("lease owner", owner)?;
-            // PostgreSQL: `= ANY(ARRAY(...))` updates the claimed rows through the primary key
-            // instead of hash-joining the whole table; SQLite has no arrays and needs neither.
-            // SQLite: without statistics its planner may scan the table in rowid order (walking
+            // A planner without statistics (SQLite) may scan the table in rowid order (walking
             // every published row kept for retention) or read the pending index for the
-            // held-back keys, so name the two partial indexes.
-            let (open, pending, blocking, lock, close) = match self.backend {
-                Backend::Postgres => ("= ANY(ARRAY(", "", "", "FOR UPDATE OF o SKIP LOCKED", "))"),
-                Backend::Sqlite => (
-                    "IN (",
-                    "INDEXED BY outbox_pending",
-                    "INDEXED BY outbox_blocking",
-                    "",
-                    ")",
-                ),
-            };
+            // held-back keys, so the two partial indexes are named where hints are taken.
+            let d = self.dialect;
+            let pending = d.index_hint("outbox_pending");
+            let blocking = d.index_hint("outbox_blocking");
+            let lock = d.skip_locked("o");
+            let claimed = d.id_in("SELECT id FROM fitting");
             let now = "(SELECT now FROM clock)";
-            let clock = db_clock_ms(self.backend);
+            let clock = d.clock_ms();
             // The held-back keys are computed once per claim (a hashed subplan / an ephemeral
             // index) from the small `outbox_blocking` index: rows ever leased or failed. The
             // `(lease_owner IS NOT NULL OR attempts > 0)` term is that index's predicate, spelled
@@ -135,11 +125,11 @@ impl Store {
                 "WITH clock AS (SELECT {clock} AS now), \
                  candidates AS ( \
                    SELECT o.id, octet_length(o.payload) + octet_length(o.headers) AS size \
-                   FROM outbox o {pending} \
+                   FROM outbox o{pending} \
                    WHERE o.published_at IS NULL AND o.next_attempt_at <= {now} \
                      AND (o.lease_until IS NULL OR o.lease_until <= {now}) \
                      AND o.ordering_key NOT IN ( \
-                       SELECT b.ordering_key FROM outbox b {blocking} \
+                       SELECT b.ordering_key FROM outbox b{blocking} \
                        WHERE b.published_at IS NULL \
                          AND (b.lease_owner IS NOT NULL OR b.attempts > 0) \
                          AND b.ordering_key <> '' \
@@ -152,21 +142,21 @@ impl Store {
                             ROW_NUMBER() OVER (ORDER BY id) AS n FROM candidates) w \
                    WHERE w.total <= $4 OR w.n = 1) \
                  UPDATE outbox SET lease_owner = $1, lease_until = {now} + $2 \
-                 WHERE id {open} SELECT id FROM fitting {close} \
+                 WHERE id {claimed} \
                  RETURNING {COLUMNS}"
             );
             let mut tx = self.begin_write().await?;
-            if self.backend == Backend::Postgres {
-                // Claims from several relays take turns: a concurrent claim cannot see another's
-                // uncommitted leases, and would take later rows of a key whose earlier rows are
-                // being leased right now, breaking per-key order. Publishing stays concurrent.
-                sqlx::query(
-                    "SELECT pg_advisory_xact_lock(hashtextextended('carteiro.outbox.claim', 0))",
-                )
-                .execute(&mut *tx)
-                .await?;
+            if let Some(turn) = d.lock_names(1) {
+                // Claims from several relays take turns (where writers do not exclude each
+                // other already): a concurrent claim cannot see another's uncommitted leases,
+                // and would take later rows of a key whose earlier rows are being leased right
+                // now, breaking per-key order. Publishing stays concurrent.
+                sqlx::query(sqlx::AssertSqlSafe(turn))
+                    .bind("carteiro.outbox.claim")
+                    .execute(&mut *tx)
+                    .await?;
             }
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            let rows: Vec<OutboxRecord> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
                 .bind(owner)
                 .bind(lease_ms)
                 .bind(limit)
@@ -174,7 +164,10 @@ impl Store {
                 .fetch_all(&mut *tx)
                 .await?;
             tx.commit().await?;
-            let mut out = rows.iter().map(outbox_row).collect::<Result<Vec<_>, _>>()?;
+            let mut out = rows
+                .into_iter()
+                .map(OutboxRow::try_from)
+                .collect::<Result<Vec<_>, _>>()?;
             out.sort_by_key(|r| r.id); // RETURNING order is unspecified
             Ok(out)
         })
@@ -184,7 +177,7 @@ impl Store {
     /// The database's clock, in unix ms (what leases and backoffs are timed by).
     pub async fn db_now_ms(&self) -> Result<i64, StoreError> {
         self.bounded("clock", async {
-            let sql = format!("SELECT {}", db_clock_ms(self.backend));
+            let sql = format!("SELECT {}", self.dialect.clock_ms());
             let now: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
                 .fetch_one(self.pool())
                 .await?;
@@ -216,7 +209,7 @@ impl Store {
             // (ids inlined into the text made every mark a new statement to parse, and pushed
             // the hot statements out of sqlx's cache).
             for chunk in shaped_chunks(ids) {
-                let mut p = Placeholders::new(self.backend);
+                let mut p = Placeholders::new(self.dialect);
                 let sql = format!(
                     "UPDATE outbox SET published_at = {}, lease_owner = NULL, lease_until = NULL \
                      WHERE id IN ({}) AND published_at IS NULL",
@@ -247,7 +240,7 @@ impl Store {
         error: &str,
         retry_after_ms: i64,
     ) -> Result<bool, StoreError> {
-        let next = format!("{} + $3", db_clock_ms(self.backend));
+        let next = format!("{} + $3", self.dialect.clock_ms());
         let failure = LeasedFailure { id, owner, error };
         self.record_leased_failure("outbox mark failed", failure, &next, retry_after_ms)
             .await
@@ -342,20 +335,20 @@ impl Store {
         self.bounded("outbox status", async {
             let now = now_ms();
             let sql = format!(
-                "SELECT COUNT(*), MIN(created_at), COUNT(last_error), \
-                     COUNT(CASE WHEN lease_until > {} THEN 1 END) \
+                "SELECT COUNT(*) AS pending, MIN(created_at) AS oldest, \
+                     COUNT(last_error) AS with_errors, \
+                     COUNT(CASE WHEN lease_until > {} THEN 1 END) AS leased \
                      FROM outbox WHERE published_at IS NULL",
-                db_clock_ms(self.backend)
+                self.dialect.clock_ms()
             );
-            let (pending, oldest, with_errors, leased): (i64, Option<i64>, i64, i64) =
-                sqlx::query_as(sqlx::AssertSqlSafe(sql))
-                    .fetch_one(self.pool())
-                    .await?;
+            let status: StatusRecord = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .fetch_one(self.pool())
+                .await?;
             Ok(OutboxStatus {
-                pending,
-                oldest_pending_age_ms: oldest.map(|t| now.saturating_sub(t).max(0)),
-                with_errors,
-                leased,
+                pending: status.pending,
+                oldest_pending_age_ms: status.oldest.map(|t| now.saturating_sub(t).max(0)),
+                with_errors: status.with_errors,
+                leased: status.leased,
             })
         })
         .await
@@ -375,34 +368,59 @@ impl Store {
     }
 }
 
-/// SQL for the database's current time in unix milliseconds.
-pub(super) fn db_clock_ms(backend: Backend) -> &'static str {
-    match backend {
-        Backend::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
-        Backend::Sqlite => "CAST(unixepoch('subsec') * 1000 AS INTEGER)",
+/// An outbox row as the table holds it ([`COLUMNS`]).
+#[derive(sqlx::FromRow)]
+struct OutboxRecord {
+    id: i64,
+    event_id: String,
+    route: String,
+    plugin: String,
+    exchange: String,
+    routing_key: String,
+    /// JSON text (`headers_to_json`).
+    headers: String,
+    content_type: Option<String>,
+    payload: Vec<u8>,
+    ordering_key: String,
+    created_at: i64,
+    attempts: i64,
+    last_error: Option<String>,
+}
+
+impl TryFrom<OutboxRecord> for OutboxRow {
+    type Error = StoreError;
+
+    fn try_from(r: OutboxRecord) -> Result<Self, StoreError> {
+        let event_id = uuid::Uuid::parse_str(&r.event_id).map_err(|e| {
+            let id = &r.event_id;
+            StoreError::Database(format!("outbox event_id {id:?} is not a UUID: {e}"))
+        })?;
+        Ok(OutboxRow {
+            id: r.id,
+            event: NewOutboxRow {
+                event_id,
+                route: r.route,
+                plugin: r.plugin,
+                exchange: r.exchange,
+                routing_key: r.routing_key,
+                headers: headers_from_json(&r.headers)?,
+                content_type: r.content_type,
+                payload: r.payload,
+                ordering_key: r.ordering_key,
+            },
+            created_at: r.created_at,
+            attempts: r.attempts,
+            last_error: r.last_error,
+        })
     }
 }
 
-fn outbox_row(row: &AnyRow) -> Result<OutboxRow, StoreError> {
-    let event_id: String = row.try_get("event_id")?;
-    let headers: String = row.try_get("headers")?;
-    Ok(OutboxRow {
-        id: row.try_get("id")?,
-        event: NewOutboxRow {
-            event_id: uuid::Uuid::parse_str(&event_id).map_err(|e| {
-                StoreError::Database(format!("outbox event_id {event_id:?} is not a UUID: {e}"))
-            })?,
-            route: row.try_get("route")?,
-            plugin: row.try_get("plugin")?,
-            exchange: row.try_get("exchange")?,
-            routing_key: row.try_get("routing_key")?,
-            headers: headers_from_json(&headers)?,
-            content_type: row.try_get("content_type")?,
-            payload: row.try_get("payload")?,
-            ordering_key: row.try_get("ordering_key")?,
-        },
-        created_at: row.try_get("created_at")?,
-        attempts: row.try_get("attempts")?,
-        last_error: row.try_get("last_error")?,
-    })
+/// What [`Store::outbox_status`] counts.
+#[derive(sqlx::FromRow)]
+struct StatusRecord {
+    pending: i64,
+    /// `created_at` of the oldest unpublished row.
+    oldest: Option<i64>,
+    with_errors: i64,
+    leased: i64,
 }

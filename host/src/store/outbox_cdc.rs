@@ -3,8 +3,6 @@
 //! look at `lease_owner`. Marking published is shared with the polling relay
 //! (`outbox_mark_published_many`).
 
-use sqlx::Row;
-
 use super::outbox::PARKED;
 use super::sql::{Placeholders, shaped_chunks};
 use super::{Store, StoreError, nul_free};
@@ -31,18 +29,16 @@ impl Store {
     async fn ids_among(&self, ids: &[i64], condition: &str) -> Result<Vec<i64>, StoreError> {
         let mut out = Vec::new();
         for chunk in shaped_chunks(ids) {
-            let mut p = Placeholders::new(self.backend);
+            let mut p = Placeholders::new(self.dialect);
             let sql = format!(
                 "SELECT id FROM outbox WHERE id IN ({}) {condition}",
                 p.list(chunk.len())
             );
-            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            let mut query = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql));
             for id in chunk {
                 query = query.bind(*id);
             }
-            for row in query.fetch_all(self.pool()).await? {
-                out.push(row.try_get::<i64, _>("id")?);
-            }
+            out.extend(query.fetch_all(self.pool()).await?);
         }
         out.sort_unstable();
         Ok(out)

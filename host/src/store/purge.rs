@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sqlx::AssertSqlSafe;
 
-use super::{Backend, Store, StoreError};
+use super::{Store, StoreError};
 
 /// Rows deleted per transaction by a retention purge.
 pub const RETENTION_BATCH: u64 = 1_000;
@@ -24,37 +24,20 @@ impl Store {
     /// rows went. A failed batch ends the purge with its error; the batches before it stay
     /// deleted.
     ///
-    /// `sqlite_index` names the index SQLite finds the rows by (`INDEXED BY`): without
-    /// statistics its planner may otherwise walk the whole table for every batch. PostgreSQL
-    /// plans by its statistics.
+    /// `index` names the index the rows are found by, for a planner without statistics
+    /// (SQLite's, which may otherwise walk the whole table for every batch).
     pub(crate) async fn purge_where(
         &self,
         table: &str,
-        sqlite_index: Option<&str>,
+        index: Option<&str>,
         condition: &str,
         arg: i64,
     ) -> Result<u64, StoreError> {
         // The condition is checked again on the row deleted: a row changed meanwhile (a
-        // tombstone revived, a dead letter claimed for a replay) is left alone. PostgreSQL:
-        // `= ANY(ARRAY(...))` deletes by the rows' addresses (a TID scan), and rows another
-        // purge has locked are skipped, not waited for. SQLite: `NOT INDEXED` keeps the
-        // outer delete on rowid lookups of the batch rather than a scan of an index.
-        let sql = match self.backend {
-            Backend::Postgres => format!(
-                "DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} \
-                 WHERE {condition} LIMIT {RETENTION_BATCH} FOR UPDATE SKIP LOCKED)) \
-                 AND {condition}"
-            ),
-            Backend::Sqlite => {
-                let index = sqlite_index
-                    .map(|index| format!(" INDEXED BY {index}"))
-                    .unwrap_or_default();
-                format!(
-                    "DELETE FROM {table} NOT INDEXED WHERE rowid IN (SELECT rowid FROM \
-                     {table}{index} WHERE {condition} LIMIT {RETENTION_BATCH}) AND {condition}"
-                )
-            }
-        };
+        // tombstone revived, a dead letter claimed for a replay) is left alone.
+        let sql = self
+            .dialect
+            .delete_batch(table, index, condition, RETENTION_BATCH);
         let mut total = 0;
         loop {
             let deleted = self

@@ -83,13 +83,28 @@ fn time_in(rest: &str) -> i64 {
         .unwrap_or(0)
 }
 
-/// The keyring `rows` (name, hex value) hold at `now`: the newest next key whose time has
-/// come seals, the stored `header-seal` and older next keys then only verify.
-fn keyring(rows: &[(String, String)], now: i64) -> Result<SealSecrets, StoreError> {
+/// A row of `carteiro_secrets`: a key's name and its hex value.
+#[derive(Debug, Clone, sqlx::FromRow)]
+struct SecretRow {
+    name: String,
+    value: String,
+}
+
+/// A row of the keyring with the database's clock at the time it was read.
+#[derive(sqlx::FromRow)]
+struct SecretAt {
+    #[sqlx(flatten)]
+    row: SecretRow,
+    now: i64,
+}
+
+/// The keyring `rows` hold at `now`: the newest next key whose time has come seals, the
+/// stored `header-seal` and older next keys then only verify.
+fn keyring(rows: &[SecretRow], now: i64) -> Result<SealSecrets, StoreError> {
     let mut stored = None;
     let mut retired = Vec::new();
     let mut nexts = Vec::new();
-    for (name, value) in rows {
+    for SecretRow { name, value } in rows {
         if name == HEADER_SEAL {
             stored = Some(decode(name, value)?);
         } else if let Some(rest) = name.strip_prefix(RETIRED_PREFIX) {
@@ -131,16 +146,17 @@ fn keyring(rows: &[(String, String)], now: i64) -> Result<SealSecrets, StoreErro
 /// The rows a rotation writes: the key that seals now (written back: a next key whose time
 /// came is promoted), the same key retired until `accept_old_ms` after `activates`, and a
 /// fresh key that seals from `activates`.
-fn rotation_rows(current: &[u8], activates: i64, accept_old_ms: i64) -> [(String, String); 3] {
+fn rotation_rows(current: &[u8], activates: i64, accept_old_ms: i64) -> [SecretRow; 3] {
     let expires = activates.saturating_add(accept_old_ms.max(0));
     let unique = || uuid::Uuid::now_v7().simple().to_string();
+    let row = |name: String, value: String| SecretRow { name, value };
     [
-        (HEADER_SEAL.to_owned(), hex::encode(current)),
-        (
+        row(HEADER_SEAL.to_owned(), hex::encode(current)),
+        row(
             format!("{RETIRED_PREFIX}{expires}:{}", unique()),
             hex::encode(current),
         ),
-        (
+        row(
             format!("{NEXT_PREFIX}{activates}:{}", unique()),
             hex::encode(rand::random::<[u8; 32]>()),
         ),
@@ -149,13 +165,13 @@ fn rotation_rows(current: &[u8], activates: i64, accept_old_ms: i64) -> [(String
 
 /// The rows a rotation at `now` deletes: retired keys past their window, and next keys
 /// (whose time came: the rotation promotes the newest).
-fn stale_rows(rows: &[(String, String)], now: i64) -> impl Iterator<Item = &str> {
-    rows.iter()
-        .map(|(name, _)| name.as_str())
-        .filter(move |name| match name.strip_prefix(RETIRED_PREFIX) {
+fn stale_rows(rows: &[SecretRow], now: i64) -> impl Iterator<Item = &str> {
+    rows.iter().map(|r| r.name.as_str()).filter(move |name| {
+        match name.strip_prefix(RETIRED_PREFIX) {
             Some(rest) => time_in(rest) <= now,
             None => name.starts_with(NEXT_PREFIX),
-        })
+        }
+    })
 }
 
 impl Store {
@@ -191,19 +207,20 @@ impl Store {
         if let Some(secret) = &self.seal_secret {
             return Ok(SealSecrets::only(secret));
         }
-        let clock = super::outbox::db_clock_ms(self.backend);
+        let clock = self.dialect.clock_ms();
         let sql = format!(
-            "SELECT name, value, {clock} FROM carteiro_secrets WHERE name LIKE 'header-seal%'"
+            "SELECT name, value, {clock} AS now FROM carteiro_secrets \
+             WHERE name LIKE 'header-seal%'"
         );
-        let rows: Vec<(String, String, i64)> = self
+        let rows: Vec<SecretAt> = self
             .bounded("header-seal keys", async {
                 Ok(sqlx::query_as(sqlx::AssertSqlSafe(sql))
                     .fetch_all(&self.pool)
                     .await?)
             })
             .await?;
-        let now = rows.first().map_or(0, |r| r.2);
-        let rows: Vec<(String, String)> = rows.into_iter().map(|(n, v, _)| (n, v)).collect();
+        let now = rows.first().map_or(0, |r| r.now);
+        let rows: Vec<SecretRow> = rows.into_iter().map(|r| r.row).collect();
         keyring(&rows, now)
     }
 
@@ -233,11 +250,11 @@ impl Store {
             .bind(HEADER_SEAL)
             .execute(&mut *tx)
             .await?;
-        let clock = super::outbox::db_clock_ms(self.backend);
+        let clock = self.dialect.clock_ms();
         let now: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT {clock}")))
             .fetch_one(&mut *tx)
             .await?;
-        let rows: Vec<(String, String)> = sqlx::query_as(
+        let rows: Vec<SecretRow> = sqlx::query_as(
             "SELECT name, value FROM carteiro_secrets WHERE name LIKE 'header-seal%'",
         )
         .fetch_all(&mut *tx)
@@ -258,7 +275,7 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
         }
-        for (name, value) in writes {
+        for SecretRow { name, value } in writes {
             sqlx::query(
                 "INSERT INTO carteiro_secrets (name, value) VALUES ($1, $2) \
                  ON CONFLICT (name) DO UPDATE SET value = excluded.value",
@@ -279,8 +296,11 @@ mod tests {
 
     use super::*;
 
-    fn row(name: &str, key: u8) -> (String, String) {
-        (name.to_owned(), hex::encode([key; 4]))
+    fn row(name: &str, key: u8) -> SecretRow {
+        SecretRow {
+            name: name.to_owned(),
+            value: hex::encode([key; 4]),
+        }
     }
 
     #[test]

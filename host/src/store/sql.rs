@@ -1,8 +1,6 @@
 //! Placeholder lists for statements built per batch (`IN (...)`, multi-row `VALUES`).
 
-use super::Backend;
-
-use std::fmt::Write;
+use super::Dialect;
 
 /// Most rows (or `IN` values) per batch statement: 128 outbox rows are 1,408 parameters,
 /// well under SQLite's 32,766 and PostgreSQL's 65,535.
@@ -24,17 +22,16 @@ pub(super) fn shaped_chunks<T>(items: &[T]) -> impl Iterator<Item = &[T]> {
     })
 }
 
-/// Placeholders in order of appearance, bound in the same order: `$1, $2, ...` on
-/// PostgreSQL, plain `?` on SQLite. (SQLite looks `$N` names up by linear scan when it
-/// prepares and binds, which makes a statement with thousands of them quadratic.)
+/// Placeholders in order of appearance, bound in the same order, as the dialect spells
+/// them (`$1, $2, ...` on PostgreSQL, plain `?` on SQLite).
 pub(super) struct Placeholders {
-    backend: Backend,
+    dialect: &'static dyn Dialect,
     count: usize,
 }
 
 impl Placeholders {
-    pub(super) fn new(backend: Backend) -> Self {
-        Self { backend, count: 0 }
+    pub(super) fn new(dialect: &'static dyn Dialect) -> Self {
+        Self { dialect, count: 0 }
     }
 
     pub(super) fn next(&mut self) -> String {
@@ -45,12 +42,7 @@ impl Placeholders {
 
     fn push(&mut self, out: &mut String) {
         self.count += 1;
-        match self.backend {
-            Backend::Postgres => {
-                let _ = write!(out, "${}", self.count);
-            }
-            Backend::Sqlite => out.push('?'),
-        }
+        self.dialect.placeholder(self.count, out);
     }
 
     /// `a, b, c` for `n` parameters.
@@ -83,7 +75,8 @@ impl Placeholders {
 
 #[cfg(test)]
 mod tests {
-    use super::{Backend, Placeholders, shaped_chunks};
+    use super::{Placeholders, shaped_chunks};
+    use crate::store::{Postgres, Sqlite};
 
     #[test]
     fn chunks_come_in_few_shapes() {
@@ -97,10 +90,10 @@ mod tests {
 
     #[test]
     fn numbered_on_postgres_anonymous_on_sqlite() {
-        let mut pg = Placeholders::new(Backend::Postgres);
+        let mut pg = Placeholders::new(&Postgres);
         assert_eq!(pg.next(), "$1");
         assert_eq!(pg.rows(2, 2), "($2, $3), ($4, $5)");
-        let mut lite = Placeholders::new(Backend::Sqlite);
+        let mut lite = Placeholders::new(&Sqlite);
         assert_eq!(lite.next(), "?");
         assert_eq!(lite.list(3), "?, ?, ?");
     }

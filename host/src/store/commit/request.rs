@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use sqlx::{AnyConnection, AssertSqlSafe};
 
 use crate::store::sql::{Placeholders, shaped_chunks};
-use crate::store::{Backend, StoreError, headers_to_json, nul_free};
+use crate::store::{Dialect, StoreError, headers_to_json, nul_free};
 
 /// One kv key the handler read, and the version it saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,26 +154,30 @@ pub(super) fn last_write_per_key(writes: &[KvWrite]) -> Vec<&KvWrite> {
 /// (sqlx refuses more before sending), and a batch's keys are unbounded.
 const LOCK_CHUNK: usize = 16_384;
 
-/// Takes the advisory lock of each (namespace, key), in the order given (callers sort, so
-/// two transactions never wait for each other in a cycle), [`LOCK_CHUNK`] keys per
-/// statement: chunks run in order, so the locking order stays the sorted order.
+/// Takes the lock of each (namespace, key) where the dialect has named locks (PostgreSQL's
+/// advisory locks; on SQLite the write transaction already excludes every other writer), in
+/// the order given (callers sort, so two transactions never wait for each other in a
+/// cycle), [`LOCK_CHUNK`] keys per statement: chunks run in order, so the locking order
+/// stays the sorted order.
+///
+/// Row locks alone cannot cover a key read as *absent* (there is no row to lock), which
+/// would allow write skew; these locks make every kv access of a committing request
+/// two-phase, hence serializable per key. A deadlock between instances surfaces as a
+/// conflict (SQLSTATE 40P01).
 pub(super) async fn lock_kv_keys<'a>(
     conn: &mut AnyConnection,
+    dialect: &dyn Dialect,
     keys: impl Iterator<Item = (&'a str, &'a str)>,
 ) -> Result<(), sqlx::Error> {
-    let keys: Vec<String> = keys
-        // U+001F between namespace and key; a collision only costs extra waiting.
-        .map(|(namespace, key)| format!("kv\u{1f}{namespace}\u{1f}{key}"))
-        .collect();
+    let keys: Vec<(&str, &str)> = keys.collect();
     for chunk in keys.chunks(LOCK_CHUNK) {
-        let values: Vec<String> = (1..=chunk.len()).map(|i| format!("(${i})")).collect();
-        let sql = format!(
-            "SELECT COUNT(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM (VALUES {}) AS t(k)",
-            values.join(", ")
-        );
+        let Some(sql) = dialect.lock_names(chunk.len()) else {
+            return Ok(());
+        };
         let mut query = sqlx::query(AssertSqlSafe(sql));
-        for key in chunk {
-            query = query.bind(key.as_str());
+        for (namespace, key) in chunk {
+            // U+001F between namespace and key; a collision only costs extra waiting.
+            query = query.bind(format!("kv\u{1f}{namespace}\u{1f}{key}"));
         }
         query.execute(&mut *conn).await?;
     }
@@ -184,7 +188,7 @@ pub(super) async fn lock_kv_keys<'a>(
 /// the relay's per-key ordering relies on). Returns how many.
 pub(super) async fn insert_outbox(
     conn: &mut AnyConnection,
-    backend: Backend,
+    dialect: &'static dyn Dialect,
     committed: &[&CommitRequest],
     now: i64,
 ) -> Result<usize, sqlx::Error> {
@@ -194,7 +198,7 @@ pub(super) async fn insert_outbox(
         let sql = format!(
             "INSERT INTO outbox (event_id, route, plugin, exchange, routing_key, headers, \
              content_type, payload, ordering_key, created_at, next_attempt_at) VALUES {}",
-            Placeholders::new(backend).rows(chunk.len(), WIDTH)
+            Placeholders::new(dialect).rows(chunk.len(), WIDTH)
         );
         let mut query = sqlx::query(AssertSqlSafe(sql));
         for row in chunk {

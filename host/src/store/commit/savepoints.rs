@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use sqlx::AnyConnection;
+use sqlx::{AnyConnection, AssertSqlSafe};
 
 use super::request::{
     CommitOutcome, CommitRequest, MAX_KV_KEYS_PER_COMMIT, check, distinct_keys, insert_outbox,
@@ -13,7 +13,7 @@ use super::request::{
 };
 use super::set::SetError;
 use crate::store::error::{Class, classify};
-use crate::store::{Backend, Store, StoreError, now_ms};
+use crate::store::{Dialect, OUTBOX_NOTIFY_CHANNEL, Store, StoreError, now_ms};
 
 impl Store {
     /// Commits a batch in one transaction (several when its kv keys add up to more than
@@ -76,7 +76,7 @@ impl Store {
             sqlx::query("SAVEPOINT carteiro_request")
                 .execute(&mut *tx)
                 .await?;
-            let outcome = match apply(&mut tx, self.backend, req, now).await {
+            let outcome = match apply(&mut tx, self.dialect, req, now).await {
                 Ok(None) => CommitOutcome::Committed,
                 Ok(Some(stop)) => stop,
                 Err(e) => match classify(&e) {
@@ -98,11 +98,13 @@ impl Store {
                 .await?;
             outcomes.push(outcome);
         }
-        if published_rows && self.backend == Backend::Postgres {
-            // Delivered at COMMIT to relays of other instances listening on the channel.
-            sqlx::query("NOTIFY carteiro_outbox")
-                .execute(&mut *tx)
-                .await?;
+        if let Some(notify) = self
+            .dialect
+            .notify(OUTBOX_NOTIFY_CHANNEL)
+            .filter(|_| published_rows)
+        {
+            // Wakes the relays of other instances at COMMIT.
+            sqlx::query(AssertSqlSafe(notify)).execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(outcomes)
@@ -132,7 +134,7 @@ pub(crate) fn key_groups(batch: &[CommitRequest]) -> Vec<std::ops::Range<usize>>
 /// Applies one request inside its savepoint. `Ok(Some(_))` stops it (Duplicate/Conflict).
 async fn apply(
     conn: &mut AnyConnection,
-    backend: Backend,
+    dialect: &'static dyn Dialect,
     req: &CommitRequest,
     now: i64,
 ) -> Result<Option<CommitOutcome>, sqlx::Error> {
@@ -149,21 +151,13 @@ async fn apply(
         return Ok(Some(CommitOutcome::Duplicate));
     }
 
-    if backend == Backend::Postgres {
-        lock_keys(conn, req).await?;
-    }
-    // SQLite needs no row locks: BEGIN IMMEDIATE already made this the only writer.
-    let select_version = match backend {
-        Backend::Postgres => {
-            "SELECT version FROM kv WHERE namespace = $1 AND key = $2 AND value IS NOT NULL \
-             FOR UPDATE"
-        }
-        Backend::Sqlite => {
-            "SELECT version FROM kv WHERE namespace = $1 AND key = $2 AND value IS NOT NULL"
-        }
-    };
+    lock_keys(conn, dialect, req).await?;
+    let select_version = format!(
+        "SELECT version FROM kv WHERE namespace = $1 AND key = $2 AND value IS NOT NULL{}",
+        dialect.for_update()
+    );
     for read in &req.reads {
-        let current: Option<i64> = sqlx::query_scalar(select_version)
+        let current: Option<i64> = sqlx::query_scalar(AssertSqlSafe(select_version.as_str()))
             .bind(ns)
             .bind(read.key.as_str())
             .fetch_optional(&mut *conn)
@@ -234,16 +228,16 @@ async fn apply(
         }
     }
 
-    insert_outbox(conn, backend, &[req], now).await?;
+    insert_outbox(conn, dialect, &[req], now).await?;
     Ok(None)
 }
 
-/// PostgreSQL: an exclusive transaction-scoped advisory lock per key read or written, in
-/// sorted order. Row locks alone cannot cover a key read as *absent* (there is no row to
-/// lock), which would allow write skew; these locks make every kv access of a committing
-/// request two-phase, hence serializable per key. A deadlock between instances surfaces as
-/// SQLSTATE 40P01, which the caller maps to Conflict.
-async fn lock_keys(conn: &mut AnyConnection, req: &CommitRequest) -> Result<(), sqlx::Error> {
+/// The lock of each key `req` reads or writes (`lock_kv_keys`), in sorted order.
+async fn lock_keys(
+    conn: &mut AnyConnection,
+    dialect: &dyn Dialect,
+    req: &CommitRequest,
+) -> Result<(), sqlx::Error> {
     let ns = req.namespace.as_str();
     let keys: BTreeSet<(&str, &str)> = req
         .reads
@@ -251,5 +245,5 @@ async fn lock_keys(conn: &mut AnyConnection, req: &CommitRequest) -> Result<(), 
         .map(|r| (ns, r.key.as_str()))
         .chain(req.writes.iter().map(|w| (ns, w.key.as_str())))
         .collect();
-    lock_kv_keys(conn, keys.into_iter()).await
+    lock_kv_keys(conn, dialect, keys.into_iter()).await
 }

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use sqlx::{AnyConnection, AssertSqlSafe, Row};
+use sqlx::{AnyConnection, AssertSqlSafe};
 
 use super::request::{
     CommitOutcome, CommitRequest, check, insert_outbox, last_write_per_key, lock_kv_keys,
@@ -21,7 +21,7 @@ use super::request::{
 use crate::store::error::{Class, classify};
 use crate::store::inbox::present_keys;
 use crate::store::sql::{Placeholders, shaped_chunks};
-use crate::store::{Backend, Store, StoreError, now_ms};
+use crate::store::{Dialect, OUTBOX_NOTIFY_CHANNEL, Store, StoreError, now_ms};
 
 /// Why the fast path gave up.
 pub(crate) enum SetError {
@@ -60,6 +60,15 @@ impl Version {
             live,
         }
     }
+}
+
+/// A kv row's version as [`current_kv`] reads it; `live` is 1 for a value, 0 for a
+/// tombstone (an integer alike on both backends).
+#[derive(sqlx::FromRow)]
+struct KvRecord {
+    key: String,
+    version: i64,
+    live: i64,
 }
 
 /// kv rows by namespace, then key.
@@ -106,11 +115,9 @@ impl Store {
                     .chain(r.writes.iter().map(move |w| (ns, w.key.as_str())))
             })
             .collect();
-        if self.backend == Backend::Postgres {
-            lock_kv_keys(&mut tx, kv_keys.iter().copied()).await?;
-        }
-        let processed = existing_inbox(&mut tx, self.backend, valid()).await?;
-        let mut kv = current_kv(&mut tx, self.backend, &kv_keys).await?;
+        lock_kv_keys(&mut tx, self.dialect, kv_keys.iter().copied()).await?;
+        let processed = existing_inbox(&mut tx, self.dialect, valid()).await?;
+        let mut kv = current_kv(&mut tx, self.dialect, &kv_keys).await?;
 
         // Decide, in request order, on the state left by the requests before.
         let mut outcomes = Vec::with_capacity(batch.len());
@@ -151,14 +158,16 @@ impl Store {
             outcomes.push(CommitOutcome::Committed);
         }
 
-        insert_inbox(&mut tx, self.backend, &committed, now).await?;
-        upsert_kv(&mut tx, self.backend, &changes, now).await?;
-        let events = insert_outbox(&mut tx, self.backend, &committed, now).await?;
-        if events > 0 && self.backend == Backend::Postgres {
-            // Delivered at COMMIT to relays of other instances listening on the channel.
-            sqlx::query("NOTIFY carteiro_outbox")
-                .execute(&mut *tx)
-                .await?;
+        insert_inbox(&mut tx, self.dialect, &committed, now).await?;
+        upsert_kv(&mut tx, self.dialect, &changes, now).await?;
+        let events = insert_outbox(&mut tx, self.dialect, &committed, now).await?;
+        if let Some(notify) = self
+            .dialect
+            .notify(OUTBOX_NOTIFY_CHANNEL)
+            .filter(|_| events > 0)
+        {
+            // Wakes the relays of other instances at COMMIT.
+            sqlx::query(AssertSqlSafe(notify)).execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(outcomes)
@@ -205,7 +214,7 @@ fn plan<'a>(req: &'a CommitRequest, kv: &KvRows) -> Option<Vec<PlannedWrite<'a>>
 /// The (route, key) pairs of `requests` already in the inbox, by route.
 async fn existing_inbox<'a>(
     conn: &mut AnyConnection,
-    backend: Backend,
+    dialect: &'static dyn Dialect,
     requests: impl Iterator<Item = &'a CommitRequest>,
 ) -> Result<HashMap<String, HashSet<String>>, sqlx::Error> {
     let mut by_route: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
@@ -218,7 +227,7 @@ async fn existing_inbox<'a>(
     let mut found: HashMap<String, HashSet<String>> = HashMap::new();
     for (route, keys) in by_route {
         let keys: Vec<&str> = keys.into_iter().collect();
-        let present = present_keys(conn, backend, route, &keys).await?;
+        let present = present_keys(conn, dialect, route, &keys).await?;
         found.insert(route.to_owned(), present);
     }
     Ok(found)
@@ -227,43 +236,35 @@ async fn existing_inbox<'a>(
 /// The current rows (live or tombstone) of `keys`; PostgreSQL also locks them.
 async fn current_kv(
     conn: &mut AnyConnection,
-    backend: Backend,
+    dialect: &'static dyn Dialect,
     keys: &BTreeSet<(&str, &str)>,
 ) -> Result<KvRows, sqlx::Error> {
     let mut by_namespace: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for (ns, key) in keys {
         by_namespace.entry(ns).or_default().push(key);
     }
-    let lock = match backend {
-        Backend::Postgres => " FOR UPDATE",
-        Backend::Sqlite => "",
-    };
+    let lock = dialect.for_update();
     let mut rows = KvRows::new();
     for (ns, keys) in by_namespace {
         for chunk in shaped_chunks(&keys) {
-            let mut p = Placeholders::new(backend);
+            let mut p = Placeholders::new(dialect);
             let sql = format!(
                 "SELECT key, version, CAST(CASE WHEN value IS NULL THEN 0 ELSE 1 END AS BIGINT) \
                  AS live FROM kv WHERE namespace = {} AND key IN ({}){lock}",
                 p.next(),
                 p.list(chunk.len())
             );
-            let mut query = sqlx::query(AssertSqlSafe(sql)).bind(ns);
+            let mut query = sqlx::query_as::<_, KvRecord>(AssertSqlSafe(sql)).bind(ns);
             for key in chunk {
                 query = query.bind(*key);
             }
             let entries = rows.entry(ns.to_owned()).or_default();
             for row in query.fetch_all(&mut *conn).await? {
-                let key: String = row.try_get("key")?;
-                let version: i64 = row.try_get("version")?;
-                let live: i64 = row.try_get("live")?;
-                entries.insert(
-                    key,
-                    Version {
-                        version,
-                        live: live != 0,
-                    },
-                );
+                let version = Version {
+                    version: row.version,
+                    live: row.live != 0,
+                };
+                entries.insert(row.key, version);
             }
         }
     }
@@ -272,14 +273,14 @@ async fn current_kv(
 
 async fn insert_inbox(
     conn: &mut AnyConnection,
-    backend: Backend,
+    dialect: &'static dyn Dialect,
     committed: &[&CommitRequest],
     now: i64,
 ) -> Result<(), SetError> {
     for chunk in shaped_chunks(committed) {
         let sql = format!(
             "INSERT INTO inbox (route, key, processed_at) VALUES {} ON CONFLICT DO NOTHING",
-            Placeholders::new(backend).rows(chunk.len(), 3)
+            Placeholders::new(dialect).rows(chunk.len(), 3)
         );
         let mut query = sqlx::query(AssertSqlSafe(sql));
         for req in chunk {
@@ -300,7 +301,7 @@ async fn insert_inbox(
 
 async fn upsert_kv(
     conn: &mut AnyConnection,
-    backend: Backend,
+    dialect: &'static dyn Dialect,
     changes: &BTreeMap<(&str, &str), KvChange<'_>>,
     now: i64,
 ) -> Result<(), SetError> {
@@ -312,7 +313,7 @@ async fn upsert_kv(
              ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, \
              version = excluded.version, updated_at = excluded.updated_at \
              WHERE kv.version < excluded.version",
-            Placeholders::new(backend).rows(chunk.len(), 5)
+            Placeholders::new(dialect).rows(chunk.len(), 5)
         );
         let mut query = sqlx::query(AssertSqlSafe(sql));
         for ((ns, key), change) in chunk {

@@ -38,7 +38,7 @@ pub enum KeyTaken {
 }
 
 /// A live claim of another edit's copy.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct HeldEditClaim {
     /// The dead letter whose edited copy holds the key.
     pub dead_letter_id: i64,
@@ -59,7 +59,7 @@ impl Store {
             nul_free::text("route", claim.route)?;
             nul_free::text("inbox key", claim.key)?;
             nul_free::text("message id", claim.message_id.unwrap_or(""))?;
-            let clock = crate::store::outbox::db_clock_ms(self.backend);
+            let clock = self.dialect().clock_ms();
             let mut tx = self.begin_write().await?;
             sqlx::query(AssertSqlSafe(format!(
                 "DELETE FROM dead_letter_edit_claims WHERE claimed_until < {clock} \
@@ -97,7 +97,7 @@ impl Store {
             let held = match inserted {
                 1 => None,
                 _ => Some(
-                    sqlx::query_as::<_, (i64, i64, i64)>(
+                    sqlx::query_as::<_, HeldEditClaim>(
                         "SELECT dead_letter_id, claimed_at, claimed_until \
                          FROM dead_letter_edit_claims WHERE route = $1 AND key = $2",
                     )
@@ -108,16 +108,7 @@ impl Store {
                 ),
             };
             tx.commit().await?;
-            Ok(match held {
-                None => Ok(()),
-                Some((dead_letter_id, claimed_at, claimed_until)) => {
-                    Err(KeyTaken::Held(HeldEditClaim {
-                        dead_letter_id,
-                        claimed_at,
-                        claimed_until,
-                    }))
-                }
-            })
+            Ok(held.map_or(Ok(()), |held| Err(KeyTaken::Held(held))))
         })
         .await
     }

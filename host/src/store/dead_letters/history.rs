@@ -6,8 +6,7 @@
 //! dead letters a replay became again are found by their `replay_of`:
 //! `Store::dead_letters_replaying`.)
 
-use sqlx::any::AnyRow;
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::AssertSqlSafe;
 
 use crate::store::{Store, StoreError, now_ms, nul_free};
 
@@ -68,7 +67,7 @@ impl Store {
     /// The replays and edits of dead letter `id`, oldest first.
     pub async fn dead_letter_events(&self, id: i64) -> Result<Vec<DeadLetterEvent>, StoreError> {
         self.bounded("dead letter events", async {
-            let rows = sqlx::query(
+            let rows: Vec<EventRecord> = sqlx::query_as(
                 "SELECT id, dead_letter_id, kind, happened_at, actor, detail, body \
                  FROM dead_letter_events WHERE dead_letter_id = $1 ORDER BY id LIMIT $2",
             )
@@ -76,7 +75,7 @@ impl Store {
             .bind(MAX_EVENTS)
             .fetch_all(self.pool())
             .await?;
-            rows.iter().map(event).collect()
+            Ok(rows.into_iter().map(DeadLetterEvent::from).collect())
         })
         .await
     }
@@ -130,7 +129,7 @@ impl Store {
         };
         self.bounded(what, async {
             nul_free::text(field, owner)?;
-            let clock = crate::store::outbox::db_clock_ms(self.backend);
+            let clock = self.dialect().clock_ms();
             let mut sql = format!(
                 "UPDATE dead_letters SET replaying_by = $2, replaying_until = {clock} + $3 \
                  WHERE id = $1 \
@@ -260,15 +259,29 @@ impl Store {
     }
 }
 
-fn event(row: &AnyRow) -> Result<DeadLetterEvent, StoreError> {
-    let detail: String = row.try_get("detail")?;
-    Ok(DeadLetterEvent {
-        id: row.try_get("id")?,
-        dead_letter_id: row.try_get("dead_letter_id")?,
-        kind: row.try_get("kind")?,
-        at: row.try_get("happened_at")?,
-        actor: row.try_get("actor")?,
-        detail: serde_json::from_str(&detail).unwrap_or(serde_json::Value::Null),
-        body: row.try_get("body")?,
-    })
+/// A row of `dead_letter_events`.
+#[derive(sqlx::FromRow)]
+struct EventRecord {
+    id: i64,
+    dead_letter_id: i64,
+    kind: String,
+    happened_at: i64,
+    actor: Option<String>,
+    /// JSON text.
+    detail: String,
+    body: Option<Vec<u8>>,
+}
+
+impl From<EventRecord> for DeadLetterEvent {
+    fn from(r: EventRecord) -> Self {
+        DeadLetterEvent {
+            id: r.id,
+            dead_letter_id: r.dead_letter_id,
+            kind: r.kind,
+            at: r.happened_at,
+            actor: r.actor,
+            detail: serde_json::from_str(&r.detail).unwrap_or(serde_json::Value::Null),
+            body: r.body,
+        }
+    }
 }

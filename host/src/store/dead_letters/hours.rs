@@ -8,14 +8,15 @@
 
 use sqlx::AssertSqlSafe;
 
-use super::{Arg, DeadLetterFilter, arguments};
+use super::DeadLetterFilter;
+use super::filter::{Arg, arguments};
 use crate::store::{Store, StoreError};
 
 /// One hour in milliseconds.
 pub const HOUR_MS: i64 = 3_600_000;
 
 /// How many dead letters of one (route, reason) a window's hour holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct DeadLetterHour {
     /// Route.
     pub route: String,
@@ -40,19 +41,11 @@ impl Store {
     ) -> Result<Vec<DeadLetterHour>, StoreError> {
         self.bounded("dead letters per hour", async {
             let (sql, args) = self.per_hour_sql(filter, since_ms, hours);
-            let rows: Vec<(String, String, i64, i64)> =
+            let hours: Vec<DeadLetterHour> =
                 sqlx::query_as_with(AssertSqlSafe(sql), arguments(args)?)
                     .fetch_all(self.pool())
                     .await?;
-            Ok(rows
-                .into_iter()
-                .map(|(route, reason, hour, count)| DeadLetterHour {
-                    route,
-                    reason,
-                    hour,
-                    count,
-                })
-                .collect())
+            Ok(hours)
         })
         .await
     }
@@ -74,7 +67,8 @@ impl Store {
         args.push(Arg::Int(since_ms));
         let since = args.len();
         let sql = format!(
-            "SELECT route, reason, (dead_lettered_at - ${since}) / {HOUR_MS}, COUNT(*) \
+            "SELECT route, reason, (dead_lettered_at - ${since}) / {HOUR_MS} AS hour, \
+             COUNT(*) AS count \
              FROM ({rows}) AS window_rows GROUP BY route, reason, 3 ORDER BY route, reason, 3"
         );
         (sql, args)

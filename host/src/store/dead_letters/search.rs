@@ -39,7 +39,7 @@ use serde_json::{Map, Value};
 
 use super::text::{NewDeadLetter, SHORT_MAX, stand_in};
 use crate::common::header_names::{PROP_CORRELATION_ID, PROP_MESSAGE_ID};
-use crate::store::Backend;
+use crate::store::{Dialect, IndexWalk};
 
 /// At most this many fields of one body are kept.
 pub const MAX_FIELDS: usize = 64;
@@ -172,46 +172,39 @@ impl SearchTerms {
         self.message_id.is_none() && self.correlation_id.is_none() && self.body.is_empty()
     }
 
-    /// What a filter's query reads (its `FROM` clause), from after `FROM` up to and including its first `WHERE`
-    /// condition; `bind` binds a text and answers its placeholder number.
+    /// What a filter's query reads (its `FROM` clause), from after `FROM` up to and including
+    /// its first `WHERE` condition; `bind` binds a text and answers its placeholder number.
     ///
     /// A body field drives the query from `dead_letter_fields`' primary key, each dead letter
     /// then read by its id: newest first that is the key range read backwards, so a page
     /// reads what it shows and a search page's window (`dead_letters::search_page`) bounds it.
-    /// The plan is spelled out where a planner could walk the archive instead: on SQLite (no
-    /// statistics to go by, and a route's index looks as good to it as an id's) `CROSS JOIN`
-    /// keeps the fields' table outside, and a message or correlation id reads its own index
-    /// (`INDEXED BY`); on PostgreSQL each dead letter is a `LATERAL` lookup by id (`OFFSET 0`
-    /// keeps it one), since a merge join with the primary key would read every id between the
-    /// window's ends, matching or not.
+    /// The plan is spelled out where a planner could walk the archive instead: each dead
+    /// letter is a lookup by id (`Dialect::lookup_join`: SQLite's `CROSS JOIN` keeps the
+    /// fields' table outside, PostgreSQL's `LATERAL` lookup is never a merge join that would
+    /// read every id between the window's ends), and a message or correlation id reads its
+    /// own index where the planner takes hints (SQLite: no statistics to go by, and a route's
+    /// index looks as good to it as an id's).
     pub(super) fn tables_clause(
         &self,
-        backend: Backend,
+        dialect: &dyn Dialect,
         bind: &mut dyn FnMut(String) -> usize,
     ) -> String {
         if let Some(first) = self.body.first() {
             let path = bind(first.path.clone());
             let value = bind(first.value.clone());
-            let join = match backend {
-                Backend::Sqlite => "CROSS JOIN dead_letters ON dead_letters.id = f.dead_letter_id",
-                Backend::Postgres => {
-                    "CROSS JOIN LATERAL (SELECT * FROM dead_letters d \
-                     WHERE d.id = f.dead_letter_id OFFSET 0) dead_letters"
-                }
-            };
+            let join = dialect.lookup_join("dead_letters", "f.dead_letter_id");
             return format!(
                 "dead_letter_fields f {join} WHERE f.path = ${path} AND f.value = ${value}"
             );
         }
-        match backend {
-            Backend::Sqlite if self.message_id.is_some() => {
-                "dead_letters INDEXED BY dead_letters_message_id WHERE 1 = 1".to_owned()
-            }
-            Backend::Sqlite if self.correlation_id.is_some() => {
-                "dead_letters INDEXED BY dead_letters_correlation_id WHERE 1 = 1".to_owned()
-            }
-            _ => "dead_letters WHERE 1 = 1".to_owned(),
-        }
+        let index = if self.message_id.is_some() {
+            dialect.index_hint("dead_letters_message_id")
+        } else if self.correlation_id.is_some() {
+            dialect.index_hint("dead_letters_correlation_id")
+        } else {
+            String::new()
+        };
+        format!("dead_letters{index} WHERE 1 = 1")
     }
 
     /// The column a filter's ids are ordered and bounded by: when a body field drives the
@@ -228,100 +221,48 @@ impl SearchTerms {
     /// The walk a search page is bounded by: the ids of the first `cap` entries, newest first,
     /// of the index the search is driven by (its first body field's key range, else its message
     /// id's or correlation id's index), below `before` and above `after`, as `hit`: `SELECT hit
-    /// FROM ... LIMIT cap`. `None` without a term. `bind` binds a text and answers its
-    /// placeholder number.
-    ///
-    /// The index is named on SQLite (`INDEXED BY`; the fields' primary key is the table). On
-    /// PostgreSQL, which has no such hint, the walk orders by the index's whole key, bounds its
-    /// leading columns by a range (`>= v AND <= v`, the same rows as `= v`) and the id by a
-    /// comparison of the whole key (`(path, value, id) < (p, v, before)`): with an equality the
-    /// planner drops those columns from the order, and could then walk the primary key (or the
-    /// fields' index by dead letter) through every dead letter, filtering, wherever the term's
-    /// entries are not the newest ones. The whole key's order and bounds only the term's index
-    /// gives.
+    /// FROM ... LIMIT cap` (`Dialect::index_walk`). `None` without a term. `bind` binds a text
+    /// and answers its placeholder number.
     pub(super) fn walk_sql(
         &self,
-        backend: Backend,
+        dialect: &dyn Dialect,
         (before, after): (Option<i64>, Option<i64>),
         cap: i64,
         bind: &mut dyn FnMut(String) -> usize,
     ) -> Option<String> {
-        let (table, index, keys, values, id) = if let Some(first) = self.body.first() {
-            let values = vec![bind(first.path.clone()), bind(first.value.clone())];
-            let keys = vec!["path", "value"];
-            ("dead_letter_fields", None, keys, values, "dead_letter_id")
+        let (table, index, keys, id) = if let Some(first) = self.body.first() {
+            let path = bind(first.path.clone());
+            let value = bind(first.value.clone());
+            let keys = vec![("path", path), ("value", value)];
+            ("dead_letter_fields", None, keys, "dead_letter_id")
         } else if let Some(message) = &self.message_id {
-            let values = vec![bind(stand_in(message, SHORT_MAX))];
-            let index = Some("dead_letters_message_id");
-            ("dead_letters", index, vec!["message_id"], values, "id")
+            let keys = vec![("message_id", bind(stand_in(message, SHORT_MAX)))];
+            ("dead_letters", Some("dead_letters_message_id"), keys, "id")
         } else {
-            let values = vec![bind(stand_in(self.correlation_id.as_ref()?, SHORT_MAX))];
-            let index = Some("dead_letters_correlation_id");
-            ("dead_letters", index, vec!["correlation_id"], values, "id")
+            let value = bind(stand_in(self.correlation_id.as_ref()?, SHORT_MAX));
+            let keys = vec![("correlation_id", value)];
+            (
+                "dead_letters",
+                Some("dead_letters_correlation_id"),
+                keys,
+                "id",
+            )
         };
-        let mut conditions: Vec<String> = keys
-            .iter()
-            .zip(&values)
-            .map(|(key, n)| match backend {
-                Backend::Sqlite => format!("{key} = ${n}"),
-                Backend::Postgres => format!("{key} >= ${n} AND {key} <= ${n}"),
-            })
-            .collect();
-        // On PostgreSQL the id bounds compare the whole key, which only the term's index
-        // serves (a bound on the id alone the fields' index by dead letter serves too).
-        let key_bound = |op: &str, bound: i64| match backend {
-            Backend::Sqlite => format!("{id} {op} {bound}"),
-            Backend::Postgres => {
-                let placeholders: Vec<String> = values.iter().map(|n| format!("${n}")).collect();
-                let (keys, values) = (keys.join(", "), placeholders.join(", "));
-                format!("({keys}, {id}) {op} ({values}, {bound})")
-            }
-        };
-        conditions.extend(before.map(|b| key_bound("<", b)));
-        conditions.extend(after.map(|a| key_bound(">", a)));
-        let order: Vec<String> = match backend {
-            Backend::Sqlite => vec![format!("{id} DESC")],
-            Backend::Postgres => keys
-                .iter()
-                .chain([&id])
-                .map(|k| format!("{k} DESC"))
-                .collect(),
-        };
-        let indexed_by = match (backend, index) {
-            (Backend::Sqlite, Some(index)) => format!(" INDEXED BY {index}"),
-            _ => String::new(),
-        };
-        // The key's columns are selected too (as `k0`, ..), so that a query over the walk can
-        // keep its order without a sort: `ORDER BY` [`SearchTerms::walk_order`].
-        let selected: Vec<String> = match backend {
-            Backend::Sqlite => vec![],
-            Backend::Postgres => keys
-                .iter()
-                .enumerate()
-                .map(|(i, k)| format!("{k} AS k{i}"))
-                .collect(),
-        };
-        Some(format!(
-            "SELECT {}{id} AS hit FROM {table}{indexed_by} WHERE {} ORDER BY {} LIMIT {cap}",
-            selected
-                .iter()
-                .map(|c| format!("{c}, "))
-                .collect::<String>(),
-            conditions.join(" AND "),
-            order.join(", ")
-        ))
+        Some(dialect.index_walk(&IndexWalk {
+            table,
+            index,
+            keys: &keys,
+            id,
+            before,
+            after,
+            cap,
+        }))
     }
 
     /// The order of [`SearchTerms::walk_sql`]'s rows, newest first, over a walk named `w`.
-    pub(super) fn walk_order(&self, backend: Backend) -> String {
-        let keys = match (backend, self.body.is_empty()) {
-            (Backend::Sqlite, _) => 0,
-            (Backend::Postgres, true) => 1,
-            (Backend::Postgres, false) => 2,
-        };
-        let mut order: Vec<String> = (0..keys).map(|i| format!("w.k{i} DESC")).collect();
-        order.push("w.hit DESC".to_owned());
-        order.join(", ")
+    pub(super) fn walk_order(&self, dialect: &dyn Dialect) -> String {
+        let keys = if self.body.is_empty() { 1 } else { 2 };
+        dialect.index_walk_order(keys, "w")
     }
 
     /// ` AND ...` for every term [`SearchTerms::tables_clause`] did not apply. Ids are compared

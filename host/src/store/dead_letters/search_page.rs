@@ -19,10 +19,12 @@
 //! most 1,000 entries; one that stops reads at most 11,000 (the first window again) and the
 //! dead letters they name.
 
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::AssertSqlSafe;
 
-use super::{Arg, COLUMNS, DeadLetter, DeadLetterFilter, arguments, dead_letter};
-use crate::store::{Backend, Store, StoreError};
+use super::filter::{Arg, arguments};
+use super::row::{self, COLUMNS};
+use super::{DeadLetter, DeadLetterFilter};
+use crate::store::{Store, StoreError};
 
 /// Index entries one page of a search looks at, at most (each names one dead letter, which is
 /// then read by its id and checked against the other terms); the first [`FIRST_WINDOW`] of
@@ -51,6 +53,13 @@ const FIRST_WINDOW: i64 = 1_000;
 /// it has fewer), and the lowest id among them.
 struct Window {
     cap: i64,
+    examined: i64,
+    lowest: Option<i64>,
+}
+
+/// What a walk of a window counts.
+#[derive(sqlx::FromRow)]
+struct Walked {
     examined: i64,
     lowest: Option<i64>,
 }
@@ -129,28 +138,29 @@ impl Store {
             args.len()
         };
         let bounds = (filter.before_id, filter.after_id);
-        let Some(walk) = filter.search.walk_sql(self.backend, bounds, cap, &mut bind) else {
+        let Some(walk) = filter.search.walk_sql(self.dialect, bounds, cap, &mut bind) else {
             return Ok(Window {
                 cap,
                 examined: 0,
                 lowest: None,
             });
         };
-        let sql = format!("SELECT COUNT(*), MIN(hit) FROM ({walk}) w");
-        let row = sqlx::query_with(AssertSqlSafe(sql), arguments(args)?)
+        let sql = format!("SELECT COUNT(*) AS examined, MIN(hit) AS lowest FROM ({walk}) w");
+        let walked: Walked = sqlx::query_as_with(AssertSqlSafe(sql), arguments(args)?)
             .fetch_one(self.pool())
             .await?;
         Ok(Window {
             cap,
-            examined: row.try_get(0)?,
-            lowest: row.try_get(1)?,
+            examined: walked.examined,
+            lowest: walked.lowest,
         })
     }
 
-    /// The page of a search on `filter` within `window`: on SQLite the plain page query,
-    /// bounded below by the window's lowest id when the window is full; on PostgreSQL the
-    /// window's walk itself, each dead letter looked up by id, since its planner may otherwise
-    /// walk the primary key through every id between the window's ends.
+    /// The page of a search on `filter` within `window` (`Dialect::page_from_walk`): the
+    /// plain page query, bounded below by the window's lowest id when the window is full
+    /// (SQLite); or the window's walk itself, each dead letter looked up by id, where the
+    /// planner may otherwise walk the primary key through every id between the window's ends
+    /// (PostgreSQL).
     async fn search_rows(
         &self,
         filter: &DeadLetterFilter,
@@ -158,10 +168,10 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<DeadLetter>, StoreError> {
         let (sql, args) = self.search_sql(filter, window, limit);
-        let rows = sqlx::query_with(AssertSqlSafe(sql), arguments(args)?)
+        let rows = sqlx::query_as_with(AssertSqlSafe(sql), arguments(args)?)
             .fetch_all(self.pool())
             .await?;
-        rows.iter().map(dead_letter).collect()
+        row::dead_letters(rows)
     }
 
     /// The query of [`Store::search_rows`].
@@ -178,11 +188,11 @@ impl Store {
             }
             page
         };
-        match self.backend {
-            Backend::Postgres => self
-                .walk_page_sql(filter, window.cap, limit)
-                .unwrap_or_else(|| self.page_sql(filter, true, limit)),
-            Backend::Sqlite => self.page_sql(&bounded(filter), true, limit),
+        if self.dialect.page_from_walk() {
+            self.walk_page_sql(filter, window.cap, limit)
+                .unwrap_or_else(|| self.page_sql(filter, true, limit))
+        } else {
+            self.page_sql(&bounded(filter), true, limit)
         }
     }
 
@@ -193,16 +203,16 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<DeadLetter>, StoreError> {
         let (sql, args) = self.page_sql(filter, true, limit);
-        let rows = sqlx::query_with(AssertSqlSafe(sql), arguments(args)?)
+        let rows = sqlx::query_as_with(AssertSqlSafe(sql), arguments(args)?)
             .fetch_all(self.pool())
             .await?;
-        rows.iter().map(dead_letter).collect()
+        row::dead_letters(rows)
     }
 
-    /// A search page's query on PostgreSQL: the first `cap` entries of the
-    /// index the search is driven by (`SearchTerms::walk_sql`), each dead letter then looked
-    /// up by its id (`LATERAL`, `OFFSET 0` keeping it a lookup) and checked against the rest
-    /// of `f`, newest first, up to `limit`. `None` without search terms.
+    /// A search page's query read through its walk: the first `cap` entries of the index the
+    /// search is driven by (`SearchTerms::walk_sql`), each dead letter then looked up by its
+    /// id (`Dialect::lookup_join`) and checked against the rest of `f`, newest first, up to
+    /// `limit`. `None` without search terms.
     fn walk_page_sql(
         &self,
         f: &DeadLetterFilter,
@@ -215,15 +225,13 @@ impl Store {
             args.len()
         };
         let bounds = (f.before_id, f.after_id);
-        let walk = f.search.walk_sql(self.backend, bounds, cap, &mut bind)?;
-        let mut sql = format!(
-            "SELECT {COLUMNS} FROM ({walk}) w CROSS JOIN LATERAL (SELECT * FROM dead_letters d \
-             WHERE d.id = w.hit OFFSET 0) dead_letters WHERE 1 = 1"
-        );
+        let walk = f.search.walk_sql(self.dialect, bounds, cap, &mut bind)?;
+        let join = self.dialect.lookup_join("dead_letters", "w.hit");
+        let mut sql = format!("SELECT {COLUMNS} FROM ({walk}) w {join} WHERE 1 = 1");
         f.search.conditions(&mut sql, &mut bind);
         self.other_conditions(f, "dead_letters.id", &mut sql, &mut args);
         args.push(Arg::Int(limit.max(0)));
-        let order = f.search.walk_order(self.backend);
+        let order = f.search.walk_order(self.dialect);
         sql.push_str(&format!(" ORDER BY {order} LIMIT ${}", args.len()));
         Some((sql, args))
     }

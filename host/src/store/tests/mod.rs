@@ -12,6 +12,7 @@ mod faults;
 mod housekeeping;
 mod outage;
 mod outbox;
+mod plans;
 mod reads;
 mod search;
 mod search_cost;
