@@ -147,7 +147,7 @@ pub async fn dlq_list(State(h): State<GatewayHandle>, Query(q): Query<ListQuery>
         filter = match crate::dlq::search::parse(query) {
             Ok(search) => match search.narrow(filter) {
                 Ok(narrowed) => narrowed,
-                Err(why) => return refused(why, None),
+                Err(why) => return refused(why.to_string(), None),
             },
             Err(e) => return refused(e.to_string(), Some(e.column)),
         };

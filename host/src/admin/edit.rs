@@ -10,6 +10,7 @@ use super::page::{Fields, error_page, see_other, time};
 use super::{AdminState, GatewayHandle, Refusal, banners};
 use crate::broker::{ConfirmedPublisher, PublisherOptions};
 use crate::dlq::edit::{self, Changes, Dedup, EditContext, EditError, EditRequest};
+use crate::pipeline::key::MissingKey;
 use crate::store::{DeadLetter, DeadLetterEvent};
 use axum::extract::{Extension, Path, State};
 use axum::http::StatusCode;
@@ -24,7 +25,7 @@ pub struct Inbox {
     /// How the route deduplicates; `None`: the route is not in the running config.
     pub dedup: Option<Dedup>,
     /// The archived message's key, or why it has none.
-    pub key: Option<Result<String, String>>,
+    pub key: Option<Result<String, MissingKey>>,
     /// Whether that key is in the inbox (`None`: unknown).
     pub applied: Option<bool>,
 }
@@ -36,9 +37,7 @@ pub async fn inbox(s: &AdminState, d: &DeadLetter) -> Inbox {
         .live
         .config()
         .and_then(|config| Dedup::of(&config, &d.letter.route));
-    let key = dedup
-        .as_ref()
-        .map(|dedup| dedup.key_of(d).map_err(|why| why.to_string()));
+    let key = dedup.as_ref().map(|dedup| dedup.key_of(d));
     let applied = match &key {
         Some(Ok(key)) => s
             .handle

@@ -109,11 +109,20 @@ impl std::str::FromStr for Search {
     }
 }
 
+/// A search term that disagrees with the filter it narrows ([`Search::narrow`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Disagree {
+    #[error("route:{searched} in the search and route {given} cannot both hold")]
+    Route { searched: String, given: String },
+    #[error("reason:{searched} in the search and reason {given:?}: give one of them")]
+    Reason { searched: String, given: String },
+}
+
 impl Search {
     /// `filter` narrowed by every term. A `route:` or `reason:` term and the filter's own
     /// route or reason must agree (refused otherwise: the two cannot both hold, or would be
     /// a second reason).
-    pub fn narrow(&self, mut filter: DeadLetterFilter) -> Result<DeadLetterFilter, String> {
+    pub fn narrow(&self, mut filter: DeadLetterFilter) -> Result<DeadLetterFilter, Disagree> {
         for term in &self.terms {
             match term {
                 Term::MessageId(id) => filter.search.message_id = Some(id.clone()),
@@ -121,17 +130,19 @@ impl Search {
                 Term::Body(field) => filter.search.body.push(field.clone()),
                 Term::Route(route) => match &filter.route {
                     Some(given) if given != route => {
-                        return Err(format!(
-                            "route:{route} in the search and route {given} cannot both hold"
-                        ));
+                        return Err(Disagree::Route {
+                            searched: route.clone(),
+                            given: given.clone(),
+                        });
                     }
                     _ => filter.route = Some(route.clone()),
                 },
                 Term::Reason(text) => match &filter.reason_contains {
                     Some(given) if given != text => {
-                        return Err(format!(
-                            "reason:{text} in the search and reason {given:?}: give one of them"
-                        ));
+                        return Err(Disagree::Reason {
+                            searched: text.clone(),
+                            given: given.clone(),
+                        });
                     }
                     _ => filter.reason_contains = Some(text.clone()),
                 },
@@ -475,7 +486,7 @@ mod tests {
         assert_eq!(f.search.body.len(), 2);
         assert_eq!((f.route.as_deref(), f.limit), (Some("orders"), Some(10)));
         let other = parse("route:billing").unwrap();
-        let why = other.narrow(base).unwrap_err();
+        let why = other.narrow(base).unwrap_err().to_string();
         assert!(why.contains("cannot both hold"), "{why}");
         let reason = parse("reason:timeout").unwrap();
         let f = reason.narrow(DeadLetterFilter::default()).unwrap();

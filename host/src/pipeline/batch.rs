@@ -23,7 +23,7 @@ use super::config::MissingKeyPolicy;
 use super::context::RouteContext;
 use super::key;
 use super::plan::{self, FailureKind, Outcome, Plan};
-use super::process::process;
+use super::process::{StoreTrouble, process};
 use super::received::Received;
 use crate::broker::ConfirmedPublisher;
 use crate::common::{FaultPoint, hang_if};
@@ -315,9 +315,8 @@ impl Batch<'_> {
             match plan {
                 Plan::Commit => to_commit.push((i, invocation, inbox_key)),
                 Plan::StoreTrouble(why) => {
-                    ctx.deps
-                        .gate
-                        .report_failure(&format!("store unavailable during the handler: {why}"));
+                    let trouble = StoreTrouble::Handler(why);
+                    ctx.deps.gate.report_failure(&trouble.to_string());
                     fates[i] = Fate::Alone;
                 }
                 plan => {

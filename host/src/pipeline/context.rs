@@ -218,15 +218,13 @@ impl PluginSlot {
 /// A store kv read as a handler's kv source answers it.
 pub(crate) fn kv_answer(
     found: Result<Option<KvEntry>, StoreError>,
-) -> Result<Option<KvValue>, String> {
-    found
-        .map(|found| {
-            found.map(|e| KvValue {
-                value: e.value,
-                version: e.version,
-            })
+) -> Result<Option<KvValue>, StoreError> {
+    found.map(|found| {
+        found.map(|e| KvValue {
+            value: e.value,
+            version: e.version,
         })
-        .map_err(|e| e.to_string())
+    })
 }
 
 /// kv reads for handlers, from the store (batched with other deliveries' reads).

@@ -6,6 +6,7 @@ use super::config::{FailurePolicy, RetryConfig};
 use crate::broker::outgoing::cap_reason;
 pub use crate::common::labels::{FailureKind, Outcome, ReasonClass};
 use crate::runtime::{PluginFailure, Verdict};
+use crate::store::StoreError;
 use std::time::Duration;
 
 /// What to do next with a delivery.
@@ -28,7 +29,7 @@ pub enum Plan {
         class: ReasonClass,
     },
     /// The store failed while the handler ran: wait for it, then process again.
-    StoreTrouble(String),
+    StoreTrouble(StoreError),
 }
 
 /// The plan after a handler run. `attempt` is this delivery's (trusted) attempt number.
@@ -36,7 +37,7 @@ pub fn after_handler(
     attempt: u32,
     retry: &RetryConfig,
     on_failure: FailurePolicy,
-    result: &Result<(Verdict, Option<String>), PluginFailure>,
+    result: &Result<(Verdict, Option<StoreError>), PluginFailure>,
 ) -> Plan {
     match result {
         Err(failure) => {
@@ -120,9 +121,15 @@ mod tests {
             1,
             &retry_config(),
             FailurePolicy::Retry,
-            &Ok((Verdict::Ack, Some("db down".into()))),
+            &Ok((
+                Verdict::Ack,
+                Some(StoreError::Unavailable("db down".into())),
+            )),
         );
-        assert_eq!(plan, Plan::StoreTrouble("db down".into()));
+        assert_eq!(
+            plan,
+            Plan::StoreTrouble(StoreError::Unavailable("db down".into()))
+        );
     }
 
     #[test]

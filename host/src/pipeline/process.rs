@@ -26,7 +26,7 @@ use super::received::Received;
 use crate::broker::{ConfirmedPublisher, JitteredBackoff};
 use crate::common::FaultPoint;
 use crate::runtime::KvSource;
-use crate::store::CommitOutcome;
+use crate::store::{CommitOutcome, StoreError};
 use crate::telemetry::{self, DeliveryFacts};
 use futures::FutureExt;
 use lapin::message::Delivery;
@@ -45,7 +45,20 @@ const STUBBORN_STORE_ROUNDS: u32 = 10;
 /// One step of processing: settled, or the store failed and the delivery should wait.
 enum Step {
     Done(Settle),
-    StoreTrouble(String),
+    StoreTrouble(StoreTrouble),
+}
+
+/// Where the store failed while a delivery was processed: it waits for the store, then is
+/// processed again.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum StoreTrouble {
+    #[error("inbox check failed: {0}")]
+    InboxCheck(StoreError),
+    /// A kv read of the handler found the store unavailable.
+    #[error("store unavailable during the handler: {0}")]
+    Handler(StoreError),
+    #[error("commit failed: {0}")]
+    Commit(StoreError),
 }
 
 /// Processes one delivery and settles it. Every path acks, requeues or rejects, panics
@@ -142,7 +155,7 @@ async fn settle(apply: &Apply<'_>, tally: Option<&(Arc<Canary>, bool)>) -> Settl
         match step(apply, tally).await {
             Step::Done(settle) => return settle,
             Step::StoreTrouble(why) => {
-                ctx.deps.gate.report_failure(&why);
+                ctx.deps.gate.report_failure(&why.to_string());
                 if round == STUBBORN_STORE_ROUNDS {
                     tracing::error!(reason = %why, round, "the store keeps refusing this delivery's writes although its write probe succeeds; still holding it (check the database's grants and locks on the carteiro tables)");
                 } else {
@@ -197,7 +210,7 @@ async fn step(apply: &Apply<'_>, tally: Option<&(Arc<Canary>, bool)>) -> Step {
             return Step::Done(Settle::Ack(Outcome::Duplicate));
         }
         Ok(false) => {}
-        Err(e) => return Step::StoreTrouble(format!("inbox check failed: {e}")),
+        Err(e) => return Step::StoreTrouble(StoreTrouble::InboxCheck(e)),
     }
 
     // 5-6. Run the handler; re-run it if its reads conflict at commit.
@@ -268,9 +281,7 @@ async fn step(apply: &Apply<'_>, tally: Option<&(Arc<Canary>, bool)>) -> Step {
         let invocation = match (plan, invocation) {
             (Plan::Commit, Some(invocation)) => invocation,
             (Plan::StoreTrouble(error), _) => {
-                return Step::StoreTrouble(format!(
-                    "store unavailable during the handler: {error}"
-                ));
+                return Step::StoreTrouble(StoreTrouble::Handler(error));
             }
             (plan, _) => {
                 if let Some(live) = live {
@@ -306,7 +317,7 @@ async fn step(apply: &Apply<'_>, tally: Option<&(Arc<Canary>, bool)>) -> Step {
                 );
                 return Step::Done(apply.hand_on(plan).await);
             }
-            Err(e) => return Step::StoreTrouble(format!("commit failed: {e}")),
+            Err(e) => return Step::StoreTrouble(StoreTrouble::Commit(e)),
         }
     }
     Step::Done(Settle::Requeue(format!(

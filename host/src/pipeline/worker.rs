@@ -10,7 +10,7 @@ use super::batch::process_batch;
 use super::context::RouteContext;
 use super::process::process;
 use crate::broker::{
-    ConfirmedPublisher, ConnectOptions, JitteredBackoff, PublisherOptions, connect_any,
+    BrokerError, ConfirmedPublisher, ConnectOptions, JitteredBackoff, PublisherOptions, connect_any,
 };
 use crate::topology::{TopologyError, declare_route};
 use futures::StreamExt;
@@ -72,11 +72,40 @@ pub async fn run_route(
 
 enum SessionError {
     Fatal(RouteError),
-    Lost(String),
+    Lost(Lost),
 }
 
-fn lost(what: &str) -> impl FnOnce(lapin::Error) -> SessionError + '_ {
-    move |e| SessionError::Lost(format!("{what}: {e}"))
+/// Why a broker session ended before shutdown: the route reconnects.
+#[derive(Debug, thiserror::Error)]
+enum Lost {
+    /// Connecting, or opening the confirmed publisher.
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+    /// Declaring the route's topology failed for a reason a retry may fix.
+    #[error(transparent)]
+    Topology(TopologyError),
+    /// A channel operation (`what`) failed.
+    #[error("{what}: {source}")]
+    Channel {
+        what: &'static str,
+        source: lapin::Error,
+    },
+    #[error("consumer error: {0}")]
+    Consumer(lapin::Error),
+    #[error("the broker cancelled the consumer")]
+    Cancelled,
+    #[error("connection closed")]
+    Closed,
+}
+
+impl From<Lost> for SessionError {
+    fn from(lost: Lost) -> Self {
+        SessionError::Lost(lost)
+    }
+}
+
+fn lost(what: &'static str) -> impl FnOnce(lapin::Error) -> SessionError {
+    move |source| SessionError::Lost(Lost::Channel { what, source })
 }
 
 /// One connection's life: returns `Ok` only on shutdown.
@@ -89,7 +118,7 @@ async fn session(
     let conn = Arc::new(
         connect_any(&broker.urls, &broker.connect)
             .await
-            .map_err(|e| SessionError::Lost(e.to_string()))?,
+            .map_err(Lost::from)?,
     );
     declare_route(&conn, &ctx.settings.topology)
         .await
@@ -100,13 +129,13 @@ async fn session(
                     source,
                 })
             } else {
-                SessionError::Lost(source.to_string())
+                SessionError::Lost(Lost::Topology(source))
             }
         })?;
     let lanes = PublisherOptions::for_in_flight(usize::from(ctx.settings.prefetch));
     let publisher = ConfirmedPublisher::open(conn.clone(), lanes)
         .await
-        .map_err(|e| SessionError::Lost(e.to_string()))?;
+        .map_err(Lost::from)?;
     let channel = conn.create_channel().await.map_err(lost("open channel"))?;
     channel
         .basic_qos(ctx.settings.prefetch, BasicQosOptions::default())
@@ -164,8 +193,8 @@ async fn session(
                         }
                     }
                 },
-                Some(Err(e)) => break Err(SessionError::Lost(format!("consumer error: {e}"))),
-                None => break Err(SessionError::Lost("the broker cancelled the consumer".into())),
+                Some(Err(e)) => break Err(SessionError::Lost(Lost::Consumer(e))),
+                None => break Err(SessionError::Lost(Lost::Cancelled)),
             },
             Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
             _ = tokio::time::sleep_until(gathered_until.unwrap_or_else(tokio::time::Instant::now)), if gathered_until.is_some() => {
@@ -174,7 +203,7 @@ async fn session(
             }
             _ = health.tick() => {
                 if !conn.status().connected() || !channel.status().connected() {
-                    break Err(SessionError::Lost("connection closed".into()));
+                    break Err(SessionError::Lost(Lost::Closed));
                 }
             }
         }

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::store::StoreError;
+
 /// A stored kv value and its version (for optimistic, per-key serializable commits).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvValue {
@@ -14,7 +16,8 @@ pub struct KvValue {
 }
 
 /// Boxed future returned by [`KvSource::get`].
-pub type KvFuture<'a> = Pin<Box<dyn Future<Output = Result<Option<KvValue>, String>> + Send + 'a>>;
+pub type KvFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Option<KvValue>, StoreError>> + Send + 'a>>;
 
 /// Where the handler's kv reads come from: the database in the gateway, memory in
 /// `carteiro plugin test`.

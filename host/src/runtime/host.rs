@@ -6,6 +6,7 @@ use super::bindings::batch_world::batch;
 use super::bindings::{config, kv, log, outbox, types};
 use super::effects::{Effects, EmittedEvent, KvSource};
 use super::limits::{DeliveryTotals, HostCallLimitExceeded, Limiter, TotalExceeded};
+use crate::store::StoreError;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use wasmtime::component::ResourceTable;
@@ -73,7 +74,7 @@ pub struct HostCalls {
     pub(super) effects: Effects,
     /// Set when a kv read failed because the store is down: the pipeline must then not
     /// trust the verdict and requeues the delivery instead.
-    pub(super) store_error: Option<String>,
+    pub(super) store_error: Option<StoreError>,
 }
 
 impl HostCalls {
@@ -94,7 +95,7 @@ impl HostCalls {
 
     /// What the delivery left: its effects, and the error of a kv read that found the store
     /// down. Taken out, so that nothing of it can reach another delivery.
-    pub(super) fn finish(&mut self) -> (Effects, Option<String>) {
+    pub(super) fn finish(&mut self) -> (Effects, Option<StoreError>) {
         (std::mem::take(&mut self.effects), self.store_error.take())
     }
 
@@ -166,8 +167,9 @@ impl kv::Host for HostCalls {
                 Ok(Ok(found.map(|v| v.value)))
             }
             Err(e) => {
-                self.store_error = Some(e.clone());
-                Ok(Err(kv::KvError::Unavailable(e)))
+                let why = e.to_string();
+                self.store_error = Some(e);
+                Ok(Err(kv::KvError::Unavailable(why)))
             }
         }
     }
@@ -337,7 +339,7 @@ impl BatchSlots {
 
     /// Every message's effects and store error, in message order; `current` is the state
     /// of the message that was current last.
-    pub(super) fn finish(mut self, current: &mut HostCalls) -> Vec<(Effects, Option<String>)> {
+    pub(super) fn finish(mut self, current: &mut HostCalls) -> Vec<(Effects, Option<StoreError>)> {
         let at = self.current;
         self.parked
             .iter_mut()

@@ -3,6 +3,7 @@
 //! reads and never writes).
 
 use super::effects::{KvFuture, KvSource, KvValue};
+use crate::store::StoreError;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -12,10 +13,9 @@ pub enum MemoryKvError {
     /// A thread panicked while holding the entries.
     #[error("memory kv poisoned")]
     Poisoned,
-    /// Reading a written key's current version failed (the seed did not answer); the
-    /// reader's own words.
+    /// Reading a written key's current version failed (the seed did not answer).
     #[error("{0}")]
-    Read(String),
+    Read(StoreError),
 }
 
 /// Keys written here (a deleted key is kept as `None`) shadow the seed's.
@@ -69,7 +69,7 @@ impl KvSource for MemoryKv {
         let found = self
             .entries
             .lock()
-            .map_err(|_| "memory kv poisoned".to_owned())
+            .map_err(|_| StoreError::Unavailable("memory kv poisoned".to_owned()))
             .map(|m| m.get(&(namespace.to_owned(), key.to_owned())).cloned());
         Box::pin(async move {
             match (found?, &self.seed) {

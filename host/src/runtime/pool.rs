@@ -67,7 +67,7 @@ pub(super) struct Instance {
 /// What a delivery left on its instance, taken out of it.
 pub(super) struct Finished {
     pub(super) effects: Effects,
-    pub(super) store_error: Option<String>,
+    pub(super) store_error: Option<crate::store::StoreError>,
     pub(super) stdout: Bytes,
     pub(super) stderr: Bytes,
 }

@@ -45,7 +45,7 @@ pub struct Invocation {
     pub verdict: types::Verdict,
     pub effects: Effects,
     /// A kv read hit an unavailable store; the verdict cannot be trusted.
-    pub store_error: Option<String>,
+    pub store_error: Option<crate::store::StoreError>,
     /// The `error` a wasi:messaging component answered with (`None`: it answered `ok`, or
     /// it is a carteiro:handler component, whose verdict is its own).
     pub standard_error: Option<StandardError>,

@@ -220,7 +220,7 @@ impl producer::Host for StandardHost<'_> {
         let max_events = plugin.max_events;
         let event = match standard_event(exchange, topic, message) {
             Ok(event) => event,
-            Err(why) => return Ok(Err(types::Error::Other(why))),
+            Err(why) => return Ok(Err(types::Error::Other(why.to_string()))),
         };
         if self.calls.effects.events.len() as u32 >= max_events {
             return Ok(Err(types::Error::Other(format!(
@@ -235,6 +235,17 @@ impl producer::Host for StandardHost<'_> {
     }
 }
 
+/// Why a `producer.send` cannot be recorded as an outbox event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unsendable {
+    /// AMQP cannot carry it (the rule's own text).
+    #[error("{0}")]
+    Amqp(String),
+    /// Its data, in bytes, is over [`MAX_EVENT_PAYLOAD_BYTES`].
+    #[error("the message's data is {0} bytes; the most is {MAX_EVENT_PAYLOAD_BYTES}")]
+    TooLarge(usize),
+}
+
 /// The outbox event a `producer.send` of `message` to `topic` records: the plugin's
 /// `standard_exchange`, the topic as routing key, metadata (Carteiro's own headers left
 /// out) as headers. `Err`: why AMQP could not carry it.
@@ -242,7 +253,7 @@ pub fn standard_event(
     exchange: String,
     topic: String,
     message: MessageData,
-) -> Result<EmittedEvent, String> {
+) -> Result<EmittedEvent, Unsendable> {
     let headers: Vec<(String, String)> = message
         .metadata
         .unwrap_or_default()
@@ -251,13 +262,10 @@ pub fn standard_event(
         .collect();
     let shown = headers.iter().map(|(n, v)| (n.as_str(), v.as_str()));
     if let Some(why) = event_problem(&exchange, &topic, message.content_type.as_deref(), shown) {
-        return Err(why);
+        return Err(Unsendable::Amqp(why));
     }
     if message.data.len() > MAX_EVENT_PAYLOAD_BYTES {
-        return Err(format!(
-            "the message's data is {} bytes; the most is {MAX_EVENT_PAYLOAD_BYTES}",
-            message.data.len()
-        ));
+        return Err(Unsendable::TooLarge(message.data.len()));
     }
     Ok(EmittedEvent {
         event_id: uuid::Uuid::now_v7(),
@@ -336,13 +344,16 @@ mod tests {
     fn a_message_amqp_cannot_carry_is_refused_with_the_reason() {
         let long_topic = "t".repeat(256);
         let why = standard_event("sink".into(), long_topic, MessageData::default())
-            .expect_err("too long");
+            .expect_err("too long")
+            .to_string();
         assert!(why.contains("routing key"), "{why}");
         let big = MessageData {
             data: vec![0; MAX_EVENT_PAYLOAD_BYTES + 1],
             ..MessageData::default()
         };
-        let why = standard_event("sink".into(), "t".into(), big).expect_err("too big");
+        let why = standard_event("sink".into(), "t".into(), big)
+            .expect_err("too big")
+            .to_string();
         assert!(why.contains("bytes"), "{why}");
     }
 }

@@ -77,8 +77,8 @@ pub enum CommitOutcome {
     Duplicate,
     /// A kv key read has changed since: nothing applied; re-run the handler.
     Conflict,
-    /// This request's data cannot be stored (the message says which field); nothing applied.
-    Rejected(String),
+    /// This request's data cannot be stored (the error says which field); nothing applied.
+    Rejected(StoreError),
 }
 
 /// Most distinct kv keys one transaction locks, and so one delivery may touch. PostgreSQL

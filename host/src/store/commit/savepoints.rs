@@ -70,7 +70,7 @@ impl Store {
         let mut published_rows = false;
         for req in batch {
             if let Err(e) = check(req) {
-                outcomes.push(CommitOutcome::Rejected(e.to_string()));
+                outcomes.push(CommitOutcome::Rejected(e));
                 continue;
             }
             sqlx::query("SAVEPOINT carteiro_request")
@@ -82,7 +82,7 @@ impl Store {
                 Err(e) => match classify(&e) {
                     Class::Unavailable => return Err(e.into()),
                     Class::Conflict => CommitOutcome::Conflict,
-                    Class::Data => CommitOutcome::Rejected(StoreError::from(e).to_string()),
+                    Class::Data => CommitOutcome::Rejected(StoreError::from(e)),
                 },
             };
             if outcome != CommitOutcome::Committed {

@@ -93,10 +93,7 @@ impl Store {
         batch: &[CommitRequest],
     ) -> Result<Vec<CommitOutcome>, SetError> {
         let now = now_ms();
-        let rejected: Vec<Option<String>> = batch
-            .iter()
-            .map(|r| check(r).err().map(|e| e.to_string()))
-            .collect();
+        let rejected: Vec<Option<StoreError>> = batch.iter().map(|r| check(r).err()).collect();
         let valid = || {
             batch
                 .iter()

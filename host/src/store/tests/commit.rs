@@ -165,7 +165,7 @@ async fn rejected_request_leaves_neighbours_alone(db: &TestDb) {
     let outcomes = s.commit_batch(&[ok1, bad, ok2]).await.unwrap();
     assert_eq!(outcomes[0], CommitOutcome::Committed);
     assert!(
-        matches!(&outcomes[1], CommitOutcome::Rejected(m) if m.contains("outbox[0].routing_key")),
+        matches!(&outcomes[1], CommitOutcome::Rejected(m) if m.to_string().contains("outbox[0].routing_key")),
         "{outcomes:?}"
     );
     assert_eq!(outcomes[2], CommitOutcome::Committed);
@@ -299,6 +299,7 @@ async fn nul_bytes_are_rejected_with_the_field_name(db: &TestDb) {
         let outcomes = s.commit_batch(&[req]).await.unwrap();
         match &outcomes[0] {
             CommitOutcome::Rejected(m) => {
+                let m = m.to_string();
                 assert!(m.contains(field) && m.contains("NUL"), "{field}: {m}");
             }
             other => panic!("{field}: expected Rejected, got {other:?}"),

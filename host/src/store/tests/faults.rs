@@ -120,7 +120,7 @@ async fn batches_past_65535_parameters(db: &TestDb) {
     ] {
         match &outcome[..] {
             [CommitOutcome::Rejected(why)] => {
-                assert!(why.contains("66000 distinct kv keys"), "{why}")
+                assert!(why.to_string().contains("66000 distinct kv keys"), "{why}")
             }
             other => panic!("{other:?}"),
         }
