@@ -2,10 +2,11 @@
 //! shares (lists, counts, groups, purges, a search page), its values bound in the order of
 //! their placeholders.
 
-use sqlx::Arguments;
-use sqlx::any::AnyArguments;
+use sqlx::any::{AnyArguments, AnyRow};
+use sqlx::{Arguments, AssertSqlSafe, FromRow};
 
-use super::row::COLUMNS;
+use super::DeadLetter;
+use super::row::{self, COLUMNS};
 use super::search::SearchTerms;
 use super::text::{SHORT_MAX, TEXT_MAX, stand_in};
 use crate::store::{Store, StoreError};
@@ -45,6 +46,29 @@ pub(in crate::store) enum Arg {
 }
 
 impl Store {
+    /// The rows of a filter's query (`(sql, args)`, as the `*_sql` methods give it), read as
+    /// `T` (no timeout of its own).
+    pub(super) async fn filtered_rows<T>(
+        &self,
+        (sql, args): (String, Vec<Arg>),
+    ) -> Result<Vec<T>, StoreError>
+    where
+        T: for<'r> FromRow<'r, AnyRow> + Send + Unpin,
+    {
+        let rows = sqlx::query_as_with(AssertSqlSafe(sql), arguments(args)?)
+            .fetch_all(self.pool())
+            .await?;
+        Ok(rows)
+    }
+
+    /// The dead letters a filter's query selects ([`Store::filtered_rows`]).
+    pub(super) async fn filtered_dead_letters(
+        &self,
+        query: (String, Vec<Arg>),
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        row::dead_letters(self.filtered_rows(query).await?)
+    }
+
     /// The query of [`Store::dead_letters_in_order`].
     pub(in crate::store) fn page_sql(
         &self,

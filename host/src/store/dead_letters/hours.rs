@@ -6,10 +6,8 @@
 //! shows), found by the time indexes of migration 0001 (`dead_letters_route_time`,
 //! `dead_letters_time`).
 
-use sqlx::AssertSqlSafe;
-
 use super::DeadLetterFilter;
-use super::filter::{Arg, arguments};
+use super::filter::Arg;
 use crate::store::{Store, StoreError};
 
 /// One hour in milliseconds.
@@ -39,15 +37,9 @@ impl Store {
         since_ms: i64,
         hours: u32,
     ) -> Result<Vec<DeadLetterHour>, StoreError> {
-        self.bounded("dead letters per hour", async {
-            let (sql, args) = self.per_hour_sql(filter, since_ms, hours);
-            let hours: Vec<DeadLetterHour> =
-                sqlx::query_as_with(AssertSqlSafe(sql), arguments(args)?)
-                    .fetch_all(self.pool())
-                    .await?;
-            Ok(hours)
-        })
-        .await
+        let query = self.per_hour_sql(filter, since_ms, hours);
+        self.bounded("dead letters per hour", self.filtered_rows(query))
+            .await
     }
 
     /// The filter's rows within the window, then grouped by their hour of it.

@@ -152,14 +152,8 @@ impl Store {
         descending: bool,
         limit: i64,
     ) -> Result<Vec<DeadLetter>, StoreError> {
-        self.bounded(what, async {
-            let (sql, args) = self.page_sql(filter, descending, limit);
-            let rows = sqlx::query_as_with(AssertSqlSafe(sql), arguments(args)?)
-                .fetch_all(self.pool())
-                .await?;
-            row::dead_letters(rows)
-        })
-        .await
+        let query = self.page_sql(filter, descending, limit);
+        self.bounded(what, self.filtered_dead_letters(query)).await
     }
 
     /// How many dead letters match `filter` (its `limit` is ignored).
@@ -243,15 +237,9 @@ impl Store {
         &self,
         filter: &DeadLetterFilter,
     ) -> Result<Vec<DeadLetterStat>, StoreError> {
-        self.bounded("dead letter groups", async {
-            let (sql, args) = self.groups_sql(filter);
-            let stats: Vec<DeadLetterStat> =
-                sqlx::query_as_with(AssertSqlSafe(sql), arguments(args)?)
-                    .fetch_all(self.pool())
-                    .await?;
-            Ok(stats)
-        })
-        .await
+        let query = self.groups_sql(filter);
+        self.bounded("dead letter groups", self.filtered_rows(query))
+            .await
     }
 
     /// Deletes the dead letters matching `filter` (its `limit` is ignored), in chunks of

@@ -22,7 +22,7 @@
 use sqlx::AssertSqlSafe;
 
 use super::filter::{Arg, arguments};
-use super::row::{self, COLUMNS};
+use super::row::COLUMNS;
 use super::{DeadLetter, DeadLetterFilter};
 use crate::store::{Store, StoreError};
 
@@ -81,7 +81,8 @@ impl Store {
         let limit = filter.limit.unwrap_or(100).max(0);
         self.bounded("dead letters search", async {
             if filter.search.is_empty() {
-                let rows = self.page_rows(filter, limit).await?;
+                let query = self.page_sql(filter, true, limit);
+                let rows = self.filtered_dead_letters(query).await?;
                 return Ok(DeadLetterPage {
                     rows,
                     examined: 0,
@@ -167,11 +168,8 @@ impl Store {
         window: &Window,
         limit: i64,
     ) -> Result<Vec<DeadLetter>, StoreError> {
-        let (sql, args) = self.search_sql(filter, window, limit);
-        let rows = sqlx::query_as_with(AssertSqlSafe(sql), arguments(args)?)
-            .fetch_all(self.pool())
-            .await?;
-        row::dead_letters(rows)
+        let query = self.search_sql(filter, window, limit);
+        self.filtered_dead_letters(query).await
     }
 
     /// The query of [`Store::search_rows`].
@@ -194,19 +192,6 @@ impl Store {
         } else {
             self.page_sql(&bounded(filter), true, limit)
         }
-    }
-
-    /// Up to `limit` dead letters matching `filter`, newest first (no timeout of its own).
-    async fn page_rows(
-        &self,
-        filter: &DeadLetterFilter,
-        limit: i64,
-    ) -> Result<Vec<DeadLetter>, StoreError> {
-        let (sql, args) = self.page_sql(filter, true, limit);
-        let rows = sqlx::query_as_with(AssertSqlSafe(sql), arguments(args)?)
-            .fetch_all(self.pool())
-            .await?;
-        row::dead_letters(rows)
     }
 
     /// A search page's query read through its walk: the first `cap` entries of the index the
