@@ -28,8 +28,9 @@
 //!   config; `batch`: a route's deliveries gathered into one `handle-batch` call, each settled
 //!   by its own verdict, the acked ones committed together; a new plugin version beside the
 //!   live one: `canary` (a share of deliveries), `live_shadow` (sampled deliveries, compared).
-//! - [`store`]: sqlx on SQLite or PostgreSQL — inbox, kv, outbox, dead letters, group commit;
-//!   `outbox_cdc`: the outbox queries of the CDC relay (no leases).
+//! - [`store`]: sqlx on SQLite or PostgreSQL — inbox, kv, outbox, dead letters (`dead_letters/`),
+//!   group commit (`commit/`); `outbox_cdc`: the outbox queries of the CDC relay (no leases);
+//!   `backend/`: the dialect, every difference between the two databases.
 //! - [`relay`]: the outbox publisher: polling (`session`, `marker`), or `cdc`: reading the
 //!   outbox's inserts from a PostgreSQL logical replication slot (`[relay] mode = "cdc"`).
 //! - [`dlq`]: dead letters for people (JSON views, replay, `shadow_replay`: what a new
