@@ -128,27 +128,32 @@ impl Search {
                 Term::MessageId(id) => filter.search.message_id = Some(id.clone()),
                 Term::CorrelationId(id) => filter.search.correlation_id = Some(id.clone()),
                 Term::Body(field) => filter.search.body.push(field.clone()),
-                Term::Route(route) => match &filter.route {
-                    Some(given) if given != route => {
-                        return Err(Disagree::Route {
-                            searched: route.clone(),
-                            given: given.clone(),
-                        });
-                    }
-                    _ => filter.route = Some(route.clone()),
-                },
-                Term::Reason(text) => match &filter.reason_contains {
-                    Some(given) if given != text => {
-                        return Err(Disagree::Reason {
-                            searched: text.clone(),
-                            given: given.clone(),
-                        });
-                    }
-                    _ => filter.reason_contains = Some(text.clone()),
-                },
+                Term::Route(route) => agree(&mut filter.route, route, |searched, given| {
+                    Disagree::Route { searched, given }
+                })?,
+                Term::Reason(text) => {
+                    agree(&mut filter.reason_contains, text, |searched, given| {
+                        Disagree::Reason { searched, given }
+                    })?
+                }
             }
         }
         Ok(filter)
+    }
+}
+
+/// Sets `slot` to `searched`, unless it holds another value already: then the two disagree.
+fn agree(
+    slot: &mut Option<String>,
+    searched: &str,
+    disagree: fn(String, String) -> Disagree,
+) -> Result<(), Disagree> {
+    match slot {
+        Some(given) if given != searched => Err(disagree(searched.to_owned(), given.clone())),
+        _ => {
+            *slot = Some(searched.to_owned());
+            Ok(())
+        }
     }
 }
 
@@ -405,50 +410,52 @@ mod tests {
         (e.column, e.message)
     }
 
+    /// Each query parses to exactly the one term beside it.
+    fn parses_to(cases: &[(&str, Term)]) {
+        for (query, term) in cases {
+            assert_eq!(terms(query), [term.clone()], "{query}");
+        }
+    }
+
     #[test]
     fn each_kind_of_term() {
-        assert_eq!(terms("id:ABC"), [Term::MessageId("ABC".into())]);
-        assert_eq!(
-            terms("correlation:XYZ"),
-            [Term::CorrelationId("XYZ".into())]
-        );
-        assert_eq!(terms("route:orders"), [Term::Route("orders".into())]);
-        assert_eq!(
-            terms(r#"reason:"bad input""#),
-            [Term::Reason("bad input".into())]
-        );
-        assert_eq!(
-            terms("body.matricula_id = 123"),
-            [field(&["matricula_id"], json!(123))]
-        );
-        assert_eq!(
-            terms(r#"body.status = "late""#),
-            [field(&["status"], json!("late"))]
-        );
-        assert_eq!(terms("body.a.b = 1"), [field(&["a", "b"], json!(1))]);
-        assert_eq!(terms("body.ok=true"), [field(&["ok"], json!(true))]);
-        assert_eq!(terms("body.gone = null"), [field(&["gone"], json!(null))]);
-        assert_eq!(terms("body.x = -1.5e3"), [field(&["x"], json!(-1500))]);
+        parses_to(&[
+            ("id:ABC", Term::MessageId("ABC".into())),
+            ("correlation:XYZ", Term::CorrelationId("XYZ".into())),
+            ("route:orders", Term::Route("orders".into())),
+            (r#"reason:"bad input""#, Term::Reason("bad input".into())),
+            (
+                "body.matricula_id = 123",
+                field(&["matricula_id"], json!(123)),
+            ),
+            (r#"body.status = "late""#, field(&["status"], json!("late"))),
+            ("body.a.b = 1", field(&["a", "b"], json!(1))),
+            ("body.ok=true", field(&["ok"], json!(true))),
+            ("body.gone = null", field(&["gone"], json!(null))),
+            ("body.x = -1.5e3", field(&["x"], json!(-1500))),
+        ]);
     }
 
     #[test]
     fn values_and_keys_in_quotes() {
-        assert_eq!(
-            terms(r#"id:"m 1 \"quoted\"""#),
-            [Term::MessageId(r#"m 1 "quoted""#.into())]
-        );
-        assert_eq!(
-            terms(r#"body."e.mail"."x y" = "a@b""#),
-            [field(&["e.mail", "x y"], json!("a@b"))]
-        );
-        assert_eq!(
-            terms(r#"body.nome = "Jos\u00e9""#),
-            [field(&["nome"], json!("José"))]
-        );
+        parses_to(&[
+            (
+                r#"id:"m 1 \"quoted\"""#,
+                Term::MessageId(r#"m 1 "quoted""#.into()),
+            ),
+            (
+                r#"body."e.mail"."x y" = "a@b""#,
+                field(&["e.mail", "x y"], json!("a@b")),
+            ),
+            (
+                r#"body.nome = "Jos\u00e9""#,
+                field(&["nome"], json!("José")),
+            ),
+            // Non-ASCII keys may be typed bare.
+            ("body.ção = 1", field(&["ção"], json!(1))),
+        ]);
         // A plain key typed in quotes is the same key.
         assert_eq!(terms(r#"body."a".b = 1"#), terms("body.a.b = 1"));
-        // Non-ASCII keys may be typed bare.
-        assert_eq!(terms("body.ção = 1"), [field(&["ção"], json!(1))]);
     }
 
     #[test]
