@@ -71,7 +71,18 @@ pub const CDC_SLOT: &str = "chaos_outbox";
 
 pub fn render(s: &Setup<'_>) -> String {
     let urls: Vec<String> = s.broker_urls.iter().map(|u| format!("\"{u}\"")).collect();
-    let plugin = |name: &str| s.plugins.join(format!("{name}.wasm")).display().to_string();
+    // `[plugins.NAME]`: the component `file`.wasm, and its variables.
+    let plugin = |name: &str, file: &str, variables: &[(&str, &str)]| {
+        let path = s.plugins.join(format!("{file}.wasm")).display().to_string();
+        let mut section = format!("\n[plugins.{name}]\npath = \"{path}\"\n");
+        if !variables.is_empty() {
+            section += &format!("[plugins.{name}.variables]\n");
+        }
+        for (variable, value) in variables {
+            section += &format!("{variable} = \"{value}\"\n");
+        }
+        section
+    };
     let queue_type = if s.quorum { "quorum" } else { "classic" };
     let backoff: Vec<String> = BACKOFF_MS.iter().map(|ms| format!("\"{ms}ms\"")).collect();
     let route = |queue: &str, plugin: &str, exchange: &str, keys: &[&str], extra: &str| {
@@ -119,29 +130,6 @@ max_in_flight_bytes = {window}
 {cdc}
 [admin]
 listen = ""
-
-[plugins.enrollment]
-path = "{enrollment}"
-[plugins.enrollment.variables]
-events_exchange = "{EVENTS_EXCHANGE}"
-
-[plugins.counter]
-path = "{counter}"
-[plugins.counter.variables]
-out_exchange = "{EVENTS_EXCHANGE}"
-
-[plugins.mixed]
-path = "{mixed}"
-
-[plugins.batch]
-path = "{counter_batch}"
-[plugins.batch.variables]
-out_exchange = "{EVENTS_EXCHANGE}"
-
-[plugins.downstream]
-path = "{counter}"
-[plugins.downstream.variables]
-out_exchange = "{DOWN_EXCHANGE}"
 "#,
         urls = urls.join(", "),
         heartbeat = HEARTBEAT.as_secs(),
@@ -155,11 +143,20 @@ out_exchange = "{DOWN_EXCHANGE}"
         } else {
             String::new()
         },
-        enrollment = plugin("enrollment"),
-        counter = plugin("counter"),
-        counter_batch = plugin("counter-batch"),
-        mixed = plugin("fixture-mixed"),
     );
+    text += &plugin(
+        "enrollment",
+        "enrollment",
+        &[("events_exchange", EVENTS_EXCHANGE)],
+    );
+    text += &plugin("counter", "counter", &[("out_exchange", EVENTS_EXCHANGE)]);
+    text += &plugin("mixed", "fixture-mixed", &[]);
+    text += &plugin(
+        "batch",
+        "counter-batch",
+        &[("out_exchange", EVENTS_EXCHANGE)],
+    );
+    text += &plugin("downstream", "counter", &[("out_exchange", DOWN_EXCHANGE)]);
     text += &route(ROUTE_ENROLL, "enrollment", INPUT_EXCHANGE, &["enroll"], "");
     text += &route(ROUTE_COUNTER, "counter", INPUT_EXCHANGE, &["count"], "");
     text += &route(ROUTE_FLAKY, "mixed", INPUT_EXCHANGE, &["flaky"], "");
