@@ -26,8 +26,10 @@ fn cdc_toml(url: &str, slot: &str, extra: &str) -> String {
     )
 }
 
-/// Starts `carteiro relay` on `dir/carteiro.toml` and waits until it reads `slot`.
-async fn relay_process(dir: &std::path::Path, url: &str, slot: &str) -> Running {
+/// Writes `config` to `dir/carteiro.toml`, starts `carteiro relay` on it and waits until it
+/// reads `slot` of the database at `url`.
+async fn relay_process(dir: &std::path::Path, config: &str, url: &str, slot: &str) -> Running {
+    std::fs::write(dir.join("carteiro.toml"), config).expect("config");
     let mut cmd = carteiro();
     cmd.args(["relay", "-c"]).arg(dir.join("carteiro.toml"));
     let mut relay = Running::spawn(cmd);
@@ -71,12 +73,8 @@ async fn a_transaction_larger_than_the_window_is_held_no_more_than_the_window() 
     let store = migrated_store(&url).await;
     let slot = format!("e2e_big_{}", uuid::Uuid::now_v7().simple());
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(
-        dir.path().join("carteiro.toml"),
-        cdc_toml(&url, &slot, "max_in_flight_bytes = \"1MiB\"\n"),
-    )
-    .expect("config");
-    let relay = relay_process(dir.path(), &url, &slot).await;
+    let config = cdc_toml(&url, &slot, "max_in_flight_bytes = \"1MiB\"\n");
+    let relay = relay_process(dir.path(), &config, &url, &slot).await;
     // Settled after start-up: the backlog drain, the first slot reads.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = peak_rss(relay.pid());
@@ -113,12 +111,8 @@ async fn a_relay_resumed_after_a_takeover_publishes_nothing() {
     let slot = format!("e2e_fence_{}", uuid::Uuid::now_v7().simple());
     let (hole, proxied) = Blackhole::in_front_of(&url).await;
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(
-        dir.path().join("carteiro.toml"),
-        cdc_toml(&proxied, &slot, ""),
-    )
-    .expect("config");
-    let paused = relay_process(dir.path(), &url, &slot).await;
+    let config = cdc_toml(&proxied, &slot, "");
+    let paused = relay_process(dir.path(), &config, &url, &slot).await;
     let standby_metrics = Arc::new(Metrics::default());
     let standby_dir = tempfile::tempdir().expect("tempdir");
     let config = load_config(standby_dir.path(), &cdc_toml(&url, &slot, ""));

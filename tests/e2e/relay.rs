@@ -253,9 +253,8 @@ async fn an_unroutable_row_mid_pipeline_neither_loops_nor_duplicates(store_url: 
     let client = Client::connect().await;
     let exchange = unique("out");
     let sink = client
-        .unbound_sink(&exchange, lapin::ExchangeKind::Direct)
+        .bound_sink(&exchange, lapin::ExchangeKind::Direct, "seeded")
         .await;
-    client.bind(&sink, &exchange, "seeded").await;
     let store = migrated_store(store_url).await;
     let mut rows = chain_rows("K", 40, &exchange, None);
     rows[5].outbox[0].routing_key = "nowhere".into();

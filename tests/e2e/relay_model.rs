@@ -149,6 +149,17 @@ struct Mode {
     cdc_slot: Option<String>,
 }
 
+impl Mode {
+    /// A relay that polls the outbox of `store_url`.
+    fn polled(store_url: String) -> Self {
+        Self {
+            store_url,
+            relay_toml: "poll_interval = \"100ms\"\n".into(),
+            cdc_slot: None,
+        }
+    }
+}
+
 async fn run_case(seed: u64, case: usize, mode: Mode) {
     let mut rng = StdRng::seed_from_u64(seed.wrapping_add(case as u64));
     let (rows, sizes) = schedule(&mut rng);
@@ -158,9 +169,8 @@ async fn run_case(seed: u64, case: usize, mode: Mode) {
     let client = Client::connect().await;
     let exchange = unique("model");
     let sink = client
-        .unbound_sink(&exchange, lapin::ExchangeKind::Direct)
+        .bound_sink(&exchange, lapin::ExchangeKind::Direct, "good")
         .await;
-    client.bind(&sink, &exchange, "good").await;
     let store = migrated_store(&mode.store_url).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let config = load_config(
@@ -335,19 +345,12 @@ fn seed() -> u64 {
     seed
 }
 
-const POLL: &str = "poll_interval = \"100ms\"\n";
-
 #[tokio::test]
 async fn generated_schedules_follow_the_model_polled_on_sqlite() {
     let seed = seed();
     for case in 0..CASES {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mode = Mode {
-            store_url: sqlite_url(dir.path()),
-            relay_toml: POLL.into(),
-            cdc_slot: None,
-        };
-        run_case(seed, case, mode).await;
+        run_case(seed, case, Mode::polled(sqlite_url(dir.path()))).await;
     }
 }
 
@@ -355,12 +358,7 @@ async fn generated_schedules_follow_the_model_polled_on_sqlite() {
 async fn generated_schedules_follow_the_model_polled_on_postgres() {
     let seed = seed();
     for case in 0..CASES {
-        let mode = Mode {
-            store_url: pg_database().await,
-            relay_toml: POLL.into(),
-            cdc_slot: None,
-        };
-        run_case(seed, case, mode).await;
+        run_case(seed, case, Mode::polled(pg_database().await)).await;
     }
 }
 

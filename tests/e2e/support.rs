@@ -555,10 +555,15 @@ impl Client {
     /// Declares a durable topic exchange and a durable queue bound to it with `#` (both
     /// survive a broker restart); returns the queue name.
     pub async fn sink(&self, exchange: &str) -> String {
-        let queue = self
-            .unbound_sink(exchange, lapin::ExchangeKind::Topic)
-            .await;
-        self.bind(&queue, exchange, "#").await;
+        self.bound_sink(exchange, lapin::ExchangeKind::Topic, "#")
+            .await
+    }
+
+    /// Declares a durable exchange of `kind` and a durable queue bound to it with `key`
+    /// (what no binding takes is unroutable); returns the queue name.
+    pub async fn bound_sink(&self, exchange: &str, kind: lapin::ExchangeKind, key: &str) -> String {
+        let queue = self.unbound_sink(exchange, kind).await;
+        self.bind(&queue, exchange, key).await;
         queue
     }
 
