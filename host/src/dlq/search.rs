@@ -413,7 +413,7 @@ mod tests {
     /// Each query parses to exactly the one term beside it.
     fn parses_to(cases: &[(&str, Term)]) {
         for (query, term) in cases {
-            assert_eq!(terms(query), [term.clone()], "{query}");
+            assert_eq!(terms(query), std::slice::from_ref(term), "{query}");
         }
     }
 
