@@ -18,8 +18,9 @@
 //!   component was linked for); `standard`: wasi:messaging@0.2.0-draft components, detected
 //!   at load, with `producer.send` through the outbox.
 //! - [`common`]: time, test-only fault points, Carteiro's header names (`header_names`), the
-//!   labels deliveries are counted by, units such as `64MiB` (used by many, config included).
-//! - [`broker`]: AMQP connections, confirmed publishing, backoff, field tables as text
+//!   labels deliveries are counted by, units such as `64MiB` (used by many, config included),
+//!   and `retry`: the named retry policies every site that retries uses (on `backon`).
+//! - [`broker`]: AMQP connections, confirmed publishing, field tables as text
 //!   (`field_table`), the builder of everything Carteiro publishes, and the seal on
 //!   Carteiro's own headers.
 //! - [`topology`]: declare and verify a route's queues and exchanges (it knows no config:

@@ -3,7 +3,7 @@
 //! header-seal key) with backoff for as long as the failure is the store's trouble, and
 //! meanwhile answers its admin address: `/healthz` 200, `/readyz` and the rest 503.
 
-use crate::broker::JitteredBackoff;
+use crate::common::retry;
 use crate::broker::seal::SealKey;
 use crate::config::Config;
 use crate::store::{Store, StoreError, StoreOptions};
@@ -95,7 +95,7 @@ pub async fn open_waiting(
     // A bad [security] key is the config's fault: fail at once, never wait for it.
     let seal_secret = crate::services::security_seal(config)?;
     tokio::pin!(shutdown);
-    let mut backoff = JitteredBackoff::new(Duration::from_millis(250), Duration::from_secs(10));
+    let mut backoff = retry::STORE_PATIENT.backoff();
     let mut tries = 0u32;
     loop {
         tries += 1;

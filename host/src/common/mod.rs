@@ -4,13 +4,15 @@
 //! header names ([`header_names`]), the labels deliveries and retention purges are counted
 //! by ([`labels`]), the attempt history a message carries on its copies ([`journey`]), PEM
 //! files for TLS ([`pem`]), units in config and on the command line ([`units`]: sizes like
-//! `64MiB`, durations), and file permissions of secrets.
+//! `64MiB`, durations), file permissions of secrets, and the one retry vocabulary every
+//! retrying site names its policy from ([`retry`]).
 
 pub mod alert;
 pub mod header_names;
 pub mod journey;
 pub mod labels;
 pub mod pem;
+pub mod retry;
 pub mod units;
 
 /// Makes aws-lc-rs the process's rustls crypto provider, once (later calls do nothing).

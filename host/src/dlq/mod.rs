@@ -21,6 +21,7 @@ use crate::broker::outgoing::replay_properties;
 use crate::broker::seal::SealKey;
 use crate::broker::{ConfirmedPublisher, Outgoing, PublisherOptions};
 use crate::common::header_names::{PROP_CONTENT_TYPE, PROP_CORRELATION_ID, PROP_MESSAGE_ID};
+use crate::common::retry;
 use crate::store::{DeadLetter, Store, StoreError};
 use std::time::Duration;
 
@@ -205,27 +206,19 @@ pub async fn replay(
         )
         .into());
     }
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        match store.dead_letter_mark_replayed(d.id).await {
-            Ok(()) => return Ok(Replayed::Done),
-            Err(e) if e.is_transient() && tries < MARK_TRIES => {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            Err(source) => {
-                return Err(ReplayError::Unmarked {
-                    id: d.id,
-                    route: d.letter.route.clone(),
-                    source,
-                });
-            }
-        }
-    }
+    retry::retry_transient(
+        retry::AFTER_CONFIRM,
+        || store.dead_letter_mark_replayed(d.id),
+        StoreError::is_transient,
+    )
+    .await
+    .map(|()| Replayed::Done)
+    .map_err(|source| ReplayError::Unmarked {
+        id: d.id,
+        route: d.letter.route.clone(),
+        source,
+    })
 }
-
-/// Tries at marking a confirmed replay before the run stops for the store.
-const MARK_TRIES: u32 = 3;
 
 /// Opens a publisher for replays.
 pub async fn replay_publisher(

@@ -12,9 +12,8 @@
 //! a broker `consumer_timeout`), the broker parks it in `Q.dlq.parked` ([`watch_parked`]).
 
 use super::context::RouteContext;
-use crate::broker::JitteredBackoff;
 use crate::broker::field_table::{header_int, header_text, to_text_pairs};
-use crate::common::{header_names as h, now_ms};
+use crate::common::{header_names as h, now_ms, retry};
 use crate::store::NewDeadLetter;
 use crate::topology::{QueueType, dlq_name, parked_name, queue_state};
 use futures::StreamExt;
@@ -156,7 +155,7 @@ async fn archive(ctx: &RouteContext, delivery: Delivery, stop: &CancellationToke
     // A dead letter sealed by a gateway that read a rotation first keeps its reason.
     ctx.deps.seal.learn_unknown_key(&delivery.properties).await;
     let record = record_of(ctx, &delivery);
-    let mut backoff = JitteredBackoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    let mut backoff = retry::STORE_OUTAGE.backoff();
     // Held, never requeued: on a quorum DLQ each requeue spends its delivery limit, and a
     // requeue loop during an outage only burns CPU. Unacked on shutdown, it stays in Q.dlq.
     loop {

@@ -2,7 +2,7 @@
 //! across restarts and reloads and for every gateway on that store: keyed by the plugin and
 //! the canary component's digest, so only a new canary version starts afresh.
 
-use crate::broker::JitteredBackoff;
+use crate::common::retry;
 use crate::store::{CanaryDecision, Store, StoreError};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -117,7 +117,7 @@ impl CanaryDecisions {
         };
         runtime.spawn(async move {
             let until = tokio::time::Instant::now() + WRITE_FOR;
-            let mut backoff = JitteredBackoff::new(Duration::from_millis(200), Duration::from_secs(10));
+            let mut backoff = retry::STORE_PATIENT.backoff();
             loop {
                 match store.canary_decide(&row).await {
                     Ok(()) => return,

@@ -2,11 +2,10 @@
 //! prefetch slots, which pauses consumption) until a probe finds the store taking writes
 //! again (`Store::probe_write`: a committed write, not a read).
 
-use crate::broker::JitteredBackoff;
+use crate::common::retry;
 use crate::metrics::Metrics;
 use crate::store::Store;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::watch;
 
 /// Shared by every route of a gateway.
@@ -57,8 +56,7 @@ impl StoreGate {
         let healthy = self.healthy.clone();
         let metrics = self.metrics.clone();
         tokio::spawn(async move {
-            let mut backoff =
-                JitteredBackoff::new(Duration::from_millis(200), Duration::from_secs(5));
+            let mut backoff = retry::STORE_OUTAGE.backoff();
             loop {
                 tokio::time::sleep(backoff.next_delay()).await;
                 match store.probe_write().await {

@@ -23,8 +23,8 @@ use super::key;
 use super::live_shadow::{Decision, RecordingKv};
 use super::plan::{self, FailureKind, Outcome, Plan};
 use super::received::Received;
-use crate::broker::{ConfirmedPublisher, JitteredBackoff};
-use crate::common::FaultPoint;
+use crate::broker::ConfirmedPublisher;
+use crate::common::{FaultPoint, retry};
 use crate::runtime::KvSource;
 use crate::store::{CommitOutcome, StoreError};
 use crate::telemetry::{self, DeliveryFacts};
@@ -32,7 +32,7 @@ use futures::FutureExt;
 use lapin::message::Delivery;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tracing::Instrument;
 
 /// Handler re-runs allowed when its kv reads conflict with a concurrent commit.
@@ -149,7 +149,7 @@ async fn settle(apply: &Apply<'_>, tally: Option<&(Arc<Canary>, bool)>) -> Settl
     let mut round = 0;
     // Between rounds once the gate is open again, so a delivery whose writes fail while the
     // probe's succeed (a grant revoked on one table) does not spin.
-    let mut pause = JitteredBackoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    let mut pause = retry::STORE_OUTAGE.backoff();
     loop {
         round += 1;
         match step(apply, tally).await {

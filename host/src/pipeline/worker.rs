@@ -10,8 +10,9 @@ use super::batch::process_batch;
 use super::context::RouteContext;
 use super::process::process;
 use crate::broker::{
-    BrokerError, ConfirmedPublisher, ConnectOptions, JitteredBackoff, PublisherOptions, connect_any,
+    BrokerError, ConfirmedPublisher, ConnectOptions, PublisherOptions, connect_any,
 };
+use crate::common::retry;
 use crate::topology::{TopologyError, declare_route};
 use futures::StreamExt;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
@@ -49,8 +50,7 @@ pub async fn run_route(
     broker: BrokerSettings,
     shutdown: CancellationToken,
 ) -> Result<(), RouteError> {
-    let mut backoff =
-        JitteredBackoff::new(Duration::from_millis(100), broker.reconnect_max_backoff);
+    let mut backoff = retry::reconnect(broker.reconnect_max_backoff).backoff();
     while !shutdown.is_cancelled() {
         match session(&ctx, &broker, &shutdown, &mut backoff).await {
             Ok(()) => {}
@@ -113,7 +113,7 @@ async fn session(
     ctx: &Arc<RouteContext>,
     broker: &BrokerSettings,
     shutdown: &CancellationToken,
-    backoff: &mut JitteredBackoff,
+    backoff: &mut retry::Backoff,
 ) -> Result<(), SessionError> {
     let conn = Arc::new(
         connect_any(&broker.urls, &broker.connect)

@@ -24,6 +24,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::common::retry;
 use crate::store::Store;
 
 /// Write attempts for the last ids after the relay session closed the channel.
@@ -85,6 +86,7 @@ async fn run(
     let mut batch: Vec<i64> = Vec::new();
     let mut open = true;
     let mut failures: u32 = 0;
+    let mut backoff = retry::MARK.backoff();
     // Since when the oldest row of `batch` that the store did not show has waited.
     let mut unseen_since: Option<tokio::time::Instant> = None;
     loop {
@@ -112,6 +114,7 @@ async fn run(
         match written {
             Ok(unseen_ids) => {
                 failures = 0;
+                backoff.reset();
                 let marked: Vec<i64> = batch
                     .drain(..)
                     .filter(|id| !unseen_ids.contains(id))
@@ -140,8 +143,7 @@ async fn run(
                     return;
                 }
                 tracing::warn!(rows = batch.len(), error = %e, "could not mark confirmed outbox rows published; retrying");
-                let delay = Duration::from_millis(50 << failures.min(6));
-                tokio::time::sleep(delay).await;
+                tokio::time::sleep(backoff.next_delay()).await;
             }
         }
     }

@@ -25,10 +25,9 @@ pub use config::{RelayConfig, RelayMode};
 use crate::broker::outgoing::Unpublishable;
 pub use crate::broker::outgoing::event_properties;
 use crate::broker::{
-    BrokerConfig, ConfirmedPublisher, ConnectOptions, JitteredBackoff, Outgoing, PublisherOptions,
-    connect_any,
+    BrokerConfig, ConfirmedPublisher, ConnectOptions, Outgoing, PublisherOptions, connect_any,
 };
-use crate::common::FaultPoint;
+use crate::common::{FaultPoint, retry};
 use crate::metrics::Metrics;
 use crate::store::{Backend, OUTBOX_NOTIFY_CHANNEL, OutboxRow, Store};
 use crate::telemetry::Telemetry;
@@ -125,7 +124,7 @@ impl Relay {
                 stop.clone(),
             ));
         }
-        let mut backoff = JitteredBackoff::new(Duration::from_millis(100), self.reconnect_max);
+        let mut backoff = retry::reconnect(self.reconnect_max).backoff();
         let mut publisher: Option<ConfirmedPublisher> = None;
         while !stop.is_cancelled() {
             let current = match publisher.as_ref().filter(|p| p.is_connected()) {

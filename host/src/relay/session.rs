@@ -26,7 +26,7 @@ use super::chains::{Chains, HeldBytes, Leased, row_bytes};
 use super::marker::{MarkSender, Marker};
 use super::{Relay, outgoing};
 use crate::broker::{ConfirmedPublisher, MAX_BATCH, Outgoing, PublishError};
-use crate::common::{FaultPoint, hang_if};
+use crate::common::{FaultPoint, hang_if, retry};
 use crate::store::{OutboxRow, StoreError};
 
 /// Why a session ended.
@@ -466,7 +466,8 @@ async fn record_failure(
         lease_lost_unless(held, row);
         return Ok(());
     }
-    let delay_ms = (500_i64 << attempts.clamp(0, 7)).min(60_000);
+    let delay = retry::ROW_PUBLISH.delay_after(u32::try_from(attempts).unwrap_or(u32::MAX));
+    let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
     tracing::warn!(event_id = %row.event.event_id, exchange = %row.event.exchange, routing_key = %row.event.routing_key, attempts, %error, "outbox publish failed; the row stays pending");
     let held = relay
         .store

@@ -32,12 +32,13 @@ pub use claim::SETTLE_MAX;
 pub use dedup::Dedup;
 pub use error::EditError;
 
-use super::{MARK_TRIES, claim_lease, is_failure_header, with_replay_of};
+use super::{claim_lease, is_failure_header, with_replay_of};
 use crate::broker::outgoing::{MAX_SHORT_STRING, is_broker_record, replay_properties};
 use crate::broker::seal::{PREFIX, SealKey};
 use crate::broker::{ConfirmedPublisher, Outgoing};
 use crate::common::header_names::{PROP_CONTENT_TYPE, PROP_CORRELATION_ID, PROP_MESSAGE_ID};
-use crate::store::{DeadLetter, KeyTaken, Store};
+use crate::common::retry;
+use crate::store::{DeadLetter, KeyTaken, Store, StoreError};
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -421,27 +422,21 @@ impl EditContext<'_> {
         actor: &str,
     ) -> Result<Changes, EditError> {
         let detail = serde_json::to_string(&copy.changes).unwrap_or_else(|_| "{}".to_owned());
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            match self
-                .store
-                .dead_letter_mark_edited(d.id, actor, &detail, &copy.body)
-                .await
-            {
-                Ok(()) => return Ok(copy.changes),
-                Err(e) if e.is_transient() && tries < MARK_TRIES => {
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                Err(source) => {
-                    return Err(EditError::Unrecorded {
-                        id: d.id,
-                        route: d.letter.route.clone(),
-                        source,
-                    });
-                }
-            }
-        }
+        retry::retry_transient(
+            retry::AFTER_CONFIRM,
+            || {
+                self.store
+                    .dead_letter_mark_edited(d.id, actor, &detail, &copy.body)
+            },
+            StoreError::is_transient,
+        )
+        .await
+        .map_err(|source| EditError::Unrecorded {
+            id: d.id,
+            route: d.letter.route.clone(),
+            source,
+        })?;
+        Ok(copy.changes)
     }
 }
 

@@ -35,8 +35,8 @@ use pgwire_replication::{PgWireError, ReplicationClient};
 use tokio_util::sync::CancellationToken;
 
 use super::{Relay, sleep_or_stop};
-use crate::broker::JitteredBackoff;
 use crate::common::alert::Change;
+use crate::common::retry;
 
 /// How often a standing-by relay tries to take the slot.
 const STANDBY_RETRY: Duration = Duration::from_secs(3);
@@ -80,7 +80,7 @@ pub(super) async fn run(
         relay.metrics.clone(),
         stop.clone(),
     ));
-    let mut backoff = JitteredBackoff::new(Duration::from_millis(100), relay.reconnect_max);
+    let mut backoff = retry::reconnect(relay.reconnect_max).backoff();
     let mut standing_by = false;
     let result = loop {
         if stop.is_cancelled() {

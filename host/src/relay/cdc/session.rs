@@ -29,6 +29,7 @@ use super::fence::{Fence, SlotLost};
 use super::pgoutput::{self, Message, Relations};
 use super::window::CommitWindow;
 use crate::broker::{ConfirmedPublisher, MAX_BATCH, Outgoing, PublishError};
+use crate::common::retry;
 use crate::relay::chains::row_bytes;
 use crate::relay::marker::{MarkSender, Marker};
 use crate::relay::{Relay, outgoing};
@@ -422,8 +423,7 @@ async fn publish_key(
                 .outbox_record_failure(first.id, &error.to_string(), false)
                 .await;
         }
-        let delay = Duration::from_millis((500_u64 << attempts.min(7)).min(60_000));
-        tokio::time::sleep(delay).await;
+        tokio::time::sleep(retry::ROW_PUBLISH.delay_after(attempts)).await;
     }
     done
 }
