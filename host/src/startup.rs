@@ -3,8 +3,8 @@
 //! header-seal key) with backoff for as long as the failure is the store's trouble, and
 //! meanwhile answers its admin address: `/healthz` 200, `/readyz` and the rest 503.
 
-use crate::common::retry;
 use crate::broker::seal::SealKey;
+use crate::common::retry;
 use crate::config::Config;
 use crate::store::{Store, StoreError, StoreOptions};
 use axum::Router;

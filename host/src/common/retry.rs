@@ -205,12 +205,14 @@ mod tests {
 
     #[test]
     fn a_failed_row_waits_one_second_doubling_up_to_a_minute() {
-        let secs: Vec<u64> = (1..=9)
+        let ms: Vec<u64> = (1..=9)
             .map(|n| ROW_PUBLISH.delay_after(n).as_millis() as u64)
             .collect();
         assert_eq!(
-            secs,
-            [1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 60_000, 60_000, 60_000]
+            ms,
+            [
+                1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 60_000, 60_000, 60_000
+            ]
         );
         assert_eq!(ROW_PUBLISH.delay_after(0), ROW_PUBLISH.delay_after(1));
         assert_eq!(ROW_PUBLISH.delay_after(u32::MAX), ROW_PUBLISH_MAX);
@@ -218,52 +220,40 @@ mod tests {
         assert_eq!(marks, [100, 200, 400, 800, 1_600, 3_200, 3_200, 3_200]);
     }
 
-    #[tokio::test]
-    async fn transient_errors_are_tried_again_until_the_tries_are_spent() {
-        // AFTER_CONFIRM's tries, without its pauses.
+    /// Calls `retry_transient` with AFTER_CONFIRM's tries (without its pauses) on an
+    /// operation failing with `errors` in turn, then succeeding; returns the result and the
+    /// calls made.
+    async fn tried(errors: &[&'static str]) -> (Result<u32, &'static str>, u32) {
         let policy = Policy {
             min: Duration::from_millis(1),
             max: Duration::from_millis(1),
             ..AFTER_CONFIRM
         };
         let calls = AtomicU32::new(0);
-        let result: Result<(), &str> = retry_transient(
-            policy,
-            || async {
-                calls.fetch_add(1, Ordering::Relaxed);
-                Err("down")
-            },
-            |e| *e == "down",
-        )
-        .await;
-        assert_eq!(result, Err("down"));
-        assert_eq!(calls.load(Ordering::Relaxed), 3, "three tries in all");
-
-        let calls = AtomicU32::new(0);
-        let result: Result<(), &str> = retry_transient(
-            policy,
-            || async {
-                calls.fetch_add(1, Ordering::Relaxed);
-                Err("bad data")
-            },
-            |e| *e == "down",
-        )
-        .await;
-        assert_eq!(result, Err("bad data"));
-        assert_eq!(calls.load(Ordering::Relaxed), 1, "a permanent error at once");
-
-        let calls = AtomicU32::new(0);
         let result = retry_transient(
             policy,
             || async {
-                match calls.fetch_add(1, Ordering::Relaxed) {
-                    0 => Err("down"),
-                    _ => Ok(7),
-                }
+                let call = calls.fetch_add(1, Ordering::Relaxed);
+                errors.get(call as usize).map_or(Ok(call), |e| Err(*e))
             },
             |e: &&str| *e == "down",
         )
         .await;
-        assert_eq!(result, Ok(7));
+        (result, calls.load(Ordering::Relaxed))
+    }
+
+    #[tokio::test]
+    async fn transient_errors_are_tried_again_until_the_tries_are_spent() {
+        assert_eq!(
+            tried(&["down"; 5]).await,
+            (Err("down"), 3),
+            "three tries in all"
+        );
+        assert_eq!(
+            tried(&["bad data"]).await,
+            (Err("bad data"), 1),
+            "a permanent error at once"
+        );
+        assert_eq!(tried(&["down"]).await, (Ok(1), 2), "a blip is ridden out");
     }
 }

@@ -1,11 +1,13 @@
-//! Per-ordering-key chains of leased rows, the relay's in-memory half of the ordering rule.
+//! Per-ordering-key chains of the rows a relay session holds, the relay's in-memory half of
+//! the ordering rule, for both feeds (polling and the slot).
 //!
 //! A key has at most one batch of rows publishing at a time (one row after another, each
-//! after the previous one's confirm); rows leased later for the same key wait behind it in
-//! id order (the claim returns rows in id order, and later claims return only later rows)
-//! and go out as the key's next batch. A failed row stops its chain: the rows behind it are handed back to the
-//! store only after the failure is recorded there (see `Session::settle_failures`), so no
-//! later row of that key starts before the failed one is published. The one exception is
+//! after the previous one's confirm); rows taken later for the same key wait behind it in
+//! order (claims return rows in id order, and later claims return only later rows; the slot
+//! sends commits in commit order) and go out as the key's next batch. A failed polled row
+//! stops its chain: the rows behind it are handed back to the store only after the failure
+//! is recorded there (see `poll::Session::settle_failures`), so no later row of that key
+//! starts before the failed one is published. The one exception is
 //! the failed row's own pipelined run: rows behind it in that run may be confirmed already,
 //! and those are marked (sending them again on every retry would only duplicate them), so
 //! they arrive before it. Rows with an empty ordering key are not ordered and never wait.
@@ -17,13 +19,14 @@ use std::time::Instant;
 
 use crate::store::OutboxRow;
 
-/// A row this relay session holds a lease on.
+/// A row this relay session holds: leased (polling) or read from the slot.
 #[derive(Debug)]
 pub(super) struct Leased {
     pub row: OutboxRow,
     /// Last moment a publish of this row may start: later, the lease could run out while the
     /// publish is still waiting for its confirm, and another relay could take the row.
-    pub start_by: Instant,
+    /// `None`: no lease (read from the slot, fenced as a whole instead).
+    pub start_by: Option<Instant>,
     /// Counts the row's bytes in the session's window until the row is dropped.
     pub _held: Held,
 }
@@ -186,7 +189,7 @@ mod tests {
         Leased {
             _held: HeldBytes::default().hold(&row),
             row,
-            start_by: Instant::now(),
+            start_by: None,
         }
     }
 

@@ -24,8 +24,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::source::Source;
 use crate::common::retry;
-use crate::store::Store;
+use crate::store::StoreError;
 
 /// Write attempts for the last ids after the relay session closed the channel.
 const FINAL_ATTEMPTS: u32 = 3;
@@ -43,10 +44,10 @@ pub(super) struct Marker {
 impl Marker {
     /// Starts the marker; the receiver reports the ids of each committed write (as handed
     /// over, whether or not another relay had marked some already).
-    pub fn spawn(store: Store) -> (Marker, mpsc::UnboundedReceiver<Vec<i64>>) {
+    pub fn spawn<S: Source>(source: S) -> (Marker, mpsc::UnboundedReceiver<Vec<i64>>) {
         let (ids, rx) = mpsc::unbounded_channel();
         let (done_tx, done) = mpsc::unbounded_channel();
-        let task = tokio::spawn(run(store, rx, done_tx));
+        let task = tokio::spawn(run(source, rx, done_tx));
         (Marker { ids, task }, done)
     }
 
@@ -78,8 +79,8 @@ impl MarkSender {
     }
 }
 
-async fn run(
-    store: Store,
+async fn run<S: Source>(
+    source: S,
     mut ids: mpsc::UnboundedReceiver<i64>,
     done: mpsc::UnboundedSender<Vec<i64>>,
 ) {
@@ -106,9 +107,9 @@ async fn run(
                 }
             }
         }
-        let written = match store.outbox_mark_published_many(&batch).await {
+        let written = match source.mark_published(&batch).await {
             Ok(changed) if changed as usize >= batch.len() => Ok(Vec::new()),
-            Ok(_) => unseen(&store, &batch).await,
+            Ok(_) => unseen(&source, &batch).await,
             Err(e) => Err(e),
         };
         match written {
@@ -151,8 +152,8 @@ async fn run(
 
 /// Which of `batch` a mark write did not find: rows that do not exist yet for this session.
 /// (A row that exists and did not change was published already, by another relay.)
-async fn unseen(store: &Store, batch: &[i64]) -> Result<Vec<i64>, crate::store::StoreError> {
-    let existing = store.outbox_existing_among(batch).await?;
+async fn unseen<S: Source>(source: &S, batch: &[i64]) -> Result<Vec<i64>, StoreError> {
+    let existing = source.existing_among(batch).await?;
     Ok(batch
         .iter()
         .copied()
@@ -165,7 +166,8 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use crate::store::{CommitRequest, NewOutboxRow};
+    use crate::relay::outbox_table::OutboxTable;
+    use crate::store::{CommitRequest, NewOutboxRow, Store};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn marks_what_it_is_given_in_few_writes() {
@@ -177,7 +179,7 @@ mod tests {
         store.commit_batch(&rows).await.unwrap();
         let leased = store.outbox_pending(300, "r1", 60_000).await.unwrap();
 
-        let (marker, mut done) = Marker::spawn(store.clone());
+        let (marker, mut done) = Marker::spawn(OutboxTable::new(store.clone(), &url));
         let marks = marker.sender();
         // Only the first 250 were "confirmed".
         for row in &leased[..250] {
@@ -241,7 +243,7 @@ mod tests {
 
     async fn a_row_that_shows_after_its_confirm_is_marked_once_it_does(store: &Store) {
         store.commit_batch(&[row(1), row(2), row(3)]).await.unwrap();
-        let (marker, mut done) = Marker::spawn(store.clone());
+        let (marker, mut done) = Marker::spawn(OutboxTable::new(store.clone(), ""));
         let marks = marker.sender();
         for id in 1..=4 {
             marks.confirmed(id);

@@ -1,24 +1,31 @@
-//! The outbox relay (G3): leases unpublished rows in id order, publishes each with
+//! The outbox relay (G3): takes committed rows from its source, publishes each with
 //! `mandatory` and a publisher confirm, and marks each row published once its own confirm
 //! arrived. Rows sharing an ordering key go out one after another; different keys go out
-//! concurrently up to `max_in_flight`. Woken in-process on commit, by PostgreSQL
-//! `LISTEN/NOTIFY` across processes, and by a poll interval as a backstop.
+//! concurrently up to `max_in_flight`. Polling is woken in-process on commit, by the store's
+//! commit wake-ups across processes (PostgreSQL `LISTEN/NOTIFY`), and by a poll interval as
+//! a backstop (docs/architecture.md, "The relay and its sources").
 //!
 //! # Layout
-//! - this file: [`Relay`], its connect/reconnect loop, the AMQP message of a row.
-//! - `session`: one continuous pipeline over one broker connection and one lease owner:
-//!   leases more rows while earlier ones are still in flight, publishes, settles failures.
-//! - `chains`: the per-ordering-key queues of leased rows (in-memory ordering rule).
-//! - `marker`: group commit of "published" marks as confirms arrive.
+//! - this file: [`Relay`], its settings, the AMQP message of a row.
+//! - `source`: what a relay reads ([`Source`](source::Source): rows, leases, marks, failures,
+//!   wake-ups; `SlotSource`: the same table read from a replication slot).
+//! - `outbox_table`: Carteiro's own outbox as a source.
+//! - `poll`: the polling feed: the connect/reconnect loop, and one session over one broker
+//!   connection and one lease owner: claims more rows while earlier ones are still in flight.
+//! - `cdc`: `[relay] mode = "cdc"`: the feed from a PostgreSQL logical replication slot.
+//! - shared by both feeds: `chains` (the per-ordering-key queues, the in-memory ordering rule,
+//!   and the window's bytes), `publish` (a key's runs with confirms, failures, parking,
+//!   backoff), `marker` (group commit of "published" marks as confirms arrive).
 //! - `config`: [`RelayConfig`] (`[relay]`) and its check.
-//! - `cdc`: `[relay] mode = "cdc"`: the same publishing, fed by a PostgreSQL logical
-//!   replication slot instead of claims (PostgreSQL only).
 
 mod cdc;
 mod chains;
 mod config;
 mod marker;
-mod session;
+mod outbox_table;
+mod poll;
+mod publish;
+mod source;
 
 pub use config::{RelayConfig, RelayMode};
 
@@ -27,24 +34,31 @@ pub use crate::broker::outgoing::event_properties;
 use crate::broker::{
     BrokerConfig, ConfirmedPublisher, ConnectOptions, Outgoing, PublisherOptions, connect_any,
 };
-use crate::common::{FaultPoint, retry};
+use crate::common::FaultPoint;
 use crate::metrics::Metrics;
-use crate::store::{Backend, OUTBOX_NOTIFY_CHANNEL, OutboxRow, Store};
+use crate::store::{OutboxRow, Store};
 use crate::telemetry::Telemetry;
+use outbox_table::OutboxTable;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// One relay instance.
+/// One relay instance: Carteiro's own outbox, polled or read from the slot.
 pub struct Relay {
-    store: Store,
+    settings: Settings,
+    source: OutboxTable,
+    /// `[relay] mode = "cdc"`: read the slot instead of claiming rows.
+    cdc: Option<cdc::CdcSettings>,
+}
+
+/// How a relay publishes, whatever its source.
+struct Settings {
     metrics: Arc<Metrics>,
+    /// Notified by the in-process committer.
     wake: Arc<Notify>,
     /// Broker nodes, tried in turn.
     urls: Vec<String>,
-    /// The store's URL, for PostgreSQL `LISTEN` (never logged).
-    store_url: String,
     connect: ConnectOptions,
     publish_timeout: Duration,
     max_in_flight: usize,
@@ -57,13 +71,12 @@ pub struct Relay {
     fault: Option<FaultPoint>,
     /// Publish spans, when `[telemetry]` exports them.
     telemetry: Telemetry,
-    /// `[relay] mode = "cdc"`: read the slot instead of claiming rows.
-    cdc: Option<cdc::CdcSettings>,
 }
 
 impl Relay {
     /// A relay publishing to `broker` the outbox of the store at `store_url` (`store` opened
-    /// on it); `wake` is notified by the in-process committer.
+    /// on it; the URL serves the CDC relay's replication connection); `wake` is notified by
+    /// the in-process committer.
     pub fn new(
         broker: &BrokerConfig,
         relay: &RelayConfig,
@@ -73,25 +86,26 @@ impl Relay {
         wake: Option<Arc<Notify>>,
     ) -> Self {
         Self {
-            store,
-            metrics,
-            wake: wake.unwrap_or_default(),
-            urls: broker.addresses(),
-            store_url: store_url.to_owned(),
-            connect: ConnectOptions {
-                heartbeat: broker.heartbeat,
-                connect_timeout: broker.connect_timeout,
-                connection_name: "carteiro relay".into(),
-                tls: broker.tls.clone(),
+            settings: Settings {
+                metrics,
+                wake: wake.unwrap_or_default(),
+                urls: broker.addresses(),
+                connect: ConnectOptions {
+                    heartbeat: broker.heartbeat,
+                    connect_timeout: broker.connect_timeout,
+                    connection_name: "carteiro relay".into(),
+                    tls: broker.tls.clone(),
+                },
+                publish_timeout: broker.publish_timeout,
+                max_in_flight: relay.max_in_flight.max(1),
+                max_in_flight_bytes: relay.max_in_flight_bytes.max(1),
+                poll_interval: relay.poll_interval,
+                reconnect_max: broker.reconnect_max_backoff,
+                lease: relay.lease.max(broker.publish_timeout * 3),
+                fault: FaultPoint::from_env(),
+                telemetry: Telemetry::off(),
             },
-            publish_timeout: broker.publish_timeout,
-            max_in_flight: relay.max_in_flight.max(1),
-            max_in_flight_bytes: relay.max_in_flight_bytes.max(1),
-            poll_interval: relay.poll_interval,
-            reconnect_max: broker.reconnect_max_backoff,
-            lease: relay.lease.max(broker.publish_timeout * 3),
-            fault: FaultPoint::from_env(),
-            telemetry: Telemetry::off(),
+            source: OutboxTable::new(store, store_url),
             cdc: (relay.mode == RelayMode::Cdc).then(|| cdc::CdcSettings {
                 slot: relay.slot.clone(),
                 publication: relay.publication.clone(),
@@ -102,70 +116,23 @@ impl Relay {
 
     /// The same relay, exporting a publish span per row through `telemetry`.
     pub fn with_telemetry(mut self, telemetry: Telemetry) -> Self {
-        self.telemetry = telemetry;
+        self.settings.telemetry = telemetry;
         self
     }
 
     /// Runs until `stop`.
     pub async fn run(self, stop: CancellationToken) -> anyhow::Result<()> {
         match &self.cdc {
-            Some(settings) => cdc::run(&self, settings, &stop).await,
-            None => self.poll(&stop).await,
+            Some(cdc) => cdc::run(&self.settings, &self.source, cdc, &stop).await,
+            None => {
+                poll::run(&self.settings, &self.source, &stop).await;
+                Ok(())
+            }
         }
     }
+}
 
-    /// The polling relay, until `stop` (also the CDC relay's backlog drain).
-    async fn poll(&self, stop: &CancellationToken) -> anyhow::Result<()> {
-        let stop = stop.clone();
-        if self.store.backend() == Backend::Postgres {
-            tokio::spawn(listen_for_commits(
-                self.store_url.clone(),
-                self.wake.clone(),
-                stop.clone(),
-            ));
-        }
-        let mut backoff = retry::reconnect(self.reconnect_max).backoff();
-        let mut publisher: Option<ConfirmedPublisher> = None;
-        while !stop.is_cancelled() {
-            let current = match publisher.as_ref().filter(|p| p.is_connected()) {
-                Some(p) => p.clone(),
-                None => match self.open_publisher().await {
-                    Ok(p) => {
-                        tracing::info!("outbox relay running");
-                        backoff.reset();
-                        publisher = Some(p.clone());
-                        p
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "relay cannot reach the broker; rows wait");
-                        sleep_or_stop(backoff.next_delay(), &stop).await;
-                        continue;
-                    }
-                },
-            };
-            let (end, progressed) = session::Session::new(self, current).run(&stop).await;
-            // A session that published rows before it ended was not a failure to retry
-            // slower and slower: one bad spell must not leave every later restart waiting
-            // the longest delay.
-            if progressed {
-                backoff.reset();
-            }
-            match end {
-                session::End::Stopped => break,
-                session::End::Broker(e) => {
-                    tracing::warn!(error = %e, "relay lost the broker; reconnecting");
-                    self.metrics.broker_reconnect("relay");
-                    publisher = None;
-                }
-                session::End::Store(e) => {
-                    tracing::warn!(error = %e, "relay cannot reach the store; retrying");
-                }
-            }
-            sleep_or_stop(backoff.next_delay(), &stop).await;
-        }
-        Ok(())
-    }
-
+impl Settings {
     async fn open_publisher(&self) -> anyhow::Result<ConfirmedPublisher> {
         let conn = Arc::new(connect_any(&self.urls, &self.connect).await?);
         let lanes = PublisherOptions::for_in_flight(self.max_in_flight);
@@ -195,31 +162,6 @@ async fn sleep_or_stop(delay: Duration, stop: &CancellationToken) {
     tokio::select! {
         _ = tokio::time::sleep(delay) => {}
         _ = stop.cancelled() => {}
-    }
-}
-
-/// Wakes the relay when another process commits outbox rows (PostgreSQL only).
-async fn listen_for_commits(url: String, wake: Arc<Notify>, stop: CancellationToken) {
-    loop {
-        let listened = async {
-            let mut listener = sqlx::postgres::PgListener::connect(&url).await?;
-            listener.listen(OUTBOX_NOTIFY_CHANNEL).await?;
-            loop {
-                listener.recv().await?;
-                wake.notify_one();
-            }
-            #[allow(unreachable_code)]
-            Ok::<(), sqlx::Error>(())
-        };
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            result = listened => {
-                if let Err(e) = result {
-                    tracing::debug!(error = %e, "outbox LISTEN connection lost; the poll interval covers the gap");
-                }
-            }
-        }
-        sleep_or_stop(Duration::from_secs(1), &stop).await;
     }
 }
 

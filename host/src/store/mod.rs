@@ -12,6 +12,8 @@
 //!   set-based fast path (`set`), its savepoint-per-request fallback (`savepoints`), what
 //!   both share (`request`: [`CommitRequest`]), and [`GroupCommitter`] (`committer`), the
 //!   task that batches concurrent commits.
+//! - `change_feed`: how the relay learns of commits besides polling ([`CommitWakeups`],
+//!   the dialect's listener) and the logical replication slot's setup and lag.
 //! - `inbox`, `kv`, `outbox`: reads and maintenance per table; `outbox_cdc`: the CDC
 //!   relay's bookkeeping; `canaries`, `secrets`: canary decisions and the header-seal keys.
 //! - `dead_letters/`: the dead-letter archive (`mod.rs`: archive, list, count, purge):
@@ -32,6 +34,7 @@
 
 mod backend;
 mod canaries;
+mod change_feed;
 mod commit;
 mod config;
 mod dead_letters;
@@ -53,6 +56,7 @@ pub(crate) mod tests;
 
 pub use backend::{Backend, Class, Dialect, IndexWalk, Postgres, Sqlite, UrlError, for_url};
 pub use canaries::CanaryDecision;
+pub use change_feed::CommitWakeups;
 pub use commit::{
     CommitOutcome, CommitRequest, CommitterConfig, CommitterHandle, GroupCommitter, KvRead,
     KvWrite, MAX_KV_KEYS_PER_COMMIT, NewOutboxRow,

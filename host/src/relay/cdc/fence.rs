@@ -21,7 +21,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::Store;
+use crate::relay::publish;
+use crate::relay::source::SlotSource;
 
 /// How often the watcher asks who reads the slot.
 const CHECK_EVERY: Duration = Duration::from_millis(250);
@@ -65,15 +66,26 @@ impl Fence {
     }
 }
 
-/// Starts the watcher of `slot`, read by backend `reader` (this session's replication
-/// connection), until `stop`.
-pub(super) fn watch(store: Store, slot: String, reader: i32, stop: CancellationToken) -> Fence {
+impl publish::Fence for Fence {
+    async fn admit(&mut self) -> Result<(), String> {
+        Fence::admit(self).await.map_err(|lost| lost.to_string())
+    }
+}
+
+/// Starts the watcher of `slot` in `source`, read by backend `reader` (this session's
+/// replication connection), until `stop`.
+pub(super) fn watch<S: SlotSource>(
+    source: S,
+    slot: String,
+    reader: i32,
+    stop: CancellationToken,
+) -> Fence {
     let (tx, rx) = watch::channel(State::ValidUntil(Instant::now()));
     let watched = slot.clone();
     tokio::spawn(async move {
         loop {
             let asked = Instant::now();
-            match store.replication_slot_reader(&watched).await {
+            match source.slot_reader(&watched).await {
                 Ok(Some(pid)) if pid == reader => {
                     let _ = tx.send(State::ValidUntil(asked + VALID_FOR));
                 }

@@ -15,9 +15,12 @@
 //! that the slot sends again are published only if still unpublished in the table. So after
 //! a crash a row goes out again only if it was confirmed but not yet marked (the window).
 //!
+//! Any [`SlotSource`] is read this way; Carteiro's own outbox is one.
+//!
 //! # Layout
 //! - this file: the standby/active loop, the backlog hand-over, the slot-lag watch.
-//! - `session`: one replication session: commits → per-key chains → confirms → marks → slot.
+//! - `session`: one replication session: commits → per-key chains → confirms → marks → slot
+//!   (the chains, publishing and marks are the polling relay's, `relay::publish`).
 //! - `fence`: who reads the slot now, asked before each publish.
 //! - `pgoutput`, `window`, `slot`, `conn`: decoding, the commit-LSN window, slot setup and
 //!   lag, the replication connection's settings.
@@ -34,9 +37,13 @@ use std::time::{Duration, Instant};
 use pgwire_replication::{PgWireError, ReplicationClient};
 use tokio_util::sync::CancellationToken;
 
-use super::{Relay, sleep_or_stop};
+use super::source::SlotSource;
+use super::{Settings, poll, sleep_or_stop};
 use crate::common::alert::Change;
 use crate::common::retry;
+
+pub(super) use conn::{ReplicationUrlError, replication_config};
+pub(super) use pgoutput::{DecodeError, Relation, outbox_row};
 
 /// How often a standing-by relay tries to take the slot.
 const STANDBY_RETRY: Duration = Duration::from_secs(3);
@@ -65,17 +72,18 @@ enum Opened {
     Failed(PgWireError),
 }
 
-/// Runs the CDC relay until `stop`.
-pub(super) async fn run(
-    relay: &Relay,
+/// Runs the CDC relay on `source` until `stop`.
+pub(super) async fn run<S: SlotSource>(
+    relay: &Settings,
+    source: &S,
     cdc: &CdcSettings,
     stop: &CancellationToken,
 ) -> anyhow::Result<()> {
     // pgwire-replication's TLS installs ring as the process default if none is set.
     crate::common::use_aws_lc_rs();
-    let settings = conn::replication_config(&relay.store_url, &cdc.slot, &cdc.publication)?;
+    let settings = source.replication(&cdc.slot, &cdc.publication)?;
     let lag = tokio::spawn(watch_lag(
-        relay.store_url.clone(),
+        source.clone(),
         cdc.clone(),
         relay.metrics.clone(),
         stop.clone(),
@@ -86,7 +94,7 @@ pub(super) async fn run(
         if stop.is_cancelled() {
             break Ok(());
         }
-        if let Err(e) = slot::ensure(&relay.store_url, &cdc.slot, &cdc.publication).await {
+        if let Err(e) = slot::ensure(source, &cdc.slot, &cdc.publication).await {
             if e.is_permanent() {
                 tracing::error!(error = %e, "CDC relay cannot start");
                 break Err(e.into());
@@ -125,7 +133,7 @@ pub(super) async fn run(
         tracing::info!(slot = %cdc.slot, "CDC relay active: reading the replication slot");
         let session_stop = stop.child_token();
         let fence = fence::watch(
-            relay.store.clone(),
+            source.clone(),
             cdc.slot.clone(),
             reader,
             session_stop.clone(),
@@ -133,7 +141,7 @@ pub(super) async fn run(
         // The slot is ours: once the previous reader's last permission ran out, no other
         // relay publishes while the backlog drains.
         fence::grace(stop).await;
-        if let Err(e) = drain_backlog(relay, stop).await {
+        if let Err(e) = drain_backlog(relay, source, stop).await {
             session_stop.cancel();
             tracing::warn!(error = %e, "CDC relay could not drain the outbox backlog; retrying");
             relay.metrics.outbox.cdc_active.set(0);
@@ -141,7 +149,7 @@ pub(super) async fn run(
             sleep_or_stop(backoff.next_delay(), stop).await;
             continue;
         }
-        let recheck_until = match slot::current_wal_lsn(&relay.store_url).await {
+        let recheck_until = match source.wal_position().await {
             Ok(lsn) => lsn,
             Err(e) => {
                 session_stop.cancel();
@@ -153,7 +161,7 @@ pub(super) async fn run(
             }
         };
         backoff.reset();
-        let end = session::Session::new(relay, publisher, client, fence, recheck_until)
+        let end = session::Session::new(relay, source, publisher, client, fence, recheck_until)
             .run(stop)
             .await;
         session_stop.cancel();
@@ -222,12 +230,13 @@ fn slot_in_use(e: &PgWireError) -> bool {
 /// Publishes, through the polling path, the unpublished rows already in the table (not
 /// parked), then returns. Rows that keep failing hold it here, as they would hold their
 /// keys in the polling relay; each failure is logged by that path.
-async fn drain_backlog(
-    relay: &Relay,
+async fn drain_backlog<S: SlotSource>(
+    relay: &Settings,
+    source: &S,
     stop: &CancellationToken,
 ) -> Result<(), crate::store::StoreError> {
-    let up_to = relay.store.outbox_max_id().await?;
-    let waiting = relay.store.outbox_backlog_up_to(up_to).await?;
+    let up_to = source.last_id().await?;
+    let waiting = source.pending_up_to(up_to).await?;
     if waiting == 0 {
         return Ok(());
     }
@@ -237,7 +246,7 @@ async fn drain_backlog(
         "CDC relay publishing the outbox backlog through the polling path first"
     );
     let poll_stop = stop.child_token();
-    let poll = relay.poll(&poll_stop);
+    let poll = poll::run(relay, source, &poll_stop);
     tokio::pin!(poll);
     let started = Instant::now();
     let mut poll_ended = false;
@@ -249,7 +258,7 @@ async fn drain_backlog(
             }
             () = tokio::time::sleep(Duration::from_millis(250)) => {}
         }
-        match relay.store.outbox_backlog_up_to(up_to).await {
+        match source.pending_up_to(up_to).await {
             Ok(0) => break Ok(()),
             Ok(_) => {}
             Err(e) => break Err(e),
@@ -266,15 +275,15 @@ async fn drain_backlog(
 
 /// Reads the slot's retained WAL every [`LAG_EVERY`] into the metrics, and raises the
 /// `max_slot_lag` alert (an ERROR log, `carteiro_relay_cdc_slot_lag_alert`) above it.
-async fn watch_lag(
-    store_url: String,
+async fn watch_lag<S: SlotSource>(
+    source: S,
     cdc: CdcSettings,
     metrics: std::sync::Arc<crate::metrics::Metrics>,
     stop: CancellationToken,
 ) {
     let mut alert = slot::LagAlert::default();
     while !stop.is_cancelled() {
-        match slot::retained_bytes(&store_url, &cdc.slot).await {
+        match source.slot_lag(&cdc.slot).await {
             Ok(Some(bytes)) => {
                 let bytes = u64::try_from(bytes).unwrap_or(0);
                 metrics

@@ -1,11 +1,12 @@
 //! The publication and the replication slot the CDC relay reads, created at start when
-//! missing, and the slot's retained WAL (how far behind its confirmed position is).
+//! missing (by the source: the SQL is the store's), and the alert on the slot's retained WAL
+//! (how far behind its confirmed position is).
 
 use std::time::{Duration, Instant};
 
-use sqlx::Connection;
-
 use crate::common::alert::{Change, LoggedAlert};
+use crate::relay::source::SlotSource;
+use crate::store::StoreError;
 
 /// Why the CDC relay cannot start on this PostgreSQL.
 #[derive(Debug, thiserror::Error)]
@@ -18,7 +19,7 @@ pub enum SlotError {
     )]
     WalLevel(String),
     #[error("replication slot or publication setup failed: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(#[from] StoreError),
 }
 
 impl SlotError {
@@ -28,91 +29,18 @@ impl SlotError {
     }
 }
 
-/// SQLSTATE duplicate_object: another relay created it first.
-const DUPLICATE_OBJECT: &str = "42710";
-
-fn is_duplicate(e: &sqlx::Error) -> bool {
-    e.as_database_error()
-        .and_then(|d| d.code())
-        .is_some_and(|c| c == DUPLICATE_OBJECT)
-}
-
-/// Checks `wal_level`, creates the publication (inserts into `outbox` only: marks and purges
-/// are not the relay's business) and the `pgoutput` slot when missing. Returns whether this
-/// call created the slot.
-pub async fn ensure(store_url: &str, slot: &str, publication: &str) -> Result<bool, SlotError> {
-    let mut conn = sqlx::postgres::PgConnection::connect(store_url).await?;
-    let wal_level: String = sqlx::query_scalar("SHOW wal_level")
-        .fetch_one(&mut conn)
-        .await?;
+/// Checks `wal_level`, then has `source` create its publication and `pgoutput` slot when
+/// missing. Returns whether this call created the slot.
+pub async fn ensure<S: SlotSource>(
+    source: &S,
+    slot: &str,
+    publication: &str,
+) -> Result<bool, SlotError> {
+    let wal_level = source.wal_level().await?;
     if wal_level != "logical" {
         return Err(SlotError::WalLevel(wal_level));
     }
-    let has_publication: Option<i32> =
-        sqlx::query_scalar("SELECT 1 FROM pg_publication WHERE pubname = $1")
-            .bind(publication)
-            .fetch_optional(&mut conn)
-            .await?;
-    if has_publication.is_none() {
-        // The name is checked by the config (lower-case letters, digits, `_`).
-        let create =
-            format!("CREATE PUBLICATION {publication} FOR TABLE outbox WITH (publish = 'insert')");
-        match sqlx::query(sqlx::AssertSqlSafe(create))
-            .execute(&mut conn)
-            .await
-        {
-            Ok(_) => tracing::info!(publication, "created the outbox publication"),
-            Err(e) if is_duplicate(&e) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    let has_slot: Option<i32> =
-        sqlx::query_scalar("SELECT 1 FROM pg_replication_slots WHERE slot_name = $1")
-            .bind(slot)
-            .fetch_optional(&mut conn)
-            .await?;
-    let mut created = false;
-    if has_slot.is_none() {
-        match sqlx::query("SELECT pg_create_logical_replication_slot($1, 'pgoutput')")
-            .bind(slot)
-            .execute(&mut conn)
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(slot, "created the outbox replication slot");
-                created = true;
-            }
-            Err(e) if is_duplicate(&e) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    let _ = conn.close().await;
-    Ok(created)
-}
-
-/// Bytes of WAL the slot holds back: the server's WAL position minus the slot's confirmed
-/// position. `None`: no such slot.
-pub async fn retained_bytes(store_url: &str, slot: &str) -> Result<Option<i64>, sqlx::Error> {
-    let mut conn = sqlx::postgres::PgConnection::connect(store_url).await?;
-    let lag: Option<Option<i64>> = sqlx::query_scalar(
-        "SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint \
-         FROM pg_replication_slots WHERE slot_name = $1",
-    )
-    .bind(slot)
-    .fetch_optional(&mut conn)
-    .await?;
-    let _ = conn.close().await;
-    Ok(lag.flatten())
-}
-
-/// The server's current WAL position (`pg_current_wal_lsn()`), as a number.
-pub async fn current_wal_lsn(store_url: &str) -> Result<u64, sqlx::Error> {
-    let mut conn = sqlx::postgres::PgConnection::connect(store_url).await?;
-    let lsn: i64 = sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint")
-        .fetch_one(&mut conn)
-        .await?;
-    let _ = conn.close().await;
-    Ok(u64::try_from(lsn).unwrap_or(0))
+    Ok(source.ensure_slot(slot, publication).await?)
 }
 
 /// The `[relay] max_slot_lag` alert: raised when the slot holds more WAL than the bound,

@@ -19,6 +19,9 @@ mod sqlite;
 use std::fmt;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use tokio::sync::mpsc;
+
 pub use postgres::Postgres;
 pub use sqlite::Sqlite;
 
@@ -164,6 +167,16 @@ pub trait Dialect: Send + Sync + fmt::Debug {
     /// A statement that signals `channel` to other sessions when the transaction commits;
     /// `None` where the database has no such signal.
     fn notify(&self, channel: &str) -> Option<String>;
+
+    /// Listens to what [`Dialect::notify`] signals on `channel` of the database at `url`, on
+    /// a connection of its own (reopened when lost), and sends a wake-up on `wake` for each
+    /// signal, until `wake` closes; `None` where the database signals nothing.
+    fn listen(
+        &self,
+        url: String,
+        channel: &'static str,
+        wake: mpsc::Sender<()>,
+    ) -> Option<BoxFuture<'static, ()>>;
 
     // --- SQL spellings ---
 

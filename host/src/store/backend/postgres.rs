@@ -5,7 +5,11 @@
 
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use tokio::sync::mpsc;
+
 use super::{Backend, Class, Dialect, IndexWalk, UrlError};
+use crate::common::retry;
 use crate::store::migrations::{MigrationFile, POSTGRES};
 
 /// The PostgreSQL dialect.
@@ -82,6 +86,15 @@ impl Dialect for Postgres {
     fn notify(&self, channel: &str) -> Option<String> {
         // Delivered at COMMIT to the sessions listening on the channel.
         Some(format!("NOTIFY {channel}"))
+    }
+
+    fn listen(
+        &self,
+        url: String,
+        channel: &'static str,
+        wake: mpsc::Sender<()>,
+    ) -> Option<BoxFuture<'static, ()>> {
+        Some(Box::pin(listen(url, channel, wake)))
     }
 
     fn clock_ms(&self) -> &'static str {
@@ -239,6 +252,37 @@ fn classify(code: &str) -> Class {
                 // row too large): about this request's values.
                 Class::Data
             }
+        }
+    }
+}
+
+/// `LISTEN` on `channel`: a wake-up on `wake` per notification, the connection reopened when
+/// lost, until `wake` closes.
+async fn listen(url: String, channel: &'static str, wake: mpsc::Sender<()>) {
+    let mut pause = retry::WAKEUPS.backoff();
+    loop {
+        let listened = async {
+            let mut listener = sqlx::postgres::PgListener::connect(&url).await?;
+            listener.listen(channel).await?;
+            loop {
+                listener.recv().await?;
+                // Full: a wake-up is pending already, which covers this commit too.
+                let _ = wake.try_send(());
+            }
+            #[allow(unreachable_code)]
+            Ok::<(), sqlx::Error>(())
+        };
+        tokio::select! {
+            () = wake.closed() => return,
+            result = listened => {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, channel, "LISTEN connection lost; the poll interval covers the gap");
+                }
+            }
+        }
+        tokio::select! {
+            () = wake.closed() => return,
+            () = tokio::time::sleep(pause.next_delay()) => {}
         }
     }
 }

@@ -5,6 +5,9 @@
 use std::path::Path;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use tokio::sync::mpsc;
+
 use super::{Backend, Class, Dialect, IndexWalk, UrlError};
 use crate::store::migrations::{MigrationFile, SQLITE};
 
@@ -72,6 +75,16 @@ impl Dialect for Sqlite {
     }
 
     fn notify(&self, _channel: &str) -> Option<String> {
+        None
+    }
+
+    fn listen(
+        &self,
+        _url: String,
+        _channel: &'static str,
+        _wake: mpsc::Sender<()>,
+    ) -> Option<BoxFuture<'static, ()>> {
+        // Every writer runs in this process, and the committer wakes the relay itself.
         None
     }
 
