@@ -218,8 +218,12 @@ impl<S: Source, F: Fence> KeyPublisher<S, F> {
                         self.retry_later(&first.row, attempts, &error).await;
                     }
                 }
-                // Not sent, with no error of its own: send it again.
-                None => {}
+                // Not sent, with no error of its own (a run stops only after an error, so
+                // this should not happen): wait as after a failure, then send it again.
+                None => {
+                    attempts += 1;
+                    tokio::time::sleep(retry::ROW_PUBLISH.delay_after(attempts)).await;
+                }
             }
         }
         done
