@@ -31,9 +31,11 @@
 //!   live one: `canary` (a share of deliveries), `live_shadow` (sampled deliveries, compared).
 //! - [`store`]: sqlx on SQLite or PostgreSQL — inbox, kv, outbox, dead letters (`dead_letters/`),
 //!   group commit (`commit/`); `outbox_cdc`: the outbox queries of the CDC relay (no leases);
+//!   `change_feed`: commit wake-ups and the replication slot's setup;
 //!   `backend/`: the dialect, every difference between the two databases.
-//! - [`relay`]: the outbox publisher: polling (`session`, `marker`), or `cdc`: reading the
-//!   outbox's inserts from a PostgreSQL logical replication slot (`[relay] mode = "cdc"`).
+//! - [`relay`]: the outbox publisher, reading a `Source` (Carteiro's outbox, `outbox_table`)
+//!   by polling (`poll`), or `cdc`: its inserts from a PostgreSQL logical replication slot
+//!   (`[relay] mode = "cdc"`); chains, publishing, marks, parking and backoff are shared.
 //! - [`dlq`]: dead letters for people (JSON views, replay, `shadow_replay`: what a new
 //!   version would decide on archived dead letters, `edit`: edit and retry, `journey`: every
 //!   attempt, replay and edit of a message, `search`: the query syntax of the console and the
