@@ -7,7 +7,7 @@ use sqlx::{ConnectOptions, Connection};
 use tokio::sync::mpsc;
 
 use super::outbox::OUTBOX_NOTIFY_CHANNEL;
-use super::{Store, StoreError};
+use super::{Listen, Store, StoreError};
 
 /// Wake-ups on commits of outbox rows, from [`Store::commit_wakeups`]. Several commits may
 /// come as one wake-up; the relay's poll interval covers any that are missed.
@@ -46,7 +46,8 @@ impl Store {
     pub fn commit_wakeups(&self) -> CommitWakeups {
         let (wake, rx) = mpsc::channel(1);
         let url = self.options.database_url.to_string();
-        match self.dialect.listen(url, OUTBOX_NOTIFY_CHANNEL, wake) {
+        let channel = OUTBOX_NOTIFY_CHANNEL;
+        match self.dialect.listen(Listen { url, channel, wake }) {
             Some(listening) => {
                 tokio::spawn(listening);
                 CommitWakeups { rx: Some(rx) }

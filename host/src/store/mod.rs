@@ -54,7 +54,9 @@ mod tls;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use backend::{Backend, Class, Dialect, IndexWalk, Postgres, Sqlite, UrlError, for_url};
+pub use backend::{
+    Backend, Class, Dialect, IndexWalk, Listen, Postgres, Sqlite, UrlError, for_url,
+};
 pub use canaries::CanaryDecision;
 pub use change_feed::CommitWakeups;
 pub use commit::{

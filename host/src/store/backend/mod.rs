@@ -59,6 +59,15 @@ pub fn for_url(url: &str) -> Option<&'static dyn Dialect> {
     }
 }
 
+/// A listener of [`Dialect::listen`]: `channel` of the database at `url`, on a connection of
+/// its own (reopened when lost), a wake-up on `wake` for each signal.
+#[derive(Debug)]
+pub struct Listen {
+    pub url: String,
+    pub channel: &'static str,
+    pub wake: mpsc::Sender<()>,
+}
+
 /// What a database error code means, whatever the statement (see [`Dialect::classify`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
@@ -168,15 +177,9 @@ pub trait Dialect: Send + Sync + fmt::Debug {
     /// `None` where the database has no such signal.
     fn notify(&self, channel: &str) -> Option<String>;
 
-    /// Listens to what [`Dialect::notify`] signals on `channel` of the database at `url`, on
-    /// a connection of its own (reopened when lost), and sends a wake-up on `wake` for each
-    /// signal, until `wake` closes; `None` where the database signals nothing.
-    fn listen(
-        &self,
-        url: String,
-        channel: &'static str,
-        wake: mpsc::Sender<()>,
-    ) -> Option<BoxFuture<'static, ()>>;
+    /// Listens to what [`Dialect::notify`] signals, as [`Listen`] says, until its `wake`
+    /// closes; `None` where the database signals nothing.
+    fn listen(&self, to: Listen) -> Option<BoxFuture<'static, ()>>;
 
     // --- SQL spellings ---
 

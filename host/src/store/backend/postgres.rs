@@ -6,9 +6,8 @@
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tokio::sync::mpsc;
 
-use super::{Backend, Class, Dialect, IndexWalk, UrlError};
+use super::{Backend, Class, Dialect, IndexWalk, Listen, UrlError};
 use crate::common::retry;
 use crate::store::migrations::{MigrationFile, POSTGRES};
 
@@ -88,13 +87,8 @@ impl Dialect for Postgres {
         Some(format!("NOTIFY {channel}"))
     }
 
-    fn listen(
-        &self,
-        url: String,
-        channel: &'static str,
-        wake: mpsc::Sender<()>,
-    ) -> Option<BoxFuture<'static, ()>> {
-        Some(Box::pin(listen(url, channel, wake)))
+    fn listen(&self, to: Listen) -> Option<BoxFuture<'static, ()>> {
+        Some(Box::pin(listen(to)))
     }
 
     fn clock_ms(&self) -> &'static str {
@@ -256,9 +250,9 @@ fn classify(code: &str) -> Class {
     }
 }
 
-/// `LISTEN` on `channel`: a wake-up on `wake` per notification, the connection reopened when
-/// lost, until `wake` closes.
-async fn listen(url: String, channel: &'static str, wake: mpsc::Sender<()>) {
+/// `LISTEN` on the channel: a wake-up per notification, the connection reopened when lost,
+/// until the wake-ups' receiver is gone.
+async fn listen(Listen { url, channel, wake }: Listen) {
     let mut pause = retry::WAKEUPS.backoff();
     loop {
         let listened = async {

@@ -6,9 +6,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tokio::sync::mpsc;
 
-use super::{Backend, Class, Dialect, IndexWalk, UrlError};
+use super::{Backend, Class, Dialect, IndexWalk, Listen, UrlError};
 use crate::store::migrations::{MigrationFile, SQLITE};
 
 /// The SQLite dialect.
@@ -78,13 +77,8 @@ impl Dialect for Sqlite {
         None
     }
 
-    fn listen(
-        &self,
-        _url: String,
-        _channel: &'static str,
-        _wake: mpsc::Sender<()>,
-    ) -> Option<BoxFuture<'static, ()>> {
-        // Every writer runs in this process, and the committer wakes the relay itself.
+    fn listen(&self, _to: Listen) -> Option<BoxFuture<'static, ()>> {
+        // No signal: a process's own committer wakes its relay.
         None
     }
 
