@@ -103,7 +103,7 @@ enum End {
     /// The broker connection is gone: reconnect.
     Broker(String),
     /// The store failed: wait and start a new session.
-    Store(String),
+    Store(StoreError),
 }
 
 type ClaimResult = Result<Vec<OutboxRow>, StoreError>;
@@ -179,7 +179,7 @@ impl<'a, S: Source> Session<'a, S> {
                 && !self.failures.is_empty()
                 && let Err(e) = self.settle_failures().await
             {
-                break End::Store(e.to_string());
+                break End::Store(e);
             }
             if claim.is_none() && want_claim && self.room() >= self.min_claim() && self.bytes_room()
             {
@@ -215,7 +215,7 @@ impl<'a, S: Source> Session<'a, S> {
                             self.byte_capped = rows.len() < done.limit && bytes >= done.max_bytes / 2;
                             self.admit(rows, done.at, &publisher);
                         }
-                        Err(e) => break End::Store(e.to_string()),
+                        Err(e) => break End::Store(e),
                     }
                 }
                 Some(ids) = marked.recv() => {

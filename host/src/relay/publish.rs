@@ -35,11 +35,16 @@ use crate::telemetry::Telemetry;
 /// already (the slot; a polled row just stays pending).
 const HELD_BEHIND: &str = "held behind a parked row of its ordering key";
 
+/// The slot changed hands: this session must publish nothing more.
+#[derive(Debug, thiserror::Error)]
+#[error("replication slot {0} is no longer read by this relay (another relay took it over)")]
+pub(super) struct SlotLost(pub String);
+
 /// Asked before every run of publishes: may this session still publish? (The slot's reader;
 /// polled rows need none, each row's lease is checked before it goes out.)
 pub(super) trait Fence: Clone + Send + Sync + 'static {
-    /// `Err(why)`: never again.
-    fn admit(&mut self) -> impl Future<Output = Result<(), String>> + Send;
+    /// `Err`: never again.
+    fn admit(&mut self) -> impl Future<Output = Result<(), SlotLost>> + Send;
 }
 
 /// No fence beyond the rows' own leases.
@@ -47,7 +52,7 @@ pub(super) trait Fence: Clone + Send + Sync + 'static {
 pub(super) struct Unfenced;
 
 impl Fence for Unfenced {
-    async fn admit(&mut self) -> Result<(), String> {
+    async fn admit(&mut self) -> Result<(), SlotLost> {
         Ok(())
     }
 }
@@ -99,7 +104,7 @@ pub(super) enum Stopped {
     /// The broker connection is gone.
     Broker(String),
     /// The fence closed: another relay publishes now.
-    Fenced(String),
+    Fenced(SlotLost),
 }
 
 /// What a key's publishing task needs from its session (cheap to clone).

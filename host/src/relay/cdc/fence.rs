@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::relay::publish;
+use crate::relay::publish::{self, SlotLost};
 use crate::relay::source::SlotSource;
 
 /// How often the watcher asks who reads the slot.
@@ -37,11 +37,6 @@ enum State {
     /// Another backend, or none, reads the slot.
     Lost,
 }
-
-/// The slot changed hands: this session must publish nothing more.
-#[derive(Debug, thiserror::Error)]
-#[error("replication slot {0} is no longer read by this relay (another relay took it over)")]
-pub(super) struct SlotLost(pub String);
 
 /// What a publish task asks before each run of publishes.
 #[derive(Debug, Clone)]
@@ -67,8 +62,8 @@ impl Fence {
 }
 
 impl publish::Fence for Fence {
-    async fn admit(&mut self) -> Result<(), String> {
-        Fence::admit(self).await.map_err(|lost| lost.to_string())
+    async fn admit(&mut self) -> Result<(), SlotLost> {
+        Fence::admit(self).await
     }
 }
 

@@ -33,9 +33,9 @@ use crate::broker::ConfirmedPublisher;
 use crate::relay::Settings;
 use crate::relay::chains::{Chains, HeldBytes, Leased};
 use crate::relay::marker::{MarkSender, Marker};
-use crate::relay::publish::{Confirms, KeyDone, KeyPublisher, OnFailure, Stopped};
+use crate::relay::publish::{Confirms, KeyDone, KeyPublisher, OnFailure, SlotLost, Stopped};
 use crate::relay::source::SlotSource;
-use crate::store::OutboxRow;
+use crate::store::{OutboxRow, StoreError};
 
 /// Rows of a re-sent commit whose state in the table is read with one query.
 const RECHECK_CHUNK: usize = 64;
@@ -45,9 +45,9 @@ pub(super) enum End {
     Stopped,
     Broker(String),
     Stream(String),
-    Store(String),
+    Store(StoreError),
     /// Another relay reads the slot now.
-    Fenced(String),
+    Fenced(SlotLost),
 }
 
 pub(super) struct Session<'a, S> {
@@ -112,7 +112,7 @@ impl<'a, S: SlotSource> Session<'a, S> {
     pub async fn run(mut self, stop: &CancellationToken) -> End {
         match self.source.parked_keys().await {
             Ok(keys) => self.parked = keys.into_iter().collect(),
-            Err(e) => return End::Store(e.to_string()),
+            Err(e) => return End::Store(e),
         }
         let (marker, mut marked) = Marker::spawn(self.source.clone());
         let publisher = self.key_publisher(marker.sender());
@@ -282,7 +282,7 @@ impl<'a, S: SlotSource> Session<'a, S> {
             .source
             .unpublished_among(&ids)
             .await
-            .map_err(|e| End::Store(e.to_string()))?;
+            .map_err(End::Store)?;
         for leased in rows {
             if open.binary_search(&leased.row.id).is_ok() {
                 self.take(leased, publisher);
