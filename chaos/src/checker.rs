@@ -167,7 +167,8 @@ pub struct Findings {
     pub duplicate_events_after_failed_publishes: usize,
     /// Copies resent after a fault that hit their row confirmed and not yet marked, however
     /// long after the first copy: the row's mark committed only after the fault began, and
-    /// a relay logged a mark it could not write in between (a store that did not answer).
+    /// a relay logged a mark it could not write between the two copies (a store that did not
+    /// answer).
     /// G3: such a row is sent again (at least once).
     pub duplicate_events_after_delayed_mark: usize,
     /// Time from the start to the last arrival that no fault's window covers: where a

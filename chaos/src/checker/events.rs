@@ -77,8 +77,10 @@ fn window(state: &State, s: &FaultSpan) -> (u64, u64) {
 /// Whether the copy at `at` of `row`, first sent at `first_at`, came after a fault that hit
 /// the row confirmed and not yet marked: the fault began after the first copy, its window
 /// holds this one, the row's mark committed only after the fault began, and a relay logged
-/// a mark it could not write between the first copy and the fault. However long the mark
-/// was held up, the row was in flight when the fault hit (G3 sends it again).
+/// a mark it could not write between the first copy and this one. (Up to the resend, not
+/// the fault: a relay killed while its mark hangs never logs that mark; the store's trouble
+/// shows in the marks that fail around it.) However long the mark was held up, the row was
+/// in flight when the fault hit (G3 sends it again).
 fn resent_unmarked(state: &State, row: &OutboxRow, first_at: u64, at: u64) -> bool {
     let campaign_ms = |unix_ms: i64| unix_ms - state.started_unix_ms;
     let Some(marked) = row.published_at.map(campaign_ms) else {
@@ -94,7 +96,7 @@ fn resent_unmarked(state: &State, row: &OutboxRow, first_at: u64, at: u64) -> bo
             && marked > start
             && state.relay_logs.mark_troubles.iter().any(|t| {
                 let logged = campaign_ms(t.at_unix_ms);
-                first <= logged && logged <= start
+                first <= logged && logged <= i64::try_from(at).unwrap_or(i64::MAX)
             })
     })
 }
