@@ -367,7 +367,7 @@ fn row(exchange: &str, keys: usize, i: usize) -> CommitRequest {
         reads: Vec::new(),
         writes: Vec::new(),
         outbox: vec![NewOutboxRow {
-            event_id: uuid::Uuid::now_v7(),
+            event_id: uuid::Uuid::now_v7().to_string(),
             route: "bench".into(),
             plugin: "bench".into(),
             exchange: exchange.into(),

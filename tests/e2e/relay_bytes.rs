@@ -31,7 +31,7 @@ async fn large_rows_flow_through_a_small_byte_window_in_key_order() {
             reads: Vec::new(),
             writes: Vec::new(),
             outbox: vec![NewOutboxRow {
-                event_id: uuid::Uuid::now_v7(),
+                event_id: uuid::Uuid::now_v7().to_string(),
                 route: "seed".into(),
                 plugin: "seed".into(),
                 exchange: exchange.clone(),

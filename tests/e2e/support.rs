@@ -863,7 +863,7 @@ pub fn seed_request(exchange: &str, key: &str, seq: usize) -> carteiro::store::C
         reads: Vec::new(),
         writes: Vec::new(),
         outbox: vec![carteiro::store::NewOutboxRow {
-            event_id: uuid::Uuid::now_v7(),
+            event_id: uuid::Uuid::now_v7().to_string(),
             route: "seed".into(),
             plugin: "seed".into(),
             exchange: exchange.into(),

@@ -45,6 +45,10 @@ pub enum Unpublishable {
          {frame_max}; send fewer or smaller headers (or raise the broker's frame_max)"
     )]
     HeaderFrame { size: usize, frame_max: usize },
+    /// The row it comes from cannot make a message (a NULL routing key, a payload over the
+    /// outbox's `max_payload`).
+    #[error("{0}")]
+    Row(String),
 }
 
 /// `text` as a short string, or why it cannot be one.
@@ -232,6 +236,17 @@ pub fn event_properties(
     headers: &[(String, String)],
     content_type: Option<&str>,
 ) -> Result<BasicProperties, Unpublishable> {
+    typed_event_properties(event_id, None, created_at_ms, headers, content_type)
+}
+
+/// [`event_properties`] with an AMQP `type` (an application outbox's type column).
+pub fn typed_event_properties(
+    event_id: &str,
+    message_type: Option<&str>,
+    created_at_ms: i64,
+    headers: &[(String, String)],
+    content_type: Option<&str>,
+) -> Result<BasicProperties, Unpublishable> {
     let table = string_table(headers)?;
     let mut properties = BasicProperties::default()
         .with_message_id(short("event id", event_id)?)
@@ -240,6 +255,9 @@ pub fn event_properties(
         .with_headers(table);
     if let Some(ct) = content_type {
         properties = properties.with_content_type(short("content type", ct)?);
+    }
+    if let Some(kind) = message_type {
+        properties = properties.with_type(short("type", kind)?);
     }
     Ok(properties)
 }

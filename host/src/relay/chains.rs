@@ -169,7 +169,7 @@ mod tests {
 
     fn leased(id: i64, key: &str) -> Leased {
         let event = NewOutboxRow {
-            event_id: uuid::Uuid::now_v7(),
+            event_id: uuid::Uuid::now_v7().to_string(),
             route: "r".into(),
             plugin: "p".into(),
             exchange: "x".into(),
@@ -185,6 +185,8 @@ mod tests {
             created_at: 0,
             attempts: 0,
             last_error: None,
+            message_type: None,
+            refused: None,
         };
         Leased {
             _held: HeldBytes::default().hold(&row),

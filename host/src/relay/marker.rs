@@ -218,7 +218,7 @@ mod tests {
             reads: vec![],
             writes: vec![],
             outbox: vec![NewOutboxRow {
-                event_id: uuid::Uuid::now_v7(),
+                event_id: uuid::Uuid::now_v7().to_string(),
                 route: "r".into(),
                 plugin: "p".into(),
                 exchange: "x".into(),

@@ -31,6 +31,7 @@ pub use config::{RelayConfig, RelayMode};
 
 use crate::broker::outgoing::Unpublishable;
 pub use crate::broker::outgoing::event_properties;
+use crate::broker::outgoing::typed_event_properties;
 use crate::broker::{
     BrokerConfig, ConfirmedPublisher, ConnectOptions, Outgoing, PublisherOptions, connect_any,
 };
@@ -143,12 +144,16 @@ impl Settings {
 /// The AMQP message for a row: `event_id` is the `message_id`. `Err`: AMQP cannot carry
 /// it (a row written before the host checked events, or by hand); it never will.
 fn outgoing(row: &OutboxRow) -> Result<Outgoing, Unpublishable> {
+    if let Some(why) = &row.refused {
+        return Err(Unpublishable::Row(why.clone()));
+    }
     let event = &row.event;
     Ok(Outgoing {
         exchange: event.exchange.clone(),
         routing_key: event.routing_key.clone(),
-        properties: event_properties(
-            &event.event_id.to_string(),
+        properties: typed_event_properties(
+            &event.event_id,
+            row.message_type.as_deref(),
             row.created_at,
             &event.headers,
             event.content_type.as_deref(),
@@ -178,7 +183,7 @@ mod tests {
         let row = OutboxRow {
             id: 7,
             event: NewOutboxRow {
-                event_id: uuid::Uuid::now_v7(),
+                event_id: uuid::Uuid::now_v7().to_string(),
                 route: "r".into(),
                 plugin: "p".into(),
                 exchange: "events".into(),
@@ -194,6 +199,8 @@ mod tests {
             created_at: 1_700_000_123_456,
             attempts: 0,
             last_error: None,
+            message_type: None,
+            refused: None,
         };
         let out = outgoing(&row).expect("a publishable row");
         let p = &out.properties;

@@ -28,6 +28,11 @@ pub struct OutboxRow {
     pub attempts: i64,
     /// Why the last attempt failed.
     pub last_error: Option<String>,
+    /// The AMQP `type` (an application outbox's type column).
+    pub message_type: Option<String>,
+    /// Why the row can never be published, found when it was read (an application outbox's
+    /// row with a NULL routing key, say): the relay parks it with this error.
+    pub refused: Option<String>,
 }
 
 /// Outbox health for metrics and `/health`.
@@ -391,14 +396,10 @@ impl TryFrom<OutboxRecord> for OutboxRow {
     type Error = StoreError;
 
     fn try_from(r: OutboxRecord) -> Result<Self, StoreError> {
-        let event_id = uuid::Uuid::parse_str(&r.event_id).map_err(|e| {
-            let id = &r.event_id;
-            StoreError::Database(format!("outbox event_id {id:?} is not a UUID: {e}"))
-        })?;
         Ok(OutboxRow {
             id: r.id,
             event: NewOutboxRow {
-                event_id,
+                event_id: r.event_id,
                 route: r.route,
                 plugin: r.plugin,
                 exchange: r.exchange,
@@ -411,6 +412,8 @@ impl TryFrom<OutboxRecord> for OutboxRow {
             created_at: r.created_at,
             attempts: r.attempts,
             last_error: r.last_error,
+            message_type: None,
+            refused: None,
         })
     }
 }

@@ -284,7 +284,7 @@ impl Apply<'_> {
                     e
                 })
                 .map(|e| NewOutboxRow {
-                    event_id: e.event_id,
+                    event_id: e.event_id.to_string(),
                     route: ctx.settings.queue.clone(),
                     plugin: plugin.clone(),
                     exchange: e.exchange,

@@ -171,14 +171,10 @@ pub fn outbox_row(
                 why: e.to_string(),
             })
     };
-    let event_id = text("event_id")?;
     Ok(OutboxRow {
         id: int("id")?,
         event: NewOutboxRow {
-            event_id: uuid::Uuid::parse_str(&event_id).map_err(|e| DecodeError::Invalid {
-                column: "event_id",
-                why: e.to_string(),
-            })?,
+            event_id: text("event_id")?,
             route: text("route")?,
             plugin: text("plugin")?,
             exchange: text("exchange")?,
@@ -191,6 +187,8 @@ pub fn outbox_row(
         created_at: int("created_at")?,
         attempts: col("attempts").map_or(Ok(0), |_| int("attempts"))?,
         last_error: opt_text("last_error")?,
+        message_type: None,
+        refused: None,
     })
 }
 

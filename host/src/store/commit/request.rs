@@ -31,8 +31,9 @@ pub struct KvWrite {
 /// An event to publish after commit (the relay sends it with `event_id` as `message_id`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewOutboxRow {
-    /// UUIDv7 made once by the host when the handler emitted; never recomputed.
-    pub event_id: uuid::Uuid,
+    /// The AMQP `message_id`: a UUIDv7 the host made once when the handler emitted (never
+    /// recomputed), or an application outbox's own event id.
+    pub event_id: String,
     /// The route whose delivery emitted the event.
     pub route: String,
     /// The plugin that emitted it.
@@ -203,7 +204,7 @@ pub(super) async fn insert_outbox(
         let mut query = sqlx::query(AssertSqlSafe(sql));
         for row in chunk {
             query = query
-                .bind(row.event_id.to_string())
+                .bind(row.event_id.clone())
                 .bind(row.route.as_str())
                 .bind(row.plugin.as_str())
                 .bind(row.exchange.as_str())

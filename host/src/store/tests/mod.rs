@@ -197,7 +197,7 @@ pub(super) fn write(key: &str, value: Option<&[u8]>) -> KvWrite {
 
 pub(super) fn event(routing_key: &str, payload: &[u8]) -> NewOutboxRow {
     NewOutboxRow {
-        event_id: uuid::Uuid::now_v7(),
+        event_id: uuid::Uuid::now_v7().to_string(),
         route: "orders".into(),
         plugin: "order-handler".into(),
         exchange: "events".into(),

@@ -53,7 +53,7 @@ fn renamed(req: &CommitRequest, tag: &str) -> CommitRequest {
     out.route = format!("{}-{tag}", req.route);
     out.namespace = format!("{}-{tag}", req.namespace);
     for e in &mut out.outbox {
-        e.event_id = uuid::Uuid::now_v7();
+        e.event_id = uuid::Uuid::now_v7().to_string();
         e.route = out.route.clone();
     }
     out
