@@ -172,6 +172,10 @@ pub async fn run_live(
         let stop = stop.clone();
         tasks.spawn(async move { relay.run(stop).await });
     }
+    for outbox in crate::services::outbox_relays(&config, &store, &metrics, &telemetry).await? {
+        let stop = stop.clone();
+        tasks.spawn(async move { outbox.run(stop).await });
+    }
     tasks.spawn(crate::alerts::run(alerts, store.clone(), stop.clone()));
     {
         let (store, seal, stop) = (store.clone(), seal.clone(), stop.clone());

@@ -1,6 +1,7 @@
 //! End-to-end tests: real `.wasm` components, a real RabbitMQ and real databases.
 //! Run through `scripts/test.sh`, which builds the plugins and starts the services.
 
+mod app_outbox;
 mod batch;
 mod blackhole;
 mod cdc;

@@ -113,8 +113,26 @@ pub enum Command {
 /// `carteiro outbox ...`
 #[derive(Debug, Subcommand)]
 pub enum OutboxCommand {
-    /// Pending rows, oldest pending age, rows with errors.
+    /// Pending rows, oldest pending age, rows with errors (every outbox).
     Status(ConfigArg),
+    /// Print the PostgreSQL trigger that wakes the relay at each commit of an `[[outboxes]]`
+    /// table (optional: the poll interval is the backstop).
+    Trigger {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The outbox's `name`.
+        outbox: String,
+    },
+    /// Try parked rows of an `[[outboxes]]` table again (after fixing them in the table).
+    Retry {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The outbox's `name`.
+        outbox: String,
+        /// The rows' ids.
+        #[arg(required = true)]
+        ids: Vec<i64>,
+    },
 }
 
 /// `carteiro plugin ...`
@@ -170,6 +188,14 @@ pub async fn run(
         Command::Relay(c) => ops::relay(&c.config, shutdown).await,
         Command::Publish { config, args } => ops::publish(&config.config, args).await,
         Command::Outbox(OutboxCommand::Status(c)) => ops::outbox_status(&c.config).await,
+        Command::Outbox(OutboxCommand::Trigger { config, outbox }) => {
+            ops::outbox_trigger(&config.config, &outbox)
+        }
+        Command::Outbox(OutboxCommand::Retry {
+            config,
+            outbox,
+            ids,
+        }) => ops::outbox_retry(&config.config, &outbox, &ids).await,
         Command::Dlq { config, command } => dlq_command::run(&config.config, command).await,
         Command::Shadow { config, command } => shadow_command::run(&config.config, command).await,
         Command::Canary { config, command } => canary_command::run(&config.config, command).await,

@@ -92,7 +92,18 @@ pub async fn check(path: &Path, no_environment: bool) -> anyhow::Result<i32> {
     println!("seal     header-seal key from {seal}");
     let settings = broker_settings(&config, "carteiro check");
     // BrokerError already names the (redacted) URL; adding it again printed it twice.
+    for opened in services::open_outboxes(&config).await? {
+        let o = opened.config();
+        println!(
+            "outbox   {}: table {} checked (columns, types, grants), mode {:?}",
+            o.name, o.table, o.mode
+        );
+    }
     let conn = connect_any(&settings.urls, &settings.connect).await?;
+    services::check_exchanges(&config, &conn).await?;
+    for o in &config.outboxes {
+        println!("outbox   {}: exchange `{}` exists", o.name, o.exchange);
+    }
     for route in &config.routes {
         declare_route(&conn, &route.topology())
             .await
@@ -123,22 +134,39 @@ pub async fn relay(path: &Path, shutdown: impl Future<Output = ()>) -> anyhow::R
         return Ok(0);
     };
     let telemetry = Telemetry::start(&config.telemetry)?;
+    let metrics = Arc::new(Metrics::default());
+    let outboxes = services::outbox_relays(&config, &store, &metrics, &telemetry).await?;
     let relay = Relay::new(
         &config.broker,
         &config.relay,
         &config.store.url,
         store,
-        Arc::new(Metrics::default()),
+        metrics,
         None,
     )
     .with_telemetry(telemetry.clone());
     let stop = CancellationToken::new();
-    let task = tokio::spawn(relay.run(stop.clone()));
-    shutdown.await;
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(relay.run(stop.clone()));
+    for outbox in outboxes {
+        tasks.spawn(outbox.run(stop.clone()));
+    }
+    let ended = tokio::select! {
+        () = &mut shutdown => None,
+        Some(ended) = tasks.join_next() => Some(ended),
+    };
     stop.cancel();
-    let ran = task.await;
+    let mut result = match ended {
+        Some(ended) => ended.map_err(anyhow::Error::from).and_then(|r| r),
+        None => Ok(()),
+    };
+    while let Some(ended) = tasks.join_next().await {
+        if result.is_ok() {
+            result = ended.map_err(anyhow::Error::from).and_then(|r| r);
+        }
+    }
     telemetry.shutdown().await;
-    ran??;
+    result?;
     Ok(0)
 }
 
@@ -154,7 +182,97 @@ pub async fn outbox_status(path: &Path) -> anyhow::Result<i32> {
     }
     println!("rows with errors   {}", status.with_errors);
     println!("leased (in flight) {}", status.leased);
+    for opened in services::open_outboxes(&config).await? {
+        print_app_status(&opened, &store).await?;
+    }
     Ok(0)
+}
+
+/// The `[[outboxes]]` entry named `name`.
+fn outbox_named<'a>(
+    config: &'a Config,
+    name: &str,
+) -> anyhow::Result<&'a crate::relay::AppOutboxConfig> {
+    config
+        .outboxes
+        .iter()
+        .find(|o| o.name == name)
+        .with_context(|| {
+            let names: Vec<&str> = config.outboxes.iter().map(|o| o.name.as_str()).collect();
+            format!(
+                "no [[outboxes]] entry is named `{name}` (there are: {})",
+                names.join(", ")
+            )
+        })
+}
+
+/// `carteiro outbox trigger NAME`.
+pub fn outbox_trigger(path: &Path, name: &str) -> anyhow::Result<i32> {
+    let config = load_config(path)?;
+    let outbox = outbox_named(&config, name)?;
+    anyhow::ensure!(
+        outbox.url.starts_with("postgres"),
+        "outbox {name} is on SQLite, which has no NOTIFY: the poll interval is what wakes it"
+    );
+    print!("{}", crate::relay::trigger_sql(outbox));
+    Ok(0)
+}
+
+/// `carteiro outbox retry NAME ID...`.
+pub async fn outbox_retry(path: &Path, name: &str, ids: &[i64]) -> anyhow::Result<i32> {
+    let config = load_config(path)?;
+    outbox_named(&config, name)?;
+    let store = services::open_store(&config).await?;
+    let released = store.app_outbox_forget(name, ids).await?;
+    println!(
+        "{released} of {} rows released: the relay tries them again at its next read",
+        ids.len()
+    );
+    Ok(if released as usize == ids.len() { 0 } else { 1 })
+}
+
+/// One `[[outboxes]]` entry in `carteiro outbox status`.
+async fn print_app_status(
+    opened: &crate::relay::OpenedOutbox,
+    store: &crate::store::Store,
+) -> anyhow::Result<()> {
+    let o = opened.config();
+    let s = opened.status(store).await?;
+    println!();
+    println!("outbox {} ({}, table {})", o.name, s.mode_words(o), o.table);
+    println!("  pending            {}", s.pending);
+    match s.oldest_age_ms {
+        Some(ms) => println!("  oldest pending age {:.1}s", ms as f64 / 1000.0),
+        None => println!("  oldest pending age -"),
+    }
+    let parked = s.failures.iter().filter(|f| f.parked()).count();
+    println!("  failing            {}", s.failures.len() - parked);
+    println!("  parked             {parked}");
+    println!(
+        "  relay              {}",
+        s.leader.as_deref().unwrap_or("none leads now")
+    );
+    if s.null_published > 0 {
+        println!(
+            "  WARNING            {} rows have a NULL {}: the relay never reads them; set it to false",
+            s.null_published,
+            o.columns.published.as_deref().unwrap_or_default()
+        );
+    }
+    for f in &s.failures {
+        let how = if f.parked() { "parked" } else { "retrying" };
+        println!(
+            "  row {} (event {}): {how} after {} attempts: {}",
+            f.row_id, f.event_id, f.attempts, f.last_error
+        );
+    }
+    if parked > 0 {
+        println!(
+            "  fix each parked row in the table, then: carteiro outbox retry -c FILE {} ID...",
+            o.name
+        );
+    }
+    Ok(())
 }
 
 /// Arguments of `carteiro publish`.

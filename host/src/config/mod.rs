@@ -25,7 +25,7 @@ pub use validate::{ConfigError, load, load_str};
 use crate::broker::BrokerConfig;
 use crate::housekeeping::{DeadLettersConfig, OutboxConfig, Policy};
 use crate::pipeline::RouteConfig;
-use crate::relay::RelayConfig;
+use crate::relay::{AppOutboxConfig, RelayConfig};
 use crate::runtime::{PluginConfig, RuntimeConfig};
 use crate::store::StoreConfig;
 use crate::telemetry::TelemetryConfig;
@@ -53,6 +53,9 @@ pub struct Config {
     /// How long published outbox rows are kept.
     #[serde(default)]
     pub outbox: OutboxConfig,
+    /// Applications' own outbox tables, relayed beside Carteiro's outbox.
+    #[serde(default)]
+    pub outboxes: Vec<AppOutboxConfig>,
     /// How long archived dead letters are kept (forever unless set).
     #[serde(default)]
     pub dead_letters: DeadLettersConfig,

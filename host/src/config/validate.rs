@@ -152,6 +152,10 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
         tracing::warn!("{deprecated}");
         config.outbox.retain_published = Some(retention);
     }
+    validate_outboxes(&mut config.outboxes, base_dir).map_err(|(key, m)| {
+        let line = line_of_key("[[outboxes]]");
+        err(line, &key, m)
+    })?;
     config.dead_letters.validate().map_err(|(key, m)| {
         let line = find_line_in(text, "dead_letters", key);
         err(line, &format!("dead_letters.{key}"), m)
@@ -281,6 +285,30 @@ fn line_of(text: &str, offset: usize) -> usize {
 
 /// The line that sets `key` in the table `[table]`, else the table's header line (for errors
 /// found after parsing, where a key's name alone may also be another table's key).
+/// `[[outboxes]]`: each entry's URL (environment, a SQLite path relative to the config
+/// file, TLS parameters) and checks; names unique. `Err((key, message))`.
+fn validate_outboxes(
+    outboxes: &mut [crate::relay::AppOutboxConfig],
+    base_dir: &Path,
+) -> Result<(), (String, String)> {
+    let mut names = std::collections::HashSet::new();
+    for (i, outbox) in outboxes.iter_mut().enumerate() {
+        let at = |key: &str| format!("outboxes[{i}].{key}");
+        outbox.url = interpolate(&outbox.url).map_err(|m| (at("url"), m.to_string()))?;
+        outbox.url = crate::store::resolve_sqlite_path(&outbox.url, base_dir);
+        outbox.url = crate::store::check_tls_params(&outbox.url, base_dir)
+            .map_err(|m| (at("url"), m.to_string()))?;
+        outbox.validate().map_err(|(key, m)| (at(key), m))?;
+        if !names.insert(outbox.name.clone()) {
+            return Err((
+                at("name"),
+                format!("`{}` names two outboxes; give each its own", outbox.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn find_line_in(text: &str, table: &str, key: &str) -> Option<usize> {
     let header = format!("[{table}]");
     let mut inside = false;

@@ -11,6 +11,7 @@
 //! - `outbox`: the relay's publishes and the outbox backlog;
 //! - `broker`: broker sessions lost (routes and relay);
 //! - `alerts`: raised dead-letter alerts;
+//! - `app_outboxes`: per application outbox (`[[outboxes]]`);
 //! - `store_gate`: whether the store answers;
 //! - `replay`: dead-letter replays (`dlq`);
 //! - `retention`: rows retention purged, per table (`housekeeping`);
@@ -18,6 +19,7 @@
 //!   outcome, dead letters by reason class), for the console's charts.
 
 mod alerts;
+mod app_outboxes;
 mod batches;
 mod broker;
 mod deliveries;
@@ -31,6 +33,7 @@ mod store_gate;
 mod versions;
 
 pub use alerts::AlertMetrics;
+pub use app_outboxes::{AppOutboxMetrics, AppOutboxObserved};
 pub use batches::BatchMetrics;
 pub use broker::BrokerMetrics;
 pub use deliveries::DeliveryMetrics;
@@ -113,6 +116,7 @@ pub struct Metrics {
     instances: InstanceMetrics,
     broker: BrokerMetrics,
     alerts: AlertMetrics,
+    app_outboxes: AppOutboxMetrics,
     retention: RetentionMetrics,
     /// Each route's last hour, for the console's charts (recorded with `deliveries`).
     history: DeliveryHistory,
@@ -138,6 +142,7 @@ impl Default for Metrics {
             outbox: OutboxMetrics::register(&mut registry),
             broker: BrokerMetrics::register(&mut registry),
             alerts: AlertMetrics::register(&mut registry),
+            app_outboxes: AppOutboxMetrics::register(&mut registry),
             store: StoreGateMetrics::register(&mut registry),
             replay: ReplayMetrics::register(&mut registry),
             retention: RetentionMetrics::register(&mut registry),

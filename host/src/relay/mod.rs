@@ -18,6 +18,7 @@
 //!   backoff), `marker` (group commit of "published" marks as confirms arrive).
 //! - `config`: [`RelayConfig`] (`[relay]`) and its check.
 
+mod app;
 mod cdc;
 mod chains;
 mod config;
@@ -27,6 +28,7 @@ mod poll;
 mod publish;
 mod source;
 
+pub use app::{AppOutboxConfig, AppRelay, AppStatus, Opened as OpenedOutbox, trigger_sql};
 pub use config::{RelayConfig, RelayMode};
 
 use crate::broker::outgoing::Unpublishable;

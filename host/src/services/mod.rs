@@ -3,9 +3,11 @@
 //! `live`, `dlq`, `cli` and `startup` import these, never `gateway`: wiring sits on top,
 //! services below (the module graph is acyclic; `module_graph`, a unit test, checks it).
 
+mod outboxes;
 mod plugins;
 mod store;
 
+pub use outboxes::{check_exchanges, open_outboxes, outbox_relays};
 pub use plugins::{Plugins, load_canary, load_plugin, load_plugins, load_shadow, new_runtime};
 pub use store::{open_store, seal_key, security_seal};
 

@@ -44,9 +44,14 @@ impl Store {
     /// every such commit signals (PostgreSQL `LISTEN`), on a connection of its own, until the
     /// returned value is dropped. None where the database signals nothing (SQLite).
     pub fn commit_wakeups(&self) -> CommitWakeups {
+        self.wakeups_on(OUTBOX_NOTIFY_CHANNEL)
+    }
+
+    /// Wake-ups on each signal of `channel` (an application outbox's opt-in trigger).
+    pub fn wakeups_on(&self, channel: &str) -> CommitWakeups {
         let (wake, rx) = mpsc::channel(1);
         let url = self.options.database_url.to_string();
-        let channel = OUTBOX_NOTIFY_CHANNEL;
+        let channel = channel.to_owned();
         match self.dialect.listen(Listen { url, channel, wake }) {
             Some(listening) => {
                 tokio::spawn(listening);
@@ -75,6 +80,17 @@ impl Store {
         slot: &str,
         publication: &str,
     ) -> Result<bool, StoreError> {
+        self.ensure_slot_on("outbox", slot, publication).await
+    }
+
+    /// [`Store::ensure_outbox_slot`] for any `table` (an SQL name, quoted where needed): an
+    /// application's outbox on its own database.
+    pub async fn ensure_slot_on(
+        &self,
+        table: &str,
+        slot: &str,
+        publication: &str,
+    ) -> Result<bool, StoreError> {
         let mut conn = self.options.connect().await?;
         let has_publication: Option<i32> =
             sqlx::query_scalar("SELECT 1 FROM pg_publication WHERE pubname = $1")
@@ -84,7 +100,7 @@ impl Store {
         if has_publication.is_none() {
             // The relay's config checks the name (lower-case letters, digits, `_`).
             let create = format!(
-                "CREATE PUBLICATION {publication} FOR TABLE outbox WITH (publish = 'insert')"
+                "CREATE PUBLICATION {publication} FOR TABLE {table} WITH (publish = 'insert')"
             );
             match sqlx::query(sqlx::AssertSqlSafe(create))
                 .execute(&mut conn)

@@ -60,7 +60,7 @@ impl StoreConfig {
 }
 
 /// `sqlite://relative.db` is relative to the config file, like plugin paths.
-fn resolve_sqlite_path(url: &str, base_dir: &Path) -> String {
+pub(crate) fn resolve_sqlite_path(url: &str, base_dir: &Path) -> String {
     match url.strip_prefix("sqlite://") {
         Some(rest) if !rest.starts_with('/') && !rest.starts_with(':') => {
             let path = base_dir.join(rest);

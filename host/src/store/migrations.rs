@@ -81,6 +81,11 @@ pub(crate) const SQLITE: &[MigrationFile] = &[
         "dead letter events forget",
         include_str!("../../migrations/sqlite/0014_dead_letter_events_forget.sql"),
     ),
+    (
+        20,
+        "application outboxes",
+        include_str!("../../migrations/sqlite/0020_application_outboxes.sql"),
+    ),
 ];
 
 /// PostgreSQL's schema (`backend::Postgres`).
@@ -149,6 +154,11 @@ pub(crate) const POSTGRES: &[MigrationFile] = &[
         14,
         "dead letter events forget",
         include_str!("../../migrations/postgres/0014_dead_letter_events_forget.sql"),
+    ),
+    (
+        20,
+        "application outboxes",
+        include_str!("../../migrations/postgres/0020_application_outboxes.sql"),
     ),
 ];
 

@@ -32,6 +32,7 @@
 //! - `tls`: the libpq-style `sslmode`/`sslrootcert`/`sslcert`/`sslkey` of a PostgreSQL URL.
 //! - `config`: [`StoreConfig`] (`[store]`) and its checks.
 
+mod application_outboxes;
 mod backend;
 mod canaries;
 mod change_feed;
@@ -54,8 +55,10 @@ mod tls;
 #[cfg(test)]
 pub(crate) mod tests;
 
+pub use application_outboxes::{AppFailure, Wait};
 pub use backend::{
-    Backend, Class, Dialect, IndexWalk, Listen, Postgres, Sqlite, UrlError, for_url,
+    Backend, Class, ColumnKind, Dialect, IndexWalk, Listen, Postgres, Privilege, Sqlite, UrlError,
+    for_url,
 };
 pub use canaries::CanaryDecision;
 pub use change_feed::CommitWakeups;
@@ -64,6 +67,7 @@ pub use commit::{
     KvWrite, MAX_KV_KEYS_PER_COMMIT, NewOutboxRow,
 };
 pub use config::StoreConfig;
+pub(crate) use config::resolve_sqlite_path;
 pub use dead_letters::{
     BodyField, DeadLetter, DeadLetterEvent, DeadLetterFilter, DeadLetterHour, DeadLetterPage,
     DeadLetterStat, EditKeyClaim, HOUR_MS, HeldEditClaim, KeyTaken, MAX_FIELD_BYTES, MAX_FIELDS,
@@ -145,6 +149,16 @@ impl Store {
 
     /// Connects with explicit options. Does not migrate.
     pub async fn connect_with(url: &str, opts: &StoreOptions) -> Result<Store, StoreError> {
+        Self::open(url, opts, true).await
+    }
+
+    /// Connects to an application's database (`[[outboxes]] url`): never creates a SQLite
+    /// file, never changes a database setting (`Dialect::database_setup`), never migrates.
+    pub async fn connect_application(url: &str, opts: &StoreOptions) -> Result<Store, StoreError> {
+        Self::open(url, opts, false).await
+    }
+
+    async fn open(url: &str, opts: &StoreOptions, own: bool) -> Result<Store, StoreError> {
         let max_connections = opts.max_connections;
         sqlx::any::install_default_drivers();
         crate::common::use_aws_lc_rs();
@@ -154,12 +168,16 @@ impl Store {
                 "unsupported store URL {redacted}: expected sqlite://PATH or postgres://..."
             )));
         };
-        let url = dialect.prepare_url(url)?;
+        let url = if own {
+            dialect.prepare_url(url)?
+        } else {
+            url.to_owned()
+        };
         let options: AnyConnectOptions = url.parse().map_err(|e: sqlx::Error| {
             let why = crate::redact::scrub(&e.to_string(), &url);
             StoreError::Invalid(format!("bad store URL {redacted}: {why}"))
         })?;
-        let setup = dialect.database_setup();
+        let setup = if own { dialect.database_setup() } else { &[] };
         if !setup.is_empty() {
             let mut conn = options
                 .connect()

@@ -274,6 +274,29 @@ async fn declare_exchange(
     finish(channel, entity, result).await
 }
 
+/// Checks that exchange `name` exists (a passive declare): the broker answers `NOT_FOUND`
+/// for one that does not.
+pub async fn check_exchange(conn: &Connection, name: &str) -> Result<(), TopologyError> {
+    if name.is_empty() {
+        return Ok(()); // The default exchange always exists.
+    }
+    let entity = Entity::Exchange(name);
+    let channel = fresh_channel(conn, entity).await?;
+    let opts = ExchangeDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    let result = channel
+        .exchange_declare(
+            short(name)?,
+            ExchangeKind::Direct,
+            opts,
+            FieldTable::default(),
+        )
+        .await;
+    finish(channel, entity, result).await
+}
+
 async fn bind(
     conn: &Connection,
     queue: &str,

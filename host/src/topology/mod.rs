@@ -18,7 +18,7 @@ mod tests;
 
 use std::time::Duration;
 
-pub use declare::{declare_route, queue_state};
+pub use declare::{check_exchange, declare_route, queue_state};
 pub use error::TopologyError;
 
 /// Classic or quorum (replicated) queue; retry tiers and the DLQ follow the work queue.

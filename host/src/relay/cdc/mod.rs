@@ -43,7 +43,7 @@ use crate::common::alert::Change;
 use crate::common::retry;
 
 pub(super) use conn::{ReplicationUrlError, replication_config};
-pub(super) use pgoutput::{DecodeError, Relation, outbox_row};
+pub(super) use pgoutput::{DecodeError, Relation, bytea, outbox_row};
 
 /// How often a standing-by relay tries to take the slot.
 const STANDBY_RETRY: Duration = Duration::from_secs(3);

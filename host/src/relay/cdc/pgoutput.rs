@@ -193,7 +193,7 @@ pub fn outbox_row(
 }
 
 /// A `bytea` in PostgreSQL's text output (`bytea_output = hex`, the default: `\x0a1b...`).
-fn bytea(text: &str) -> Result<Vec<u8>, DecodeError> {
+pub(crate) fn bytea(text: &str) -> Result<Vec<u8>, DecodeError> {
     let invalid = |why: String| DecodeError::Invalid {
         column: "payload",
         why,

@@ -64,8 +64,37 @@ pub fn for_url(url: &str) -> Option<&'static dyn Dialect> {
 #[derive(Debug)]
 pub struct Listen {
     pub url: String,
-    pub channel: &'static str,
+    pub channel: String,
     pub wake: mpsc::Sender<()>,
+}
+
+/// What a column holds, whatever the database calls its type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnKind {
+    Integer,
+    Text,
+    Bytes,
+    Json,
+    Boolean,
+    /// A timestamp without a time zone (read as UTC).
+    Timestamp,
+    /// A timestamp with a time zone.
+    TimestampTz,
+    Uuid,
+    Other,
+}
+
+/// What [`Dialect::may`] asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Privilege {
+    /// Read the table.
+    Select,
+    /// Update the column `$2`.
+    UpdateColumn,
+    /// Delete rows.
+    Delete,
+    /// Open a replication connection (the role's `REPLICATION`).
+    Replicate,
 }
 
 /// What a database error code means, whatever the statement (see [`Dialect::classify`]).
@@ -231,6 +260,31 @@ pub trait Dialect: Send + Sync + fmt::Debug {
     /// The order of the rows of an [`IndexWalk`] with `keys` leading columns, newest first,
     /// selected from it as `alias`.
     fn index_walk_order(&self, keys: usize, alias: &str) -> String;
+
+    // --- Application tables (`[[outboxes]]`) ---
+
+    /// The columns of the table bound as `$1` (quoted, `schema.table` allowed) with their
+    /// declared types, in order: rows of `(name, declared)`, both text.
+    fn table_columns(&self) -> &'static str;
+
+    /// What a column of `declared` type holds.
+    fn column_kind(&self, declared: &str) -> ColumnKind;
+
+    /// The column `expr`, holding `kind`, as the bytes of a message body.
+    fn body_bytes(&self, expr: &str, kind: ColumnKind) -> String;
+
+    /// The timestamp column `expr`, holding `kind`, in unix milliseconds.
+    fn timestamp_ms(&self, expr: &str, kind: ColumnKind) -> String;
+
+    /// The database's clock, as a value for a timestamp column holding `kind`.
+    fn now_for(&self, kind: ColumnKind) -> &'static str;
+
+    /// `exprs` as a JSON array of text, itself text.
+    fn json_text_array(&self, exprs: &[String]) -> String;
+
+    /// A query answering whether the session may do `what` (the table bound as `$1`, quoted;
+    /// a column as `$2`); `None` where the database has no grants.
+    fn may(&self, what: Privilege) -> Option<&'static str>;
 
     /// A page of a search is read through its index walk, each row looked up by id (a
     /// planner that goes by statistics could otherwise walk the primary key between the

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use super::{Backend, Class, Dialect, IndexWalk, Listen, UrlError};
+use super::{Backend, Class, ColumnKind, Dialect, IndexWalk, Listen, Privilege, UrlError};
 use crate::common::retry;
 use crate::store::migrations::{MigrationFile, POSTGRES};
 
@@ -209,6 +209,75 @@ impl Dialect for Postgres {
         order.join(", ")
     }
 
+    fn table_columns(&self) -> &'static str {
+        "SELECT CAST(a.attname AS TEXT) AS name, format_type(a.atttypid, a.atttypmod) AS declared \
+         FROM pg_attribute a WHERE a.attrelid = to_regclass(CAST($1 AS TEXT)) \
+         AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum"
+    }
+
+    fn column_kind(&self, declared: &str) -> ColumnKind {
+        let t = declared.to_ascii_lowercase();
+        let base = t.split('(').next().unwrap_or_default().trim();
+        match base {
+            "smallint" | "integer" | "bigint" => ColumnKind::Integer,
+            "text" | "character varying" | "character" | "varchar" | "char" => ColumnKind::Text,
+            "bytea" => ColumnKind::Bytes,
+            "json" | "jsonb" => ColumnKind::Json,
+            "boolean" => ColumnKind::Boolean,
+            "uuid" => ColumnKind::Uuid,
+            _ if t.starts_with("timestamp") && !t.contains("without") && t.contains("with") => {
+                ColumnKind::TimestampTz
+            }
+            _ if t.starts_with("timestamp") => ColumnKind::Timestamp,
+            _ => ColumnKind::Other,
+        }
+    }
+
+    fn body_bytes(&self, expr: &str, kind: ColumnKind) -> String {
+        match kind {
+            ColumnKind::Bytes => expr.to_owned(),
+            _ => format!("convert_to(CAST({expr} AS TEXT), 'UTF8')"),
+        }
+    }
+
+    fn timestamp_ms(&self, expr: &str, kind: ColumnKind) -> String {
+        match kind {
+            ColumnKind::Timestamp => {
+                format!("CAST(EXTRACT(EPOCH FROM ({expr} AT TIME ZONE 'UTC')) * 1000 AS BIGINT)")
+            }
+            _ => format!("CAST(EXTRACT(EPOCH FROM {expr}) * 1000 AS BIGINT)"),
+        }
+    }
+
+    fn now_for(&self, kind: ColumnKind) -> &'static str {
+        match kind {
+            ColumnKind::Timestamp => "(CURRENT_TIMESTAMP AT TIME ZONE 'UTC')",
+            _ => "CURRENT_TIMESTAMP",
+        }
+    }
+
+    fn json_text_array(&self, exprs: &[String]) -> String {
+        let items: Vec<String> = exprs.iter().map(|e| format!("CAST({e} AS TEXT)")).collect();
+        format!("CAST(json_build_array({}) AS TEXT)", items.join(", "))
+    }
+
+    fn may(&self, what: Privilege) -> Option<&'static str> {
+        Some(match what {
+            Privilege::Select => {
+                "SELECT has_table_privilege(to_regclass(CAST($1 AS TEXT)), 'SELECT')"
+            }
+            Privilege::UpdateColumn => {
+                "SELECT has_column_privilege(to_regclass(CAST($1 AS TEXT)), CAST($2 AS TEXT), 'UPDATE')"
+            }
+            Privilege::Delete => {
+                "SELECT has_table_privilege(to_regclass(CAST($1 AS TEXT)), 'DELETE')"
+            }
+            Privilege::Replicate => {
+                "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user"
+            }
+        })
+    }
+
     fn page_from_walk(&self) -> bool {
         true
     }
@@ -257,7 +326,7 @@ async fn listen(Listen { url, channel, wake }: Listen) {
     loop {
         let listened = async {
             let mut listener = sqlx::postgres::PgListener::connect(&url).await?;
-            listener.listen(channel).await?;
+            listener.listen(&channel).await?;
             loop {
                 listener.recv().await?;
                 // Full: a wake-up is pending already, which covers this commit too.
@@ -270,7 +339,7 @@ async fn listen(Listen { url, channel, wake }: Listen) {
             () = wake.closed() => return,
             result = listened => {
                 if let Err(e) = result {
-                    tracing::debug!(error = %e, channel, "LISTEN connection lost; the poll interval covers the gap");
+                    tracing::debug!(error = %e, %channel, "LISTEN connection lost; the poll interval covers the gap");
                 }
             }
         }

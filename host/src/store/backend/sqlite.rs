@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use super::{Backend, Class, Dialect, IndexWalk, Listen, UrlError};
+use super::{Backend, Class, ColumnKind, Dialect, IndexWalk, Listen, Privilege, UrlError};
 use crate::store::migrations::{MigrationFile, SQLITE};
 
 /// The SQLite dialect.
@@ -162,6 +162,55 @@ impl Dialect for Sqlite {
 
     fn index_walk_order(&self, _keys: usize, alias: &str) -> String {
         format!("{alias}.hit DESC")
+    }
+
+    fn table_columns(&self) -> &'static str {
+        // `pragma_table_info` takes the bare name; the relay binds it quoted.
+        "SELECT name, type AS declared FROM pragma_table_info(trim($1, '\"'))"
+    }
+
+    fn column_kind(&self, declared: &str) -> ColumnKind {
+        // SQLite's own affinity rules, with the names SQLAlchemy declares checked first.
+        let t = declared.to_ascii_uppercase();
+        if t.contains("BOOL") {
+            ColumnKind::Boolean
+        } else if t.contains("DATE") || t.contains("TIME") {
+            ColumnKind::Timestamp
+        } else if t.contains("INT") {
+            ColumnKind::Integer
+        } else if t.contains("JSON") {
+            ColumnKind::Json
+        } else if t.contains("CHAR") || t.contains("CLOB") || t.contains("TEXT") {
+            ColumnKind::Text
+        } else if t.contains("BLOB") || t.is_empty() {
+            ColumnKind::Bytes
+        } else if t.contains("UUID") {
+            ColumnKind::Uuid
+        } else {
+            ColumnKind::Other
+        }
+    }
+
+    fn body_bytes(&self, expr: &str, _kind: ColumnKind) -> String {
+        format!("CAST({expr} AS BLOB)")
+    }
+
+    fn timestamp_ms(&self, expr: &str, _kind: ColumnKind) -> String {
+        format!("CAST((julianday({expr}) - 2440587.5) * 86400000 AS INTEGER)")
+    }
+
+    fn now_for(&self, _kind: ColumnKind) -> &'static str {
+        // SQLAlchemy's own text form, with microseconds.
+        "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"
+    }
+
+    fn json_text_array(&self, exprs: &[String]) -> String {
+        let items: Vec<String> = exprs.iter().map(|e| format!("CAST({e} AS TEXT)")).collect();
+        format!("json_array({})", items.join(", "))
+    }
+
+    fn may(&self, _what: Privilege) -> Option<&'static str> {
+        None
     }
 
     fn page_from_walk(&self) -> bool {

@@ -1,0 +1,104 @@
+//! Application outboxes (`[[outboxes]]`), per outbox: what is pending, failing and parked
+//! (read from the tables every few seconds by the outbox's relay), rows published, and
+//! whether this relay leads.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+use super::{Metrics, RegisterExt};
+
+/// The `outbox` label: an `[[outboxes]]` entry's `name`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Outbox {
+    outbox: String,
+}
+
+/// Per application outbox.
+pub struct AppOutboxMetrics {
+    pending: Family<Outbox, Gauge>,
+    oldest_pending_seconds: Family<Outbox, Gauge<f64, AtomicU64>>,
+    failing: Family<Outbox, Gauge>,
+    parked: Family<Outbox, Gauge>,
+    published: Family<Outbox, Counter>,
+    active: Family<Outbox, Gauge>,
+}
+
+/// What an outbox's table holds, for [`Metrics::app_outbox_observed`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AppOutboxObserved {
+    pub pending: i64,
+    pub oldest_pending_seconds: f64,
+    pub failing: i64,
+    pub parked: i64,
+}
+
+impl AppOutboxMetrics {
+    pub(super) fn register(registry: &mut Registry) -> Self {
+        Self {
+            pending: registry.new_metric(
+                "app_outbox_pending",
+                "Rows of an application outbox still to publish (parked ones included)",
+            ),
+            oldest_pending_seconds: registry.new_metric(
+                "app_outbox_oldest_pending_seconds",
+                "Age of an application outbox's oldest row to publish (by columns.created_at), 0 when none",
+            ),
+            failing: registry.new_metric(
+                "app_outbox_failing",
+                "Rows of an application outbox whose publish failed and is retried with backoff",
+            ),
+            parked: registry.new_metric(
+                "app_outbox_parked",
+                "Rows of an application outbox that can never be published as they are (see carteiro outbox status)",
+            ),
+            published: registry.new_metric(
+                "app_outbox_published",
+                "Rows of an application outbox published (confirmed) and marked by this relay",
+            ),
+            active: registry.new_metric(
+                "app_outbox_active",
+                "1 while this relay publishes the application outbox, 0 while it stands by",
+            ),
+        }
+    }
+}
+
+impl Metrics {
+    fn outbox_label(outbox: &str) -> Outbox {
+        Outbox {
+            outbox: outbox.to_owned(),
+        }
+    }
+
+    /// `outbox`'s table as last read.
+    pub fn app_outbox_observed(&self, outbox: &str, seen: AppOutboxObserved) {
+        let m = &self.app_outboxes;
+        let label = Self::outbox_label(outbox);
+        m.pending.get_or_create(&label).set(seen.pending);
+        m.oldest_pending_seconds
+            .get_or_create(&label)
+            .set(seen.oldest_pending_seconds);
+        m.failing.get_or_create(&label).set(seen.failing);
+        m.parked.get_or_create(&label).set(seen.parked);
+    }
+
+    /// `n` rows of `outbox` published and marked.
+    pub fn app_outbox_published(&self, outbox: &str, n: u64) {
+        self.app_outboxes
+            .published
+            .get_or_create(&Self::outbox_label(outbox))
+            .inc_by(n);
+    }
+
+    /// This relay leads `outbox` (`true`) or stands by.
+    pub fn app_outbox_active(&self, outbox: &str, active: bool) {
+        self.app_outboxes
+            .active
+            .get_or_create(&Self::outbox_label(outbox))
+            .set(i64::from(active));
+    }
+}

@@ -1,0 +1,153 @@
+//! `[[outboxes]]` when something is wrong: a missing column is named before anything runs, a
+//! row that can never be published is parked and reported while the others go out, and a
+//! second relay stands by until the first one dies.
+
+use std::time::{Duration, Instant};
+
+use super::{AppDb, WAIT, exchange_name, receive_all, relay, story_config};
+use crate::resilience::{carteiro, run_to_end};
+use crate::support::{Client, wait_for};
+
+#[tokio::test]
+async fn a_missing_column_is_named_by_check_and_relay_refuses_to_start() {
+    let db = AppDb::postgres().await;
+    db.create_table();
+    let client = Client::connect().await;
+    let exchange = exchange_name();
+    client.sink(&exchange).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = story_config(dir.path(), &db, &exchange, "poll", "");
+    let mut ok = carteiro();
+    ok.args(["check", "-c"]).arg(&config);
+    let checked = run_to_end(ok, WAIT).await;
+    assert_eq!(checked.code, Some(0), "{}", checked.stderr);
+    assert!(
+        checked
+            .stdout
+            .contains("outbox   matriculas: table outbox_events checked")
+    );
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(
+        &config,
+        text.replace("\"publicado_em\"", "\"publicada_em\""),
+    )
+    .expect("edit");
+    for command in ["check", "relay"] {
+        let mut cmd = carteiro();
+        cmd.args([command, "-c"]).arg(&config);
+        let ended = run_to_end(cmd, WAIT).await;
+        assert_ne!(ended.code, Some(0), "{command} with a missing column");
+        assert!(
+            ended
+                .stderr
+                .contains("columns.published_at = \"publicada_em\"")
+                && ended.stderr.contains("has no such column"),
+            "{command}: {}",
+            ended.stderr
+        );
+    }
+    // A missing exchange is named too.
+    std::fs::write(&config, text.replace(&exchange, "no-such-exchange")).expect("edit");
+    let mut cmd = carteiro();
+    cmd.args(["check", "-c"]).arg(&config);
+    let ended = run_to_end(cmd, WAIT).await;
+    assert_ne!(ended.code, Some(0));
+    assert!(
+        ended.stderr.contains("no-such-exchange"),
+        "{}",
+        ended.stderr
+    );
+}
+
+#[tokio::test]
+async fn an_oversized_row_is_parked_and_reported_while_the_others_go_out() {
+    let db = AppDb::sqlite();
+    db.create_table();
+    let client = Client::connect().await;
+    let exchange = exchange_name();
+    let sink = client.sink(&exchange).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = story_config(
+        dir.path(),
+        &db,
+        &exchange,
+        "poll",
+        "max_payload = \"2KiB\"\n",
+    );
+    db.execute(
+        "INSERT INTO outbox_events (evento_id, tipo, routing_key, payload, criado_em, publicado) \
+         VALUES ('too-big', 'matricula.confirmada', 'matricula.confirmada', \
+         printf('%.4000c', 'x'), '2026-12-05 10:00:00.000000', 0)",
+    )
+    .await;
+    let committed = db
+        .write(
+            &dir.path().join("written.json"),
+            40,
+            &["--rollback-share", "0"],
+        )
+        .committed;
+    let running = relay(&config, "(active)").await;
+    let seen = receive_all(&client, &sink, &committed).await;
+    assert!(!seen.contains_key("too-big"));
+    let mut status = carteiro();
+    status.args(["outbox", "status", "-c"]).arg(&config);
+    let shown = wait_for("the parked row in outbox status", WAIT, || {
+        let config = config.clone();
+        async move {
+            let mut status = carteiro();
+            status.args(["outbox", "status", "-c"]).arg(&config);
+            let out = run_to_end(status, WAIT).await;
+            out.stdout
+                .contains("parked             1")
+                .then_some(out.stdout)
+        }
+    })
+    .await;
+    assert!(
+        shown.contains("row 1 (event too-big): parked")
+            && shown.contains("over max_payload (2048 bytes)"),
+        "{shown}"
+    );
+    assert_eq!(
+        db.count("SELECT CAST(COUNT(*) AS BIGINT) FROM outbox_events WHERE NOT publicado")
+            .await,
+        1,
+        "only the parked row is left"
+    );
+    running.kill().await;
+}
+
+#[tokio::test]
+async fn a_second_relay_stands_by_and_takes_over_within_seconds() {
+    let db = AppDb::postgres().await;
+    db.create_table();
+    let client = Client::connect().await;
+    let exchange = exchange_name();
+    let sink = client.sink(&exchange).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = story_config(dir.path(), &db, &exchange, "poll", "");
+    let first = relay(&config, "(active)").await;
+    let mut second = relay(&config, "standing by").await;
+    let committed = db.write(&dir.path().join("one.json"), 100, &[]).committed;
+    receive_all(&client, &sink, &committed).await;
+    assert!(
+        !second.stderr().contains("(active)"),
+        "two relays active at once"
+    );
+    first.kill().await;
+    let killed = Instant::now();
+    second
+        .wait_stderr("(active)", Duration::from_secs(30))
+        .await;
+    let took = killed.elapsed();
+    let committed = db.write(&dir.path().join("two.json"), 100, &[]).committed;
+    receive_all(&client, &sink, &committed).await;
+    wait_for("every row marked", WAIT, || async {
+        (db.unpublished().await == 0).then_some(())
+    })
+    .await;
+    second.kill().await;
+    assert!(took <= Duration::from_secs(10), "took over after {took:?}");
+    eprintln!("the standing-by relay took over {took:?} after the kill");
+}
