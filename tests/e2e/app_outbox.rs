@@ -3,6 +3,7 @@
 //! `carteiro relay` process, SIGKILLed and restarted while rows commit.
 
 mod failures;
+mod keyed;
 mod story;
 
 use std::collections::{HashMap, HashSet};
