@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The one command that sets up and runs Carteiro's main job on a fresh machine: a local
-# RabbitMQ, SQLite, the example plugins and config/carteiro.toml. It publishes a demo batch
-# (a good enrollment, its duplicate, a malformed one, one whose dependency is down), prints
-# what happened to each, and keeps the gateway running until Ctrl-C (DEMO_EXIT=1: stop).
+# RabbitMQ, SQLite, the example plugins and config/carteiro.toml. The story's enrollment
+# service (examples/matriculas, SQLAlchemy) confirms enrollments and writes its own outbox
+# rows; Carteiro relays them to a route whose handler applies each event once. It also
+# publishes a demo batch (a good enrollment, its duplicate, a malformed one, one whose
+# dependency is down), prints what happened to each, and keeps the gateway running until
+# Ctrl-C (DEMO_EXIT=1: stop).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -15,6 +18,17 @@ cargo build -p carteiro
 bin="${CARGO_TARGET_DIR:-$repo/target}/debug/carteiro"
 config="$repo/config/carteiro.toml"
 mkdir -p .local/demo
+
+# The story's service: its own venv (SQLAlchemy), its own database and outbox table.
+venv="$repo/.local/demo-venv"
+if [[ ! -x "$venv/bin/python" ]] || ! cmp -s examples/matriculas/requirements.txt "$venv/.requirements"; then
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r examples/matriculas/requirements.txt
+    cp examples/matriculas/requirements.txt "$venv/.requirements"
+fi
+service() { "$venv/bin/python" examples/matriculas/service.py "sqlite:///$repo/.local/demo/matriculas.db" "$@"; }
+service create
 
 "$bin" check -c "$config"
 "$bin" run -c "$config" &
@@ -39,9 +53,27 @@ pub --routing-key matricula.confirmada --message-id "bad-$run_id" --body '{"matr
 echo "  bad-$run_id         missing usuario_id/curso_id  -> dead-letter with the field named"
 pub --routing-key matricula.degradada --message-id "slow-$run_id" \
     --body "{\"matricula_id\":\"M-s$run_id\",\"usuario_id\":\"U-2\",\"curso_id\":\"C-7\"}"
-echo "  slow-$run_id        content service down         -> retry x3 with backoff, then DLQ"
+echo "  slow-$run_id        content service down         -> 3 attempts (2 retries) with backoff, then DLQ"
+
+echo
+echo "== the enrollment service confirms enrollments (one outbox row in each commit)"
+good="$(service confirm aluno-1 rust-101)"
+echo "  $good  aluno-1 in rust-101                -> relayed, applied once by route matriculas"
+buggy="$(service confirm aluno-2 go-201 --sem-curso)"
+echo "  $buggy  aluno-2, event without curso_id   -> relayed, dead-lettered by the handler"
 
 sleep 6
+echo
+echo "== what became of the service's events"
+service report "$good" "$buggy"
+for ev in "$good" "$buggy"; do
+    if "$bin" dlq list -c "$config" --search "id:$ev" | grep -q "$ev"; then
+        echo "  $ev: dead-lettered by the route's handler:"
+        "$bin" dlq list -c "$config" --search "id:$ev" | sed 's/^/    /'
+    else
+        echo "  $ev: applied by route matriculas (its message id is the route's idempotency key)"
+    fi
+done
 echo
 echo "== dead letters"
 "$bin" dlq list -c "$config" --since 1m

@@ -100,15 +100,15 @@ pub async fn check(path: &Path, no_environment: bool) -> anyhow::Result<i32> {
         );
     }
     let conn = connect_any(&settings.urls, &settings.connect).await?;
-    services::check_exchanges(&config, &conn).await?;
-    for o in &config.outboxes {
-        println!("outbox   {}: exchange `{}` exists", o.name, o.exchange);
-    }
     for route in &config.routes {
         declare_route(&conn, &route.topology())
             .await
             .with_context(|| format!("route `{}`", route.queue))?;
         println!("route    {}: topology declared and verified", route.queue);
+    }
+    services::check_exchanges(&config, &conn).await?;
+    for o in &config.outboxes {
+        println!("outbox   {}: exchange `{}` exists", o.name, o.exchange);
     }
     let _ = conn.close(200, "check done".into()).await;
     println!("ok");

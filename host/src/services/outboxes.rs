@@ -26,9 +26,19 @@ pub async fn open_outboxes(config: &Config) -> anyhow::Result<Vec<OpenedOutbox>>
     Ok(opened)
 }
 
-/// Checks that every outbox's exchange exists on `conn`.
+/// Checks that every outbox's exchange exists on `conn`, but those a route of this config
+/// declares (its bindings' exchanges are declared when the route starts).
 pub async fn check_exchanges(config: &Config, conn: &Connection) -> anyhow::Result<()> {
-    for outbox in &config.outboxes {
+    let declared: std::collections::HashSet<&str> = config
+        .routes
+        .iter()
+        .flat_map(|r| r.bindings.iter().map(|b| b.exchange.as_str()))
+        .collect();
+    for outbox in config
+        .outboxes
+        .iter()
+        .filter(|o| !declared.contains(o.exchange.as_str()))
+    {
         check_exchange(conn, &outbox.exchange)
             .await
             .with_context(|| {
