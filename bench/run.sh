@@ -10,6 +10,10 @@
 #                                PostgreSQL (host/benches/search.rs; not in the default set:
 #                                filling the archives takes several minutes; needs neither the
 #                                broker nor the plugins, so only PostgreSQL is started)
+#   bench/run.sh outbox          `[[outboxes]]` (poll and cdc) against the story's hand-written
+#                                outbox poller on PostgreSQL: drain rate, commit-to-publish,
+#                                the database's CPU (bench/outbox/drain.py, results under
+#                                bench/results/)
 #   bench/run.sh peers           Carteiro against the aio-pika pattern, Celery and an
 #                                ack-only consumer (bench/peers/run.py, results under
 #                                bench/results/); `peers --smoke`: a few hundred messages,
@@ -24,8 +28,14 @@ cd "$repo"
 benches=("$@")
 [ ${#benches[@]} -eq 0 ] && benches=(dispatch pipeline relay)
 peers=false
+outbox=false
 if [ "${benches[0]}" = peers ]; then
     peers=true
+    peer_args=("${benches[@]:1}")
+fi
+if [ "${benches[0]}" = outbox ]; then
+    outbox=true
+    peers=true # the same venv (aio-pika, SQLAlchemy, psycopg2)
     peer_args=("${benches[@]:1}")
 fi
 
@@ -75,6 +85,24 @@ if $peers; then
         echo "== build (release carteiro)"
         cargo build -q --release -p carteiro --bin carteiro
         bin="${CARGO_TARGET_DIR:-$repo/target}/release/carteiro"
+    fi
+    if $outbox; then
+        db="bench_outbox"
+        psql_url="${CARTEIRO_TEST_POSTGRES_URL%/*}/postgres"
+        "$venv/bin/python" - "$psql_url" "$db" <<'PY'
+import sys
+import psycopg2
+conn = psycopg2.connect(sys.argv[1]); conn.autocommit = True
+cur = conn.cursor()
+cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (sys.argv[2],))
+if not cur.fetchone():
+    cur.execute(f"CREATE DATABASE {sys.argv[2]}")
+PY
+        out="bench/results/outbox-$(date -u +%Y-%m-%dT%H%MZ).md"
+        echo "== run outbox (results: $out)"
+        nice -n 10 "$venv/bin/python" bench/outbox/drain.py --amqp "$CARTEIRO_TEST_AMQP_URL" \
+            --pg "${CARTEIRO_TEST_POSTGRES_URL%/*}/$db" --carteiro "$bin" "${peer_args[@]}" | tee "$out"
+        exit "${PIPESTATUS[0]}"
     fi
     echo "== run peers"
     CARTEIRO_BIN="$bin" CARTEIRO_PLUGINS="$repo/target/plugins" \
