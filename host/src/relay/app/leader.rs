@@ -40,6 +40,11 @@ impl Leader {
         }
     }
 
+    /// How long before its lease runs out a relay stops claiming.
+    pub fn margin(takeover: Duration) -> Duration {
+        takeover / MARGIN_SHARE
+    }
+
     /// The outbox it leads.
     pub fn outbox(&self) -> &str {
         &self.outbox
@@ -63,7 +68,7 @@ impl Leader {
         }
         let every = self.takeover / 4;
         let lease_ms = i64::try_from(self.takeover.as_millis()).unwrap_or(i64::MAX);
-        let margin = self.takeover / MARGIN_SHARE;
+        let margin = Self::margin(self.takeover);
         let mut was = None;
         loop {
             let asked = Instant::now();

@@ -174,9 +174,14 @@ impl Opened {
             max_in_flight_bytes: 64 << 20,
             poll_interval: config.poll_interval,
             reconnect_max: broker.reconnect_max_backoff,
-            // A claimed row must start out within a second or so of its claim: long before
-            // a standing-by relay could take the outbox over (`leader`).
-            lease: broker.publish_timeout + std::time::Duration::from_secs(2),
+            // The poll session lets a claimed row start up to `lease` less a publish timeout
+            // less a second after its claim: that is the leader's margin, so the row starts
+            // before a standing-by relay could take the outbox over (`leader`).
+            lease: broker.publish_timeout
+                + broker
+                    .publish_timeout
+                    .min(std::time::Duration::from_secs(1))
+                + Leader::margin(config.takeover),
             fault: FaultPoint::from_env(),
             telemetry,
         };

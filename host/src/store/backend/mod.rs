@@ -309,6 +309,39 @@ mod tests {
     }
 
     #[test]
+    fn column_types_as_sqlalchemy_declares_them_read_as_their_kinds() {
+        use super::ColumnKind::*;
+        let pg = Backend::Postgres.dialect();
+        for (declared, kind) in [
+            ("integer", Integer),
+            ("bigint", Integer),
+            ("character varying(64)", Text),
+            ("text", Text),
+            ("jsonb", Json),
+            ("bytea", Bytes),
+            ("boolean", Boolean),
+            ("timestamp without time zone", Timestamp),
+            ("timestamp(6) with time zone", TimestampTz),
+            ("uuid", Uuid),
+            ("numeric(10,2)", Other),
+        ] {
+            assert_eq!(pg.column_kind(declared), kind, "postgres {declared}");
+        }
+        let lite = Backend::Sqlite.dialect();
+        for (declared, kind) in [
+            ("INTEGER", Integer),
+            ("VARCHAR(64)", Text),
+            ("TEXT", Text),
+            ("DATETIME", Timestamp),
+            ("BOOLEAN", Boolean),
+            ("JSON", Json),
+            ("BLOB", Bytes),
+        ] {
+            assert_eq!(lite.column_kind(declared), kind, "sqlite {declared}");
+        }
+    }
+
+    #[test]
     fn placeholders_are_numbered_on_postgres_and_anonymous_on_sqlite() {
         let three = |backend: Backend| {
             let mut out = String::new();

@@ -3,6 +3,7 @@
 //! Every scenario runs on both backends through `both_backends!`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod application_outboxes;
 mod commit;
 mod concurrency;
 mod dead_letter_hours;
