@@ -118,27 +118,45 @@ async fn an_oversized_row_is_parked_and_reported_while_the_others_go_out() {
     running.kill().await;
 }
 
+/// What a relay of `mode` logs once it publishes.
+fn active(mode: &str) -> &'static str {
+    if mode == "cdc" {
+        "CDC relay active"
+    } else {
+        "(active)"
+    }
+}
+
 #[tokio::test]
-async fn a_second_relay_stands_by_and_takes_over_within_seconds() {
+async fn a_second_relay_stands_by_and_takes_over_within_seconds_polling() {
+    standby_takes_over("poll").await;
+}
+
+#[tokio::test]
+async fn a_second_relay_stands_by_and_takes_over_within_seconds_from_the_slot() {
+    standby_takes_over("cdc").await;
+}
+
+async fn standby_takes_over(mode: &str) {
     let db = AppDb::postgres().await;
     db.create_table();
     let client = Client::connect().await;
     let exchange = exchange_name();
     let sink = client.sink(&exchange).await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = story_config(dir.path(), &db, &exchange, "poll", "");
-    let first = relay(&config, "(active)").await;
+    let config = story_config(dir.path(), &db, &exchange, mode, "");
+    let first = relay(&config, active(mode)).await;
     let mut second = relay(&config, "standing by").await;
     let committed = db.write(&dir.path().join("one.json"), 100, &[]).committed;
     receive_all(&client, &sink, &committed).await;
     assert!(
-        !second.stderr().contains("(active)"),
+        !second.stderr().contains(active(mode)),
         "two relays active at once"
     );
     first.kill().await;
     let killed = Instant::now();
     second
-        .wait_stderr("(active)", Duration::from_secs(30))
+        .wait_stderr(active(mode), Duration::from_secs(30))
         .await;
     let took = killed.elapsed();
     let committed = db.write(&dir.path().join("two.json"), 100, &[]).committed;
@@ -148,6 +166,9 @@ async fn a_second_relay_stands_by_and_takes_over_within_seconds() {
     })
     .await;
     second.kill().await;
+    if mode == "cdc" {
+        crate::cdc::drop_slot(&db.url, "carteiro_matriculas").await;
+    }
     assert!(took <= Duration::from_secs(10), "took over after {took:?}");
-    eprintln!("the standing-by relay took over {took:?} after the kill");
+    eprintln!("{mode}: the standing-by relay took over {took:?} after the kill");
 }
