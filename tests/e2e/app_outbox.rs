@@ -3,6 +3,7 @@
 //! `carteiro relay` process, SIGKILLed and restarted while rows commit.
 
 mod failures;
+mod helper;
 mod keyed;
 mod story;
 
@@ -18,7 +19,7 @@ const WAIT: Duration = Duration::from_secs(120);
 
 /// The venv `scripts/test-python-client.sh` builds (SQLAlchemy 2 and psycopg), which
 /// `scripts/test.sh` runs before these tests.
-fn python() -> PathBuf {
+pub fn python() -> PathBuf {
     let python = repo().join(".local/outbox-venv/bin/python");
     assert!(
         python.exists(),
