@@ -59,7 +59,7 @@ else
     source scripts/services.sh
 fi
 
-if ! $store_only; then
+if ! $store_only && ! $outbox; then # the outbox bench runs no handler
     echo "== plugins (wasm32-wasip2 components)"
     scripts/build-plugins.sh  # Rust, Python and JavaScript
 fi
