@@ -24,7 +24,10 @@ pub struct AppOutboxMetrics {
     failing: Family<Outbox, Gauge>,
     parked: Family<Outbox, Gauge>,
     published: Family<Outbox, Counter>,
+    failed: Family<Outbox, Counter>,
     active: Family<Outbox, Gauge>,
+    slot_lag_bytes: Family<Outbox, Gauge>,
+    slot_lag_alert: Family<Outbox, Gauge>,
 }
 
 /// What an outbox's table holds, for [`Metrics::app_outbox_observed`].
@@ -59,9 +62,21 @@ impl AppOutboxMetrics {
                 "app_outbox_published",
                 "Rows of an application outbox published (confirmed) and marked by this relay",
             ),
+            failed: registry.new_metric(
+                "app_outbox_publish_failures",
+                "Failed publishes of an application outbox's rows (nack, returned, timeout, unpublishable)",
+            ),
             active: registry.new_metric(
                 "app_outbox_active",
                 "1 while this relay publishes the application outbox, 0 while it stands by",
+            ),
+            slot_lag_bytes: registry.new_metric(
+                "app_outbox_cdc_slot_lag_bytes",
+                "mode = \"cdc\": WAL bytes the application outbox's replication slot holds back",
+            ),
+            slot_lag_alert: registry.new_metric(
+                "app_outbox_cdc_slot_lag_alert",
+                "mode = \"cdc\": 1 while the slot holds back more than the outbox's max_slot_lag",
             ),
         }
     }
@@ -92,6 +107,22 @@ impl Metrics {
             .published
             .get_or_create(&Self::outbox_label(outbox))
             .inc_by(n);
+    }
+
+    /// `n` more failed publishes of `outbox`'s rows.
+    pub fn app_outbox_failed(&self, outbox: &str, n: u64) {
+        self.app_outboxes
+            .failed
+            .get_or_create(&Self::outbox_label(outbox))
+            .inc_by(n);
+    }
+
+    /// `outbox`'s replication slot holds back `bytes` of WAL; `alert`: over its bound.
+    pub fn app_outbox_slot_lag(&self, outbox: &str, bytes: i64, alert: bool) {
+        let label = Self::outbox_label(outbox);
+        let m = &self.app_outboxes;
+        m.slot_lag_bytes.get_or_create(&label).set(bytes);
+        m.slot_lag_alert.get_or_create(&label).set(i64::from(alert));
     }
 
     /// This relay leads `outbox` (`true`) or stands by.

@@ -120,6 +120,14 @@ async fn a_parked_row_holds_only_its_key_and_goes_out_first_once_fixed() {
     })
     .await;
     assert!(metrics.contains("carteiro_app_outbox_active{outbox=\"eventos\"} 1"));
+    assert!(
+        metrics.contains("carteiro_app_outbox_publish_failures_total{outbox=\"eventos\"} 1"),
+        "the parked row's failure, under the outbox's name"
+    );
+    assert!(
+        metrics.contains("carteiro_outbox_published_total 0"),
+        "Carteiro's own outbox counts only its own rows"
+    );
     let mut status = carteiro();
     status.args(["outbox", "status", "-c"]).arg(&path);
     let shown = run_to_end(status, WAIT).await.stdout;

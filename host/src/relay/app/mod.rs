@@ -160,7 +160,9 @@ impl Opened {
         // The slot already lets one relay read at a time.
         let leader = Leader::new(&config.name, config.takeover, cdc.is_none());
         let settings = Settings {
-            metrics,
+            // The relay's shared code counts into Carteiro's own outbox families; this
+            // outbox's counts are kept apart and mirrored under its name (`observe`).
+            metrics: Arc::new(Metrics::default()),
             wake: Arc::default(),
             urls: broker.addresses(),
             connect: ConnectOptions {
@@ -192,7 +194,7 @@ impl Opened {
             sql,
             reading,
             leader.clone(),
-            settings.metrics.clone(),
+            metrics.clone(),
         );
         AppRelay {
             settings,
@@ -200,6 +202,7 @@ impl Opened {
             cdc,
             leader,
             store,
+            metrics,
         }
     }
 }
@@ -207,12 +210,33 @@ impl Opened {
 /// How often the metrics read what an outbox's table holds.
 const OBSERVE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Reads what the table holds into the metrics every [`OBSERVE_EVERY`], until `stop`.
-async fn observe(source: AppSource, metrics: Arc<Metrics>, stop: CancellationToken) {
+/// Reads what the table holds, and what the relay counted in `counted`, into `metrics`
+/// under the outbox's name every [`OBSERVE_EVERY`], until `stop`.
+async fn observe(
+    source: AppSource,
+    metrics: Arc<Metrics>,
+    counted: Arc<Metrics>,
+    cdc: bool,
+    stop: CancellationToken,
+) {
+    let name = source.name().to_owned();
+    let mut failed = 0;
     loop {
         match source.observe().await {
-            Ok(seen) => metrics.app_outbox_observed(source.name(), seen),
+            Ok(seen) => metrics.app_outbox_observed(&name, seen),
             Err(e) => tracing::debug!(error = %e, "cannot read the application outbox's backlog"),
+        }
+        let now_failed = counted.outbox.failed.get();
+        metrics.app_outbox_failed(&name, now_failed.saturating_sub(failed));
+        failed = now_failed;
+        if cdc {
+            let o = &counted.outbox;
+            metrics.app_outbox_active(&name, o.cdc_active.get() == 1);
+            metrics.app_outbox_slot_lag(
+                &name,
+                o.cdc_slot_lag_bytes.get(),
+                o.cdc_slot_lag_alert.get() == 1,
+            );
         }
         tokio::select! {
             () = tokio::time::sleep(OBSERVE_EVERY) => {}
@@ -253,6 +277,8 @@ pub struct AppRelay {
     cdc: Option<cdc::CdcSettings>,
     leader: Leader,
     store: Store,
+    /// Where this outbox's families are exported (`settings.metrics` is the relay's own).
+    metrics: Arc<Metrics>,
 }
 
 impl AppRelay {
@@ -261,10 +287,7 @@ impl AppRelay {
     pub async fn run(self, stop: CancellationToken) -> anyhow::Result<()> {
         self.source.load_failures().await?;
         let leader_stop = CancellationToken::new();
-        let (metrics, name) = (
-            self.settings.metrics.clone(),
-            self.leader.outbox().to_owned(),
-        );
+        let (metrics, name) = (self.metrics.clone(), self.leader.outbox().to_owned());
         let leading = tokio::spawn(self.leader.clone().run(
             self.store.clone(),
             leader_stop.clone(),
@@ -272,7 +295,9 @@ impl AppRelay {
         ));
         tokio::spawn(observe(
             self.source.clone(),
+            self.metrics.clone(),
             self.settings.metrics.clone(),
+            self.cdc.is_some(),
             leader_stop.clone(),
         ));
         if let Some(retain) = self.source.retain_published() {
