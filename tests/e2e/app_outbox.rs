@@ -33,6 +33,9 @@ pub fn python() -> PathBuf {
 pub struct AppDb {
     pub url: String,
     pub sqlalchemy: String,
+    /// The replication slot and publication of `mode = "cdc"`: slots are the server's, not
+    /// the database's, so each test has its own.
+    pub slot: String,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -43,6 +46,7 @@ impl AppDb {
         Self {
             url,
             sqlalchemy,
+            slot: format!("e2e_app_{}", uuid::Uuid::now_v7().simple()),
             _dir: None,
         }
     }
@@ -53,6 +57,7 @@ impl AppDb {
         Self {
             url: format!("sqlite://{}", path.display()),
             sqlalchemy: format!("sqlite:///{}", path.display()),
+            slot: String::new(),
             _dir: Some(dir),
         }
     }
@@ -145,7 +150,7 @@ url = "{url}"   # the application's database (PostgreSQL or SQLite)
 table = "outbox_events"
 exchange = "{exchange}"        # must already exist; checked at start, named if missing
 mode = "{mode}"                  # or "cdc" (PostgreSQL)
-{extra}
+{slot}{extra}
 [outboxes.columns]
 id = "id"                      # increasing integer key (required)
 event_id = "evento_id"         # AMQP message_id (required)
@@ -158,6 +163,11 @@ published_at = "publicado_em"  # set to the confirm's time
         amqp = amqp_url(),
         dir = dir.display(),
         url = db.url,
+        slot = if mode == "cdc" {
+            format!("slot = \"{0}\"\npublication = \"{0}\"\n", db.slot)
+        } else {
+            String::new()
+        },
     );
     let path = dir.join("carteiro.toml");
     std::fs::write(&path, toml).expect("config");

@@ -167,7 +167,7 @@ async fn standby_takes_over(mode: &str) {
     .await;
     second.kill().await;
     if mode == "cdc" {
-        crate::cdc::drop_slot(&db.url, "carteiro_matriculas").await;
+        crate::cdc::drop_slot(&db.url, &db.slot).await;
     }
     assert!(took <= Duration::from_secs(10), "took over after {took:?}");
     eprintln!("{mode}: the standing-by relay took over {took:?} after the kill");

@@ -92,7 +92,7 @@ async fn poll_on_sqlite_loses_nothing_and_publishes_no_rollback_through_kills() 
 #[tokio::test]
 async fn cdc_on_postgres_loses_nothing_and_publishes_no_rollback_through_kills() {
     let db = AppDb::postgres().await;
-    let slots = db.url.clone();
+    let (url, slot) = (db.url.clone(), db.slot.clone());
     relayed_through_kills(db, "cdc", "CDC relay active", 600, 3).await;
-    crate::cdc::drop_slot(&slots, "carteiro_matriculas").await;
+    crate::cdc::drop_slot(&url, &slot).await;
 }
