@@ -8,7 +8,7 @@ use crate::broker::connect_any;
 use crate::common::labels::Outcome;
 use crate::common::now_ms;
 use crate::config::Config;
-use crate::metrics::RouteHistory;
+use crate::metrics::{AppOutboxSeen, RouteHistory};
 use crate::services::broker_settings;
 use crate::topology::{dlq_name, retry_queue_name};
 use serde::Serialize;
@@ -83,6 +83,8 @@ pub struct OutboxView {
 pub struct Overview {
     pub routes: Vec<RouteView>,
     pub outbox: Option<OutboxView>,
+    /// Applications' own outbox tables (`[[outboxes]]`) this gateway relays, by name.
+    pub app_outboxes: BTreeMap<String, AppOutboxSeen>,
     pub store_healthy: bool,
     /// Why depths are missing, if the broker could not be asked.
     pub broker_error: Option<String>,
@@ -202,6 +204,7 @@ impl Probe {
             return Overview {
                 routes: Vec::new(),
                 outbox: None,
+                app_outboxes: BTreeMap::new(),
                 store_healthy: h.gate.is_healthy(),
                 broker_error: None,
             };
@@ -276,6 +279,7 @@ impl Probe {
         Overview {
             routes,
             outbox,
+            app_outboxes: h.metrics.app_outboxes_seen(),
             store_healthy: h.gate.is_healthy(),
             broker_error,
         }

@@ -99,6 +99,28 @@ pub async fn routes(State(s): State<AdminState>) -> Response {
                 None => p.muted { "Outbox status unavailable (store)." },
             }
             p.muted #outbox-retention { (kept) }
+            @if !o.app_outboxes.is_empty() {
+                h2 { "Application outboxes" }
+                table #app-outboxes {
+                    thead { tr {
+                        th { "outbox" } th.num { "pending" } th.num { "oldest" }
+                        th.num { "failing" } th.num { "parked" } th.num { "published" } th { "relay" }
+                    } }
+                    tbody { @for (name, seen) in &o.app_outboxes {
+                        tr {
+                            td { (name) }
+                            td.num { (seen.observed.pending) }
+                            td.num { @if seen.observed.pending > 0 { (age((seen.observed.oldest_pending_seconds * 1000.0) as i64)) } @else { "-" } }
+                            td.num { (seen.observed.failing) }
+                            td.num { (seen.observed.parked) }
+                            td.num { (seen.published) }
+                            td { @if seen.active { "active" } @else { "standing by" } }
+                        }
+                    } }
+                }
+                p.muted { "Tables the applications write in their own transactions, relayed by this gateway; "
+                    code { "carteiro outbox status" } " names parked rows. See docs/outboxes.md." }
+            }
             p.muted { "Totals since the gateway started; rates over the last minute. "
                 a href="/api/routes" { "JSON" } }
         },

@@ -7,6 +7,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 
 use super::{Metrics, RegisterExt};
@@ -28,10 +30,23 @@ pub struct AppOutboxMetrics {
     active: Family<Outbox, Gauge>,
     slot_lag_bytes: Family<Outbox, Gauge>,
     slot_lag_alert: Family<Outbox, Gauge>,
+    /// The last of each, by outbox, for the console.
+    last: Mutex<BTreeMap<String, AppOutboxSeen>>,
+}
+
+/// An application outbox as the console shows it.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct AppOutboxSeen {
+    #[serde(flatten)]
+    pub observed: AppOutboxObserved,
+    /// This relay publishes it (`false`: it stands by, or has not started).
+    pub active: bool,
+    /// Rows this relay published since it started.
+    pub published: u64,
 }
 
 /// What an outbox's table holds, for [`Metrics::app_outbox_observed`].
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct AppOutboxObserved {
     pub pending: i64,
     pub oldest_pending_seconds: f64,
@@ -78,6 +93,7 @@ impl AppOutboxMetrics {
                 "app_outbox_cdc_slot_lag_alert",
                 "mode = \"cdc\": 1 while the slot holds back more than the outbox's max_slot_lag",
             ),
+            last: Mutex::default(),
         }
     }
 }
@@ -99,6 +115,22 @@ impl Metrics {
             .set(seen.oldest_pending_seconds);
         m.failing.get_or_create(&label).set(seen.failing);
         m.parked.get_or_create(&label).set(seen.parked);
+        self.app_outbox_seen(outbox, |s| s.observed = seen);
+    }
+
+    fn app_outbox_seen(&self, outbox: &str, update: impl FnOnce(&mut AppOutboxSeen)) {
+        if let Ok(mut last) = self.app_outboxes.last.lock() {
+            update(last.entry(outbox.to_owned()).or_default());
+        }
+    }
+
+    /// Every application outbox this process relays, as last seen.
+    pub fn app_outboxes_seen(&self) -> BTreeMap<String, AppOutboxSeen> {
+        self.app_outboxes
+            .last
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_default()
     }
 
     /// `n` rows of `outbox` published and marked.
@@ -107,6 +139,7 @@ impl Metrics {
             .published
             .get_or_create(&Self::outbox_label(outbox))
             .inc_by(n);
+        self.app_outbox_seen(outbox, |s| s.published += n);
     }
 
     /// `n` more failed publishes of `outbox`'s rows.
@@ -131,5 +164,6 @@ impl Metrics {
             .active
             .get_or_create(&Self::outbox_label(outbox))
             .set(i64::from(active));
+        self.app_outbox_seen(outbox, |s| s.active = active);
     }
 }

@@ -33,7 +33,7 @@ mod store_gate;
 mod versions;
 
 pub use alerts::AlertMetrics;
-pub use app_outboxes::{AppOutboxMetrics, AppOutboxObserved};
+pub use app_outboxes::{AppOutboxMetrics, AppOutboxObserved, AppOutboxSeen};
 pub use batches::BatchMetrics;
 pub use broker::BrokerMetrics;
 pub use deliveries::DeliveryMetrics;

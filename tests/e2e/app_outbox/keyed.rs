@@ -128,6 +128,17 @@ async fn a_parked_row_holds_only_its_key_and_goes_out_first_once_fixed() {
         metrics.contains("carteiro_outbox_published_total 0"),
         "Carteiro's own outbox counts only its own rows"
     );
+    let request = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    let (code, _, page) = http_exchange(port, request, Duration::from_secs(10), "/").await;
+    assert_eq!(code, 200);
+    let section = page
+        .split("id=\"app-outboxes\"")
+        .nth(1)
+        .expect("the routes page lists application outboxes");
+    assert!(
+        section.contains("<td>eventos</td>") && section.contains("active"),
+        "{section}"
+    );
     let mut status = carteiro();
     status.args(["outbox", "status", "-c"]).arg(&path);
     let shown = run_to_end(status, WAIT).await.stdout;
