@@ -118,6 +118,29 @@ impl DeliveryMetrics {
 }
 
 impl Metrics {
+    /// Exports `route`'s per-route counters at 0 for every outcome, reason class and failure
+    /// kind before its first delivery, so `rate()` and `increase()` see the first burst
+    /// (a series born at 5 has no earlier sample to count from).
+    pub fn route_started(&self, route: &str) {
+        let d = &self.deliveries;
+        for &outcome in DeliveryOutcome::ALL {
+            d.deliveries.get_or_create(&Outcome::of(route, outcome));
+        }
+        for class in ReasonClass::all() {
+            d.retries.get_or_create(&RouteReason::of(route, class));
+            d.dead_letters.get_or_create(&RouteReason::of(route, class));
+        }
+        for &kind in FailureKind::PLUGIN {
+            d.plugin_failures.get_or_create(&Failure {
+                route: route.into(),
+                kind,
+            });
+        }
+        per_route(&d.dead_letters_archived, route);
+        per_route(&d.panics, route);
+        per_route(&d.conflicts, route);
+    }
+
     /// A delivery on `route` was settled with `outcome`, `took` after its receipt.
     pub fn delivery(&self, route: &str, outcome: DeliveryOutcome, took: Duration) {
         self.deliveries
