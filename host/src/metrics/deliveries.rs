@@ -124,21 +124,21 @@ impl Metrics {
     pub fn route_started(&self, route: &str) {
         let d = &self.deliveries;
         for &outcome in DeliveryOutcome::ALL {
-            d.deliveries.get_or_create(&Outcome::of(route, outcome));
+            let _ = d.deliveries.get_or_create(&Outcome::of(route, outcome));
         }
         for class in ReasonClass::all() {
-            d.retries.get_or_create(&RouteReason::of(route, class));
-            d.dead_letters.get_or_create(&RouteReason::of(route, class));
+            let _ = d.retries.get_or_create(&RouteReason::of(route, class));
+            let _ = d.dead_letters.get_or_create(&RouteReason::of(route, class));
         }
         for &kind in FailureKind::PLUGIN {
-            d.plugin_failures.get_or_create(&Failure {
+            let _ = d.plugin_failures.get_or_create(&Failure {
                 route: route.into(),
                 kind,
             });
         }
-        per_route(&d.dead_letters_archived, route);
-        per_route(&d.panics, route);
-        per_route(&d.conflicts, route);
+        let _ = per_route(&d.dead_letters_archived, route);
+        let _ = per_route(&d.panics, route);
+        let _ = per_route(&d.conflicts, route);
     }
 
     /// A delivery on `route` was settled with `outcome`, `took` after its receipt.

@@ -29,15 +29,12 @@ impl InstanceMetrics {
 
 impl Metrics {
     /// An instance of `plugin` at `version` began a delivery: a new one, or `reused`.
+    /// Both counters appear together (reuses at 0), so a ratio of them has data from the start.
     pub fn plugin_instance(&self, plugin: &str, version: &str, reused: bool) {
-        let family = if reused {
-            &self.instances.reused
-        } else {
-            &self.instances.created
-        };
-        family
-            .get_or_create(&PluginVersion::of(plugin, version))
-            .inc();
+        let label = PluginVersion::of(plugin, version);
+        let created = self.instances.created.get_or_create_owned(&label);
+        let reuses = self.instances.reused.get_or_create_owned(&label);
+        if reused { reuses.inc() } else { created.inc() };
     }
 
     /// Instances of `plugin` at `version` made, and deliveries they served after their first

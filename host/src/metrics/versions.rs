@@ -114,7 +114,7 @@ impl Metrics {
 
     /// Exports `plugin`'s rollback counter at 0, so the first rollback shows in `increase()`.
     pub fn canary_started(&self, plugin: &str) {
-        self.versions.canary_rollbacks.get_or_create(&PluginLabel {
+        let _ = self.versions.canary_rollbacks.get_or_create(&PluginLabel {
             plugin: plugin.into(),
         });
     }
