@@ -19,6 +19,7 @@ mod live;
 mod log_injection;
 mod operators;
 mod outages;
+mod prometheus;
 mod relay;
 mod relay_bytes;
 mod relay_model;

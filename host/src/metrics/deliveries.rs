@@ -118,9 +118,9 @@ impl DeliveryMetrics {
 }
 
 impl Metrics {
-    /// Exports `route`'s per-route counters at 0 for every outcome, reason class and failure
-    /// kind before its first delivery, so `rate()` and `increase()` see the first burst
-    /// (a series born at 5 has no earlier sample to count from).
+    /// Exports `route`'s counters and latency histograms at 0, for every outcome, reason class
+    /// and failure kind, before its first delivery: `rate()` and `increase()` then count the
+    /// first burst (a series born at 5 has no earlier sample to count from).
     pub fn route_started(&self, route: &str) {
         let d = &self.deliveries;
         for &outcome in DeliveryOutcome::ALL {
@@ -136,6 +136,8 @@ impl Metrics {
                 kind,
             });
         }
+        let _ = per_route(&d.delivery_seconds, route);
+        let _ = per_route(&d.handler_seconds, route);
         let _ = per_route(&d.dead_letters_archived, route);
         let _ = per_route(&d.panics, route);
         let _ = per_route(&d.conflicts, route);

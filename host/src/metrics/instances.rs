@@ -29,12 +29,23 @@ impl InstanceMetrics {
 
 impl Metrics {
     /// An instance of `plugin` at `version` began a delivery: a new one, or `reused`.
-    /// Both counters appear together (reuses at 0), so a ratio of them has data from the start.
     pub fn plugin_instance(&self, plugin: &str, version: &str, reused: bool) {
+        let family = if reused {
+            &self.instances.reused
+        } else {
+            &self.instances.created
+        };
+        family
+            .get_or_create(&PluginVersion::of(plugin, version))
+            .inc();
+    }
+
+    /// Exports both counters of `plugin` at `version` at 0 once it is loaded, so `rate()`
+    /// counts its first instances.
+    pub(super) fn plugin_instances_started(&self, plugin: &str, version: &str) {
         let label = PluginVersion::of(plugin, version);
-        let created = self.instances.created.get_or_create_owned(&label);
-        let reuses = self.instances.reused.get_or_create_owned(&label);
-        if reused { reuses.inc() } else { created.inc() };
+        let _ = self.instances.created.get_or_create(&label);
+        let _ = self.instances.reused.get_or_create(&label);
     }
 
     /// Instances of `plugin` at `version` made, and deliveries they served after their first

@@ -141,6 +141,7 @@ impl Metrics {
                 .plugin_versions
                 .get_or_create(&PluginVersion::of(plugin, version))
                 .set(1);
+            self.plugin_instances_started(plugin, version);
         }
     }
 }
