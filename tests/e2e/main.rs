@@ -7,6 +7,7 @@ mod blackhole;
 mod cdc;
 mod cdc_process;
 mod console;
+mod docs;
 mod edit;
 mod exactly_once;
 mod gateway;
