@@ -31,3 +31,52 @@ pub fn man(args: ManArgs) -> anyhow::Result<i32> {
     clap_mangen::generate_to(super::Cli::command(), &args.dir)?;
     Ok(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap_complete::Shell;
+
+    #[test]
+    fn completions_offer_every_visible_command() {
+        for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
+            let mut script = Vec::new();
+            clap_complete::generate(
+                shell,
+                &mut super::super::Cli::command(),
+                "carteiro",
+                &mut script,
+            );
+            let script = String::from_utf8(script).expect("UTF-8");
+            for command in [
+                "run",
+                "check",
+                "dlq",
+                "replay",
+                "completions",
+                "--no-environment",
+            ] {
+                assert!(script.contains(command), "{shell}: no `{command}`");
+            }
+        }
+    }
+
+    #[test]
+    fn man_writes_a_page_per_command_and_none_for_itself() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        man(ManArgs {
+            dir: dir.path().join("man1"),
+        })
+        .expect("man pages");
+        let page = |name: &str| dir.path().join("man1").join(name).exists();
+        for name in [
+            "carteiro.1",
+            "carteiro-run.1",
+            "carteiro-dlq-replay.1",
+            "carteiro-completions.1",
+        ] {
+            assert!(page(name), "{name}");
+        }
+        assert!(!page("carteiro-man.1"), "the hidden command has no page");
+    }
+}
