@@ -35,6 +35,20 @@ fn encoded(text: &str) -> String {
     form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
 
+/// The result of an instant query.
+async fn query(port: u16, expr: &str) -> Value {
+    let data = api(port, &format!("/api/v1/query?query={}", encoded(expr))).await;
+    data["result"].clone()
+}
+
+/// Waits (a minute at most) until `expr`'s first sample reads `want`.
+async fn wait_for_value(port: u16, what: &str, expr: &str, want: &str) {
+    wait_for(what, Duration::from_secs(60), || async {
+        (query(port, expr).await[0]["value"][1] == want).then_some(())
+    })
+    .await;
+}
+
 /// The active alerts named `name` on `route`: (state, value).
 async fn alerts(port: u16, name: &str, route: &str) -> Vec<(String, String)> {
     let data = api(port, "/api/v1/alerts").await;
@@ -165,19 +179,7 @@ async fn the_dead_letter_alert_fires_and_resolves_in_a_real_prometheus() {
     // The route's counters exist at 0 before any delivery: the burst's first sample has a
     // zero before it, so `increase()` counts all of it.
     let zero = format!("carteiro_dead_letters_total{{route=\"{queue}\",reason_class=\"trap\"}}");
-    wait_for(
-        "Prometheus to scrape the zero",
-        Duration::from_secs(60),
-        || async {
-            let data = api(
-                prom_port,
-                &format!("/api/v1/query?query={}", encoded(&zero)),
-            )
-            .await;
-            (data["result"][0]["value"][1] == "0").then_some(())
-        },
-    )
-    .await;
+    wait_for_value(prom_port, "Prometheus to scrape the zero", &zero, "0").await;
     assert!(
         alerts(prom_port, "CarteiroDeadLetters", &queue)
             .await
@@ -193,19 +195,7 @@ async fn the_dead_letter_alert_fires_and_resolves_in_a_real_prometheus() {
             .await;
     }
     let dead = format!("sum(carteiro_dead_letters_total{{route=\"{queue}\"}})");
-    wait_for(
-        "100 dead letters scraped",
-        Duration::from_secs(60),
-        || async {
-            let data = api(
-                prom_port,
-                &format!("/api/v1/query?query={}", encoded(&dead)),
-            )
-            .await;
-            (data["result"][0]["value"][1] == "100").then_some(())
-        },
-    )
-    .await;
+    wait_for_value(prom_port, "100 dead letters scraped", &dead, "100").await;
     let counted = Instant::now();
     let firing = wait_for(
         "CarteiroDeadLetters to fire",
@@ -226,15 +216,11 @@ async fn the_dead_letter_alert_fires_and_resolves_in_a_real_prometheus() {
 
     // Every dashboard query runs, and has data for this running gateway.
     for (title, expr) in dashboard_queries() {
-        let data = api(
-            prom_port,
-            &format!("/api/v1/query?query={}", encoded(&expr)),
-        )
-        .await;
-        let results = data["result"].as_array().map_or(0, Vec::len);
+        let result = query(prom_port, &expr).await;
+        let series = result.as_array().map_or(0, Vec::len);
         assert!(
-            results > 0,
-            "panel `{title}`: `{expr}` returned no data: {data}"
+            series > 0,
+            "panel `{title}`: `{expr}` returned no data: {result}"
         );
     }
     let routes = api(
