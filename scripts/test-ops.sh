@@ -55,7 +55,9 @@ if [[ $(id -u) -ne 0 ]]; then
 else
   deb="$(scripts/package.sh --profile dev 2>"$log" | tail -n 1)"
   check "scripts/package.sh built $deb" test -f "$deb"
-  check "dpkg -i" dpkg -i "$deb"
+  # --force-confnew: a machine that installed an older package takes the new example config
+  # without asking (CI has no one to answer).
+  check "dpkg -i" env DEBIAN_FRONTEND=noninteractive dpkg -i --force-confnew "$deb" </dev/null
   check "carteiro --version" bash -c 'carteiro --version | grep -qx "carteiro [0-9.]*"'
   check "carteiro check on the example config, as user carteiro" \
     runuser -u carteiro -- env CARTEIRO_AMQP_URL="${CARTEIRO_TEST_AMQP_URL:?}" \
