@@ -176,6 +176,18 @@ async fn the_dead_letter_alert_fires_and_resolves_in_a_real_prometheus() {
     let prom_dir = tempfile::tempdir().expect("tempdir");
     let _prometheus = start_prometheus(prom_dir.path(), prom_port, admin);
     wait_listening("Prometheus", prom_port, Duration::from_secs(60)).await;
+    // It listens before its storage is open, answering 503 until then.
+    wait_for(
+        "Prometheus to be ready",
+        Duration::from_secs(60),
+        || async {
+            let request = "GET /-/ready HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+            let (status, _, _) =
+                http_exchange(prom_port, request, Duration::from_secs(10), "/-/ready").await;
+            (status == 200).then_some(())
+        },
+    )
+    .await;
     // The route's counters exist at 0 before any delivery: the burst's first sample has a
     // zero before it, so `increase()` counts all of it.
     let zero = format!("carteiro_dead_letters_total{{route=\"{queue}\",reason_class=\"trap\"}}");
