@@ -48,6 +48,13 @@ if ! command -v openssl >/dev/null; then
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssl </dev/null >&2
 fi
 
+stage "prometheus (promtool and the server for the alert rules' tests)"
+if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
+  sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null >&2
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus </dev/null >&2
+fi
+
 stage "services"
 source scripts/services.sh
 
@@ -74,6 +81,10 @@ stage "tests: Python outbox client (clients/python)"
 scripts/test-python-client.sh 2>&1 | tee -a "$log"
 stage "tests: workspace (unit, e2e, chaos, SDK)"
 bounded "${CARTEIRO_TEST_LIMIT:-2400}" cargo test --workspace 2>&1 | tee -a "$log"
+# The operator's stack: promtool on the alert rules, the Debian package of the debug binary
+# the tests just built installed with dpkg -i and run, systemd-analyze verify on its units.
+stage "tests: operations (rules, package, units)"
+scripts/test-ops.sh 2>&1 | tee -a "$log"
 # The fault campaign's smoke on both backends, then with CDC relays (a relay SIGKILL and the
 # slot holder's SIGSTOP past the takeover always among its faults); each has its own broker
 # and PostgreSQL and a random seed: any lost or duplicated effect fails the run and prints the
@@ -89,7 +100,7 @@ scripts/chaos.sh --smoke --backend postgres --cdc 2>&1 | tee -a "$log"
 stage "peers bench (smoke)"
 bench/run.sh peers --smoke 2>&1 | tee -a "$log"
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } }
-     /^(lang-sdks|python-client): [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
+     /^(lang-sdks|python-client|ops): [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
      /^chaos: PASSED/ { p += 1 }
      /^peers: PASSED/ { p += 1 }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

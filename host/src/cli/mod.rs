@@ -6,9 +6,11 @@
 //! `canary_command`, `seal_command` (named apart from the parts they drive: `dlq`,
 //! `pipeline::live_shadow`, `pipeline::canary`, `broker::seal`), `plugin_test`; for handler
 //! authors `scaffold` (`plugin new`), `plugin_build` (`plugin build`), `sdk` (the embedded
-//! SDKs, vendoring, `plugin sdk`) and `toolchain` (pinned build tools, missing-tool errors).
+//! SDKs, vendoring, `plugin sdk`) and `toolchain` (pinned build tools, missing-tool errors);
+//! `completions` (shell completions and man pages, from this definition).
 
 mod canary_command;
+mod completions;
 mod dlq_command;
 mod ops;
 mod plugin_build;
@@ -108,6 +110,11 @@ pub enum Command {
         #[command(subcommand)]
         command: shadow_command::ShadowCommand,
     },
+    /// Print a shell completion script (bash, zsh, fish, ...).
+    Completions(completions::CompletionsArgs),
+    /// Write the man pages into a folder (for packaging).
+    #[command(hide = true)]
+    Man(completions::ManArgs),
 }
 
 /// `carteiro outbox ...`
@@ -204,5 +211,7 @@ pub async fn run(
         Command::Plugin(PluginCommand::New(args)) => scaffold::run(args),
         Command::Plugin(PluginCommand::Build(args)) => plugin_build::run(args),
         Command::Plugin(PluginCommand::Sdk(args)) => sdk::run(args),
+        Command::Completions(args) => completions::completions(args),
+        Command::Man(args) => completions::man(args),
     }
 }

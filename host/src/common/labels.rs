@@ -115,6 +115,16 @@ labelled!(FailureKind {
 });
 
 impl FailureKind {
+    /// The kinds of `carteiro_plugin_failures_total`: the plugin's own classified failures.
+    pub const PLUGIN: &'static [FailureKind] = &[
+        FailureKind::Trap,
+        FailureKind::Timeout,
+        FailureKind::Memory,
+        FailureKind::HostCallLimit,
+        FailureKind::ResourceLimit,
+        FailureKind::Instantiate,
+    ];
+
     /// The reason class of a retry or dead letter for this kind: the handler's own verdicts
     /// are [`ReasonClass::Handler`]; every other kind is its own class.
     pub fn class(self) -> ReasonClass {
@@ -138,6 +148,17 @@ pub enum ReasonClass {
 }
 
 impl ReasonClass {
+    /// Every class: the handler's, the attempt limit's, and each kind but the verdicts.
+    pub fn all() -> impl Iterator<Item = ReasonClass> {
+        let kinds = FailureKind::ALL
+            .iter()
+            .map(|&kind| kind.class())
+            .filter(|class| *class != ReasonClass::Handler);
+        [ReasonClass::Handler, ReasonClass::RetriesExhausted]
+            .into_iter()
+            .chain(kinds)
+    }
+
     /// The text of this label; a kind's class reads as the kind.
     pub fn label(self) -> &'static str {
         match self {

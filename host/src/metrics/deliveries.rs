@@ -118,6 +118,31 @@ impl DeliveryMetrics {
 }
 
 impl Metrics {
+    /// Exports `route`'s counters and latency histograms at 0, for every outcome, reason class
+    /// and failure kind, before its first delivery: `rate()` and `increase()` then count the
+    /// first burst (a series born at 5 has no earlier sample to count from).
+    pub fn route_started(&self, route: &str) {
+        let d = &self.deliveries;
+        for &outcome in DeliveryOutcome::ALL {
+            let _ = d.deliveries.get_or_create(&Outcome::of(route, outcome));
+        }
+        for class in ReasonClass::all() {
+            let _ = d.retries.get_or_create(&RouteReason::of(route, class));
+            let _ = d.dead_letters.get_or_create(&RouteReason::of(route, class));
+        }
+        for &kind in FailureKind::PLUGIN {
+            let _ = d.plugin_failures.get_or_create(&Failure {
+                route: route.into(),
+                kind,
+            });
+        }
+        let _ = per_route(&d.delivery_seconds, route);
+        let _ = per_route(&d.handler_seconds, route);
+        let _ = per_route(&d.dead_letters_archived, route);
+        let _ = per_route(&d.panics, route);
+        let _ = per_route(&d.conflicts, route);
+    }
+
     /// A delivery on `route` was settled with `outcome`, `took` after its receipt.
     pub fn delivery(&self, route: &str, outcome: DeliveryOutcome, took: Duration) {
         self.deliveries

@@ -40,6 +40,14 @@ impl Metrics {
             .inc();
     }
 
+    /// Exports both counters of `plugin` at `version` at 0 once it is loaded, so `rate()`
+    /// counts its first instances.
+    pub(super) fn plugin_instances_started(&self, plugin: &str, version: &str) {
+        let label = PluginVersion::of(plugin, version);
+        let _ = self.instances.created.get_or_create(&label);
+        let _ = self.instances.reused.get_or_create(&label);
+    }
+
     /// Instances of `plugin` at `version` made, and deliveries they served after their first
     /// (for tests).
     pub fn plugin_instances(&self, plugin: &str, version: &str) -> (u64, u64) {

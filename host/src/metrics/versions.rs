@@ -112,6 +112,13 @@ impl Metrics {
             .set(percent.round() as i64);
     }
 
+    /// Exports `plugin`'s rollback counter at 0, so the first rollback shows in `increase()`.
+    pub fn canary_started(&self, plugin: &str) {
+        let _ = self.versions.canary_rollbacks.get_or_create(&PluginLabel {
+            plugin: plugin.into(),
+        });
+    }
+
     /// The canary of `plugin` was rolled back.
     pub fn canary_rollback(&self, plugin: &str) {
         self.versions
@@ -134,6 +141,7 @@ impl Metrics {
                 .plugin_versions
                 .get_or_create(&PluginVersion::of(plugin, version))
                 .set(1);
+            self.plugin_instances_started(plugin, version);
         }
     }
 }

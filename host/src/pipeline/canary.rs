@@ -80,6 +80,7 @@ impl Canary {
             tracing::warn!(plugin = plugin.name(), canary = plugin.version(), phase = %describe_phase(&phase), "canary already decided in the store; not starting it again");
         }
         metrics.canary_percent(plugin.name(), plugin.version(), share(&phase, percent));
+        metrics.canary_started(plugin.name());
         Self {
             plugin,
             stable_version: stable.version().to_owned(),

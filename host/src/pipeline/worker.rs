@@ -50,6 +50,7 @@ pub async fn run_route(
     broker: BrokerSettings,
     shutdown: CancellationToken,
 ) -> Result<(), RouteError> {
+    ctx.deps.metrics.route_started(&ctx.settings.queue);
     let mut backoff = retry::reconnect(broker.reconnect_max_backoff).backoff();
     while !shutdown.is_cancelled() {
         match session(&ctx, &broker, &shutdown, &mut backoff).await {

@@ -27,7 +27,7 @@ use lapin::options::{BasicNackOptions, BasicRejectOptions};
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
-/// The target of a delivery's log lines, whichever file writes them: README documents
+/// The target of a delivery's log lines, whichever file writes them: docs/live-changes.md documents
 /// `CARTEIRO_LOG=...,carteiro::pipeline::process=debug` for the `delivery settled` lines.
 const LOG: &str = "carteiro::pipeline::process";
 /// Wait before requeueing a delivery we could not settle (broker trouble).
