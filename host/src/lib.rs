@@ -68,6 +68,7 @@ pub mod cli;
 pub mod common;
 pub mod config;
 pub mod dlq;
+pub mod foreign_dlq;
 pub mod gateway;
 pub mod housekeeping;
 pub mod live;
