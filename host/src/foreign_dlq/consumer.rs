@@ -140,6 +140,8 @@ async fn archive(
             .await;
         match stored {
             Ok((id, new)) => {
+                let fault = crate::common::FaultPoint::from_env();
+                crate::common::hang_if(fault, crate::common::FaultPoint::DlqHangAfterCommit).await;
                 if new {
                     deps.metrics.dead_letter_archived(route);
                     tracing::info!(id, route, reason = %foreign.letter.reason, "dead letter archived");
