@@ -47,6 +47,9 @@ pub const ORIGIN_ROUTING_KEY: &str = ":origin-routing-key";
 /// queues"): the exception's type and its message.
 pub const EXCEPTION_TYPE: &str = "x-exception-type";
 pub const EXCEPTION: &str = "x-exception";
+/// What a dead letter is searched by instead of its body (a JSON object), when its body is
+/// not one: a Celery task's `{task, id, args, kwargs}` (`foreign_dlq::celery`).
+pub const SEARCH_FIELDS: &str = ":search-fields";
 /// Where a foreign publisher that dead-letters by hand says the message came from.
 pub const ORIGIN_EXCHANGE_HEADER: &str = "x-original-exchange";
 pub const ORIGIN_ROUTING_KEY_HEADER: &str = "x-original-routing-key";

@@ -48,7 +48,13 @@ pub fn summary_json(d: &DeadLetter) -> serde_json::Value {
         "replay_count": d.replay_count,
         "message_id": d.header(PROP_MESSAGE_ID),
         "correlation_id": d.header(PROP_CORRELATION_ID),
+        "task": celery_task(d).map(|t| t.task),
     })
+}
+
+/// The Celery task a dead letter is, if it is one (`foreign_dlq::celery`).
+pub fn celery_task(d: &DeadLetter) -> Option<foreign_dlq::CeleryTask> {
+    foreign_dlq::celery_task(&d.letter.headers, &d.letter.body)
 }
 
 /// Everything about one dead letter.
@@ -76,6 +82,7 @@ pub fn detail_json(d: &DeadLetter) -> serde_json::Value {
     value["stored_encoded"] = serde_json::json!(d.stored_encoded);
     value["replay_of"] = serde_json::json!(d.replay_of);
     value["edited_at"] = serde_json::json!(d.edited_at);
+    value["celery"] = serde_json::json!(celery_task(d));
     value
 }
 

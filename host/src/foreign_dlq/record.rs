@@ -164,6 +164,9 @@ pub fn record(
         pairs.push((h::ORIGIN_EXCHANGE.into(), exchange));
         pairs.push((h::ORIGIN_ROUTING_KEY.into(), key));
     }
+    if let Some(task) = super::celery::celery_task(&pairs, body) {
+        pairs.push((h::SEARCH_FIELDS.into(), task.search_fields().to_string()));
+    }
     let message_id = props.message_id().as_ref().map(|s| s.as_str().to_owned());
     let letter = NewDeadLetter {
         route: dlq.route_name().to_owned(),
