@@ -134,6 +134,19 @@ class Carteiro:
             except subprocess.TimeoutExpired:
                 self.kill()
 
+    def console_page(self, id_, screenshot=None):
+        """The console's page of dead letter `id_`; with CARTEIRO_CONSOLE_SCREENSHOTS set, also
+        a headless Chromium's picture of it, `<dir>/<screenshot>.png`."""
+        path = f"/dead-letters/message/{id_}"
+        shots = os.environ.get("CARTEIRO_CONSOLE_SCREENSHOTS")
+        if screenshot and shots:
+            out = Path(shots) / f"{screenshot}.png"
+            subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                            "--hide-scrollbars", "--window-size=1280,1500",
+                            f"--screenshot={out}", f"http://127.0.0.1:{self.port}{path}"],
+                           capture_output=True, timeout=60, check=True)
+        return self.get(path)
+
     def dead_letters(self, *args):
         out = self.cli("dlq", "list", "--json", "--limit", "10000", *args).stdout
         return [json.loads(line) for line in out.splitlines() if line.startswith("{")]

@@ -61,6 +61,9 @@ def test_failed_tasks_are_archived_as_tasks_and_replayed_once_after_the_fix(tmp_
     assert shown["celery"]["args"] == [1, "ev-1"]
     assert shown["celery"]["kwargs"] == {}
     assert len(c.dead_letters("--search", "task:liberar_acesso_curso")) == 3
+    page = c.console_page(one[0]["id"], screenshot="celery-task")
+    for shown in ("Celery task", "liberar_acesso_curso", "IntegrityError", "Replays to"):
+        assert shown in page, shown
     assert c.dead_letters("--search", "task:outra_task") == []
 
     # The fix, then the story's batch replay by reason, in one command.

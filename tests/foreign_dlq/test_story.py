@@ -30,7 +30,7 @@ def test_a_malformed_event_is_archived_with_its_x_death_reason_searchable_and_re
     assert len(rows) == 1, rows
     d = rows[0]
     assert d["message_id"] == "malformed-42"
-    assert d["reason"] == "rejected in queue `matriculas.processar`"
+    assert d["reason"] == "rejected in queue matriculas.processar"
     assert d["queue"] == "matriculas.processar"
     shown = c.show(d["id"])
     headers = dict(shown["headers"])
@@ -39,6 +39,9 @@ def test_a_malformed_event_is_archived_with_its_x_death_reason_searchable_and_re
     assert death["routing-keys"] == ["matriculas.processar"]
     assert json.loads(shown["body"]) == {"matricula": 42}
     assert queue_depth("matriculas.dlq") == 0, "acked once archived"
+    page = c.console_page(d["id"], screenshot="foreign-dead-letter")
+    for shown in ("malformed-42", "rejected in queue", "Replays to", "queue `matriculas.processar`"):
+        assert shown in page.replace("&#96;", "`"), shown
     # Searchable by its message id and by a field of its body.
     assert [r["id"] for r in c.dead_letters("--search", "id:malformed-42")] == [d["id"]]
     assert [r["id"] for r in c.dead_letters("--search", "body.matricula = 42")] == [d["id"]]
@@ -119,7 +122,7 @@ def test_a_quorum_dlq_works(tmp_path, running):
     c = carteiro(f'[[dead_letter_queues]]\nqueue = "{prefix}.dlq"\n').start()
     publish(f"{prefix}.processar", b'{"matricula": 9}', "q-9")
     rows = wait_for("the quorum dead letter archived", lambda: c.dead_letters())
-    assert rows[0]["reason"] == f"rejected in queue `{prefix}.processar`"
+    assert rows[0]["reason"] == f"rejected in queue {prefix}.processar"
     assert queue_depth(f"{prefix}.dlq") == 0
     consumer.stop()
     _, processed = story_consumer(service, tmp_path, prefix, fixed=True, queue_type="quorum")
@@ -133,3 +136,20 @@ def test_a_missing_queue_is_named_at_start(tmp_path, running):
     done = c.cli("run", check=False)
     assert done.returncode != 0
     assert "no-such-queue.dlq" in done.stderr + done.stdout
+
+
+def test_edit_and_retry_sends_the_edited_copy_back_to_the_consumer(tmp_path, running):
+    carteiro, service = running
+    prefix = f"edit-{uuid.uuid4().hex[:6]}"
+    delete_story(prefix)
+    _, processed = story_consumer(service, tmp_path, prefix)
+    c = carteiro(f'[[dead_letter_queues]]\nqueue = "{prefix}.dlq"\n').start()
+    publish(f"{prefix}.processar", b'{"matricula": 5}', "e-5")
+    d = wait_for("the dead letter archived", lambda: c.dead_letters())[0]
+    fixed = tmp_path / "fixed.json"
+    fixed.write_text('{"matricula_id": 5}')
+    c.cli("dlq", "edit", str(d["id"]), "--body-file", str(fixed))
+    wait_for("the edited copy at the consumer", lambda: "e-5 5" in processed.read_text())
+    time.sleep(1)
+    assert processed.read_text().splitlines() == ["e-5 5"]
+    assert len(c.dead_letters()) == 1, "the edited copy did not fail again"

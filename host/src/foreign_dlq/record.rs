@@ -69,7 +69,7 @@ fn reason(table: &FieldTable, death: Option<&Death>, dlq: &str) -> String {
         (None, None, Some(death)) => {
             let why = death.reason.as_deref().unwrap_or("unknown");
             let queue = death.queue.as_deref().unwrap_or("?");
-            format!("{why} in queue `{queue}`")
+            format!("{why} in queue {queue}")
         }
         (None, None, None) => {
             format!("published straight to `{dlq}` (no x-death record, no x-exception header)")
@@ -252,7 +252,7 @@ mod tests {
             b"{",
             5,
         );
-        assert_eq!(f.letter.reason, "rejected in queue `matriculas.processar`");
+        assert_eq!(f.letter.reason, "rejected in queue matriculas.processar");
         assert_eq!(f.letter.route, "matriculas.dlq");
         assert_eq!(f.letter.queue, "matriculas.processar");
         let header = |name: &str| {
