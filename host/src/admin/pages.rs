@@ -76,7 +76,7 @@ pub async fn routes(State(s): State<AdminState>) -> Response {
                             "max " (r.max_attempts) " attempts"
                             @for t in &r.tiers {
                                 br;
-                                code title=(t.depth.queue) { (age(i64::try_from(t.delay_ms).unwrap_or(i64::MAX))) }
+                                code title=(t.depth.queue) { (super::page::delay(u64::try_from(t.delay_ms).unwrap_or(u64::MAX))) }
                                 ": " (depth(&t.depth))
                             }
                         }
