@@ -245,21 +245,30 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
             .validate()
             .map_err(|(field, m)| err(plugin_line, &format!("{key}.{field}"), m))?;
     }
-    // A foreign DLQ is archived once, and never a queue a route consumes.
+    // A foreign DLQ is archived once, and never a queue a route declares (its own dead
+    // letters are archived already, and a second consumer would split them).
+    let declared_by_routes = |queue: &str| {
+        config.routes.iter().find(|r| {
+            queue == r.queue
+                || queue == crate::topology::dlq_name(&r.queue)
+                || queue == crate::topology::parked_name(&r.queue)
+                || queue.starts_with(&format!("{}.retry.", r.queue))
+        })
+    };
     let mut names = BTreeSet::new();
     for (i, dlq) in config.dead_letter_queues.iter().enumerate() {
         let key = format!("dead_letter_queues[{i}]");
         let line = find_line(text, &format!("\"{}\"", dlq.queue));
         dlq.validate()
             .map_err(|(field, m)| err(line, &format!("{key}.{field}"), m))?;
-        if queues.contains(&dlq.queue) {
+        if let Some(route) = declared_by_routes(&dlq.queue) {
             return Err(err(
                 line,
                 &format!("{key}.queue"),
                 format!(
-                    "queue `{}` is a route's queue; a route's own dead letters are archived \
-                     already",
-                    dlq.queue
+                    "queue `{}` is one of route `{}`'s queues; a route's own dead letters are \
+                     archived already",
+                    dlq.queue, route.queue
                 ),
             ));
         }
@@ -411,7 +420,12 @@ plugin = "p"
         let route_queue = format!("{GOOD}\n[[dead_letter_queues]]\nqueue = \"q\"\n");
         let err = parse(&route_queue).unwrap_err();
         assert_eq!(err.key, "dead_letter_queues[0].queue");
-        assert!(err.message.contains("a route's queue"), "{err}");
+        assert!(err.message.contains("one of route `q`'s queues"), "{err}");
+        let route_dlq = format!("{GOOD}\n[[dead_letter_queues]]\nqueue = \"q.dlq\"\n");
+        assert_eq!(
+            parse(&route_dlq).unwrap_err().key,
+            "dead_letter_queues[0].queue"
+        );
         let twice = format!("{dlq}\n[[dead_letter_queues]]\nqueue = \"matriculas.dlq\"\n");
         assert!(parse(&twice).unwrap_err().message.contains("listed twice"));
         let zero = format!("{dlq}alert = {{ count = 0, window = \"1h\" }}\n");
