@@ -22,7 +22,7 @@ def test_a_malformed_event_is_archived_with_its_x_death_reason_searchable_and_re
     delete_story("matriculas")
     consumer, processed = story_consumer(service, tmp_path, "matriculas")
     c = carteiro(STORY_CONFIG)
-    c.cli("check", "--no-environment")
+    assert "matriculas.dlq: exists" in c.cli("check").stdout
     c.start()
     publish("matriculas.processar", json.dumps({"matricula_id": 7}).encode(), "ok-7")
     publish("matriculas.processar", json.dumps({"matricula": 42}).encode(), "malformed-42")
@@ -133,6 +133,8 @@ def test_a_quorum_dlq_works(tmp_path, running):
 def test_a_missing_queue_is_named_at_start(tmp_path, running):
     carteiro, _ = running
     c = carteiro('[[dead_letter_queues]]\nqueue = "no-such-queue.dlq"\n')
+    checked = c.cli("check", check=False)
+    assert checked.returncode != 0 and "no-such-queue.dlq" in checked.stderr, checked
     done = c.cli("run", check=False)
     assert done.returncode != 0
     assert "no-such-queue.dlq" in done.stderr + done.stdout
