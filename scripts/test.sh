@@ -79,6 +79,10 @@ scripts/test-lang-sdks.sh 2>&1 | tee -a "$log"
 # claim, against SQLite and the PostgreSQL started above.
 stage "tests: Python outbox client (clients/python)"
 scripts/test-python-client.sh 2>&1 | tee -a "$log"
+# The dead-letter queues of services Carteiro does not feed (issue 37): the real binary archiving
+# the story's aio-pika consumer's and Celery worker's dead letters, replayed back to them.
+stage "tests: foreign dead-letter queues (aio-pika, Celery)"
+scripts/test-foreign-dlq.sh 2>&1 | tee -a "$log"
 stage "tests: workspace (unit, e2e, chaos, SDK)"
 bounded "${CARTEIRO_TEST_LIMIT:-2400}" cargo test --workspace 2>&1 | tee -a "$log"
 # The operator's stack: promtool on the alert rules, the Debian package of the debug binary
@@ -100,7 +104,7 @@ scripts/chaos.sh --smoke --backend postgres --cdc 2>&1 | tee -a "$log"
 stage "peers bench (smoke)"
 bench/run.sh peers --smoke 2>&1 | tee -a "$log"
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } }
-     /^(lang-sdks|python-client|ops): [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
+     /^(lang-sdks|python-client|ops|foreign-dlq): [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 }
      /^chaos: PASSED/ { p += 1 }
      /^peers: PASSED/ { p += 1 }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

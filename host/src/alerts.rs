@@ -10,6 +10,7 @@
 
 use crate::common::alert::{Change, LoggedAlert};
 use crate::common::now_ms;
+use crate::foreign_dlq::DeadLetterQueueConfig;
 use crate::metrics::Metrics;
 use crate::pipeline::{DeadLetterAlertConfig, RouteConfig};
 use crate::store::{DeadLetterFilter, Store, StoreError};
@@ -109,13 +110,19 @@ impl DeadLetterAlerts {
         }
     }
 
-    /// Takes the routes' rules (at start and after each applied reload). A route whose rule
-    /// is unchanged keeps its state; a route without a rule any more drops its alert.
-    pub fn set_rules(&self, routes: &[RouteConfig]) {
+    /// Takes the rules of the routes and of the foreign dead-letter queues (at start and after
+    /// each applied reload). A route whose rule is unchanged keeps its state; a route without
+    /// a rule any more drops its alert.
+    pub fn set_rules(&self, routes: &[RouteConfig], queues: &[DeadLetterQueueConfig]) {
         let mut watched = self.routes.lock().unwrap_or_else(PoisonError::into_inner);
         let wanted: BTreeMap<&str, DeadLetterAlertConfig> = routes
             .iter()
             .filter_map(|r| r.dead_letter_alert.map(|a| (r.queue.as_str(), a)))
+            .chain(
+                queues
+                    .iter()
+                    .filter_map(|q| q.alert.map(|a| (q.route_name(), a))),
+            )
             .collect();
         watched.retain(|route, w| {
             let keep = wanted.get(route.as_str()) == Some(&w.rule);
@@ -331,7 +338,7 @@ mod tests {
     fn observations_raise_clear_and_follow_the_rules() {
         let metrics = Arc::new(Metrics::default());
         let alerts = DeadLetterAlerts::new(metrics.clone());
-        alerts.set_rules(&[route("a", Some(rule())), route("b", None)]);
+        alerts.set_rules(&[route("a", Some(rule())), route("b", None)], &[]);
         alerts.observe("a", 11, vec![("missing field".into(), 11)], 5);
         let active = alerts.active();
         assert_eq!(active.len(), 1);
@@ -347,9 +354,9 @@ mod tests {
                 .contains("carteiro_dead_letter_alert_active{route=\"a\"} 1")
         );
         // A reload that keeps the rule keeps the alert; one that drops it clears it.
-        alerts.set_rules(&[route("a", Some(rule()))]);
+        alerts.set_rules(&[route("a", Some(rule()))], &[]);
         assert_eq!(alerts.active().len(), 1);
-        alerts.set_rules(&[route("a", None)]);
+        alerts.set_rules(&[route("a", None)], &[]);
         assert!(alerts.active().is_empty());
         assert!(
             metrics
@@ -369,7 +376,7 @@ mod tests {
             count: 1,
             window: Duration::from_secs(2),
         };
-        alerts.set_rules(&[route("a", Some(rule())), route("b", Some(short))]);
+        alerts.set_rules(&[route("a", Some(rule())), route("b", Some(short))], &[]);
         assert_eq!(alerts.tick(), Duration::from_millis(250));
     }
 }

@@ -113,7 +113,7 @@ pub async fn run_live(
     let gate = StoreGate::new(store.clone(), metrics.clone());
     let stop = CancellationToken::new();
     let alerts = Arc::new(crate::alerts::DeadLetterAlerts::new(metrics.clone()));
-    alerts.set_rules(&config.routes);
+    alerts.set_rules(&config.routes, &config.dead_letter_queues);
     let telemetry = crate::telemetry::Telemetry::start(&config.telemetry)?;
 
     let canaries = crate::pipeline::canary_decisions::CanaryDecisions::load(store.clone())
@@ -177,6 +177,15 @@ pub async fn run_live(
         tasks.spawn(async move { outbox.run(stop).await });
     }
     tasks.spawn(crate::alerts::run(alerts, store.clone(), stop.clone()));
+    for dlq in &config.dead_letter_queues {
+        let deps = crate::foreign_dlq::Deps {
+            broker: crate::services::broker_settings(&config, "carteiro dead-letter archive"),
+            store: store.clone(),
+            gate: gate.clone(),
+            metrics: metrics.clone(),
+        };
+        tasks.spawn(crate::foreign_dlq::run(dlq.clone(), deps, stop.clone()));
+    }
     {
         let (store, seal, stop) = (store.clone(), seal.clone(), stop.clone());
         tasks.spawn(async move {

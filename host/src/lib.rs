@@ -36,6 +36,9 @@
 //! - [`relay`]: the outbox publisher, reading a `Source` (Carteiro's outbox, `outbox_table`)
 //!   by polling (`poll`), or `cdc`: its inserts from a PostgreSQL logical replication slot
 //!   (`[relay] mode = "cdc"`); chains, publishing, marks, parking and backoff are shared.
+//! - [`foreign_dlq`]: `[[dead_letter_queues]]`, the DLQs of services Carteiro does not feed,
+//!   archived into the same archive (consumer, record and dedupe key, replay to the origin,
+//!   Celery tasks).
 //! - [`dlq`]: dead letters for people (JSON views, replay, `shadow_replay`: what a new
 //!   version would decide on archived dead letters, `edit`: edit and retry, `journey`: every
 //!   attempt, replay and edit of a message, `search`: the query syntax of the console and the
@@ -68,6 +71,7 @@ pub mod cli;
 pub mod common;
 pub mod config;
 pub mod dlq;
+pub mod foreign_dlq;
 pub mod gateway;
 pub mod housekeeping;
 pub mod live;

@@ -11,6 +11,11 @@ use tracing_subscriber::field::MakeExt;
 use tracing_subscriber::fmt::FormatFields;
 use tracing_subscriber::fmt::format::{Writer, debug_fn};
 
+/// What is logged unless `CARTEIRO_LOG` says otherwise: INFO, but sqlx's relay of
+/// PostgreSQL's notices (`relation "_sqlx_migrations" already exists, skipping` on every
+/// start) only from WARN.
+pub const DEFAULT_FILTER: &str = "info,sqlx::postgres::notice=warn";
+
 /// The field formatter of text logs: `name=value` pairs separated by spaces, the message
 /// bare, every value escaped as [`escape_into`] does.
 pub fn escaped_fields() -> impl for<'w> FormatFields<'w> + Send + Sync + 'static {
@@ -107,6 +112,19 @@ mod tests {
             escaped("plain, ünïcode and a \\ backslash"),
             "plain, ünïcode and a \\ backslash"
         );
+    }
+
+    #[test]
+    fn the_default_filter_keeps_info_but_not_sqlx_notices() {
+        use tracing::Level;
+        use tracing_subscriber::layer::SubscriberExt;
+        let filter = tracing_subscriber::EnvFilter::new(super::DEFAULT_FILTER);
+        let subscriber = tracing_subscriber::registry().with(filter);
+        tracing::subscriber::with_default(subscriber, || {
+            assert!(tracing::enabled!(target: "carteiro::gateway", Level::INFO));
+            assert!(!tracing::enabled!(target: "sqlx::postgres::notice", Level::INFO));
+            assert!(tracing::enabled!(target: "sqlx::postgres::notice", Level::WARN));
+        });
     }
 
     #[test]

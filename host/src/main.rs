@@ -6,9 +6,12 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing_subscriber::EnvFilter;
 
 fn init_tracing(json: bool) {
-    let filter = EnvFilter::try_from_env("CARTEIRO_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_env("CARTEIRO_LOG")
+        .unwrap_or_else(|_| EnvFilter::new(carteiro::logfmt::DEFAULT_FILTER));
+    // Colours only for a person at a terminal, never into a file or a pipe.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     if json {
         builder.json().init();

@@ -400,7 +400,7 @@ async fn retention_purges_show_in_metrics_and_the_console() {
     assert_eq!(status, 200, "{page}");
     assert!(
         page.contains(
-            "Retention: replayed dead letters (never-replayed ones are kept) are purged 1day \
+            "Retention: replayed dead letters (never-replayed ones are kept) are purged 1 day \
              after they were dead-lettered; last purge"
         ) && page.contains("removed 2 (2 since the gateway started)"),
         "{page}"

@@ -173,6 +173,7 @@ pub async fn replay(State(s): State<AdminState>, body: String) -> Response {
         include_replayed: f.get("include_replayed").is_some(),
         limit,
         rate_per_sec: rate,
+        to_queue: None,
     };
     match start_replay(&s, &target, options).await {
         Ok(job) => see_other(&format!("/jobs/{}", job.id)),

@@ -266,6 +266,7 @@ pub async fn replay(State(s): State<AdminState>, body: axum::body::Bytes) -> Res
             include_replayed: request.include_replayed,
             limit: request.limit,
             rate_per_sec: request.rate,
+            to_queue: None,
         };
         super::actions::start_replay(&s, &request.target, options)
             .await

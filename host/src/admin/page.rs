@@ -68,6 +68,20 @@ pub fn age(ms: i64) -> String {
     humantime::format_duration(std::time::Duration::from_secs(secs)).to_string()
 }
 
+/// A retry tier's delay for people: `250ms`, `1s 500ms`, `5m` (whole seconds would show a
+/// tier under a second as `0s`).
+pub fn delay(ms: u64) -> String {
+    humantime::format_duration(std::time::Duration::from_millis(ms)).to_string()
+}
+
+/// A duration in words where humantime writes a word unit: `1 day`, `2 days 3h`, `1 month`.
+pub fn spelled(d: std::time::Duration) -> String {
+    let text = humantime::format_duration(d).to_string();
+    ["day", "week", "month", "year"]
+        .iter()
+        .fold(text, |t, unit| t.replace(unit, &format!(" {unit}")))
+}
+
 /// A query string from pairs (`a=1&b=x%20y`).
 pub fn query(pairs: &[(&str, &str)]) -> String {
     let mut s = form_urlencoded::Serializer::new(String::new());

@@ -7,6 +7,7 @@ use super::page::{Fields, age, error_page, page, query, time};
 use super::target::group_url;
 use super::{AdminState, banners, charts, groups, retention};
 use crate::admin::GatewayHandle;
+use crate::common::header_names::PROP_MESSAGE_ID;
 use crate::common::now_ms;
 use crate::store::{DeadLetter, DeadLetterFilter};
 use axum::extract::{Path, RawQuery, State};
@@ -75,7 +76,7 @@ pub async fn routes(State(s): State<AdminState>) -> Response {
                             "max " (r.max_attempts) " attempts"
                             @for t in &r.tiers {
                                 br;
-                                code title=(t.depth.queue) { (age(i64::try_from(t.delay_ms).unwrap_or(i64::MAX))) }
+                                code title=(t.depth.queue) { (super::page::delay(u64::try_from(t.delay_ms).unwrap_or(u64::MAX))) }
                                 ": " (depth(&t.depth))
                             }
                         }
@@ -221,7 +222,7 @@ pub async fn group(State(s): State<AdminState>, RawQuery(q): RawQuery) -> Respon
                 input type="hidden" name="reason" value=(group.reason);
                 input type="hidden" name="scope" value="selection";
                 table {
-                    tr { th { "" } th { "Id" } th { "Dead-lettered" } th { "Attempts" } th { "Reason" } th { "Replays" } }
+                    tr { th { "" } th { "Id" } th { "Message id" } th { "Dead-lettered" } th { "Attempts" } th { "Reason" } th { "Replays" } }
                     @for d in &rows { (message_row(d)) }
                 }
                 label { "Rate " input type="text" name="rate" value="50" size="5"; " /s " }
@@ -273,6 +274,7 @@ fn message_row(d: &DeadLetter) -> Markup {
         tr.message data-id=(d.id) {
             td { input type="checkbox" name="id" value=(d.id); }
             td { a href=(format!("/dead-letters/message/{}", d.id)) { "#" (d.id) } }
+            td { code { (d.header(PROP_MESSAGE_ID).unwrap_or("-")) } }
             td { (time(d.letter.dead_lettered_at)) }
             td.num { (d.letter.attempts) }
             td { (d.letter.reason) }
@@ -293,6 +295,28 @@ fn body_text(body: &[u8]) -> (String, &'static str) {
         Err(_) => {
             let shown = &body[..body.len().min(4096)];
             (hex::encode(shown), "not UTF-8; hex of the first 4 KiB")
+        }
+    }
+}
+
+/// Where a replay of a foreign dead letter goes (`foreign_dlq`).
+fn replays_to(d: &DeadLetter) -> String {
+    match crate::foreign_dlq::origin(d) {
+        Some(origin) => crate::dlq::describe(&origin),
+        None => format!("queue `{}`", d.letter.queue),
+    }
+}
+
+/// A Celery task's name, id and arguments.
+fn celery_section(task: &crate::foreign_dlq::CeleryTask) -> Markup {
+    let json = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
+    html! {
+        h2 { "Celery task" }
+        table #celery {
+            tr { th { "Task" } td #celery-task { code { (task.task) } } }
+            tr { th { "Task id" } td { code { (task.id) } } }
+            tr { th { "Args" } td { pre #celery-args { (json(&task.args)) } } }
+            tr { th { "Kwargs" } td { pre { (json(&task.kwargs)) } } }
         }
     }
 }
@@ -322,6 +346,7 @@ pub async fn message(State(s): State<AdminState>, Path(id): Path<i64>) -> Respon
         html! {
             p { a href=(group_url(&d.letter.route, &reason)) { "Group: " (reason) } }
             table #facts {
+                tr { th { "Message id" } td #message-id { code { (d.header(PROP_MESSAGE_ID).unwrap_or("-")) } } }
                 tr { th { "Route" } td { (d.letter.route) } }
                 tr { th { "Queue" } td { (d.letter.queue) } }
                 tr { th { "Reason" } td #reason { (d.letter.reason) } }
@@ -335,6 +360,12 @@ pub async fn message(State(s): State<AdminState>, Path(id): Path<i64>) -> Respon
                 @if let Some(of) = d.replay_of {
                     tr { th { "Replay of" } td { a href=(format!("/dead-letters/message/{of}")) { "#" (of) } } }
                 }
+                @if crate::foreign_dlq::is_foreign(&d) {
+                    tr { th { "Replays to" } td #replays-to { (replays_to(&d)) } }
+                }
+            }
+            @if let Some(task) = crate::dlq::celery_task(&d) {
+                (celery_section(&task))
             }
             p { a #journey-link href=(format!("/dead-letters/message/{}/journey", d.id)) { "Journey: every attempt, replay and edit of this message" } }
             @if d.edited_at.is_none() {
@@ -347,14 +378,14 @@ pub async fn message(State(s): State<AdminState>, Path(id): Path<i64>) -> Respon
                     button #replay-one type="submit" { "Replay this message" }
                 }
             }
+            h2 { "Body " span.muted { "(" (d.letter.body.len()) " bytes, " (kind) ")" } }
+            pre #body { (body) }
+            (super::edit::section(&d, &inbox, &events))
             h2 { "Headers" }
             table #headers {
                 tr { th { "Name" } th { "Value" } }
                 @for (k, v) in &d.letter.headers { tr { td { code { (k) } } td { code { (v) } } } }
             }
-            h2 { "Body " span.muted { "(" (d.letter.body.len()) " bytes, " (kind) ")" } }
-            pre #body { (body) }
-            (super::edit::section(&d, &inbox, &events))
         },
     )
 }

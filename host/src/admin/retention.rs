@@ -1,13 +1,13 @@
 //! What the console says about retention (`housekeeping`): how long published outbox rows
 //! and dead letters are kept, and what the last purge of each removed.
 
-use super::page::age;
+use super::page::{age, spelled};
 use crate::common::labels::RetentionTable;
 use crate::housekeeping::{Expire, LastPurge, RetentionStatus};
 
 /// The outbox's line on the routes page.
 pub fn outbox_line(status: &RetentionStatus, now_ms: i64) -> String {
-    let keep = humantime::format_duration(status.policy().outbox);
+    let keep = spelled(status.policy().outbox);
     let last = last_purge(status.last(RetentionTable::Outbox), now_ms);
     format!("Retention: published outbox rows are purged {keep} after their publish; {last}.")
 }
@@ -23,7 +23,7 @@ pub fn dead_letters_line(status: &RetentionStatus, now_ms: i64) -> String {
         Expire::Replayed => "replayed dead letters (never-replayed ones are kept)",
         Expire::All => "dead letters, replayed or not,",
     };
-    let keep = humantime::format_duration(retain);
+    let keep = spelled(retain);
     let last = last_purge(status.last(RetentionTable::DeadLetters), now_ms);
     format!("Retention: {which} are purged {keep} after they were dead-lettered; {last}.")
 }
@@ -71,6 +71,20 @@ mod tests {
     }
 
     #[test]
+    fn durations_read_as_words_and_tiers_under_a_second_are_not_zero() {
+        assert_eq!(super::spelled(DAY), "1 day");
+        assert_eq!(
+            super::spelled(30 * DAY + Duration::from_secs(3600)),
+            "30 days 1h"
+        );
+        assert_eq!(super::spelled(Duration::from_secs(90)), "1m 30s");
+        assert_eq!(super::super::page::delay(250), "250ms");
+        assert_eq!(super::super::page::delay(1_500), "1s 500ms");
+        let line = outbox_line(&status(None, Expire::Replayed), 0);
+        assert!(line.contains("purged 1 day after"), "{line}");
+    }
+
+    #[test]
     fn counts_have_thousands_separators() {
         for (n, shown) in [
             (0, "0"),
@@ -92,7 +106,7 @@ mod tests {
         );
         assert_eq!(
             outbox_line(&forever, 0),
-            "Retention: published outbox rows are purged 1day after their publish; \
+            "Retention: published outbox rows are purged 1 day after their publish; \
              no purge has run yet."
         );
 
@@ -101,7 +115,7 @@ mod tests {
         replayed.record(RetentionTable::DeadLetters, 1_204, 60_000);
         assert_eq!(
             dead_letters_line(&replayed, 240_000),
-            "Retention: replayed dead letters (never-replayed ones are kept) are purged 30days \
+            "Retention: replayed dead letters (never-replayed ones are kept) are purged 30 days \
              after they were dead-lettered; last purge 3m ago removed 1,204 (2,204 since the \
              gateway started)."
         );
@@ -110,7 +124,7 @@ mod tests {
         all.record(RetentionTable::DeadLetters, 0, 5_000);
         assert!(
             dead_letters_line(&all, 5_000).starts_with(
-                "Retention: dead letters, replayed or not, are purged 1day after they were \
+                "Retention: dead letters, replayed or not, are purged 1 day after they were \
                  dead-lettered; last purge 0s ago removed 0"
             ),
             "{}",

@@ -106,6 +106,26 @@ pub async fn check(path: &Path, no_environment: bool) -> anyhow::Result<i32> {
             .with_context(|| format!("route `{}`", route.queue))?;
         println!("route    {}: topology declared and verified", route.queue);
     }
+    for dlq in &config.dead_letter_queues {
+        // A failed passive declare closes its channel: one channel per look.
+        let channel = conn.create_channel().await?;
+        let queue = crate::topology::queue_state(&channel, &dlq.queue)
+            .await
+            .with_context(|| {
+                format!(
+                    "dead-letter queue `{}` ([[dead_letter_queues]]) does not exist; Carteiro \
+                     declares nothing for it: declare it where its dead letters come from",
+                    dlq.queue
+                )
+            })?;
+        println!(
+            "dlq      {}: exists ({} waiting), archived as route `{}`",
+            dlq.queue,
+            queue.message_count(),
+            dlq.route_name()
+        );
+        let _ = channel.close(200, "looked".into()).await;
+    }
     services::check_exchanges(&config, &conn).await?;
     for o in &config.outboxes {
         println!("outbox   {}: exchange `{}` exists", o.name, o.exchange);

@@ -28,3 +28,28 @@ pub const REPLAY_OF: &str = "x-carteiro-replay-of";
 pub const PROP_MESSAGE_ID: &str = ":message-id";
 pub const PROP_CONTENT_TYPE: &str = ":content-type";
 pub const PROP_CORRELATION_ID: &str = ":correlation-id";
+/// Further properties a foreign dead letter keeps (`foreign_dlq`), restored by its replay.
+pub const PROP_CONTENT_ENCODING: &str = ":content-encoding";
+pub const PROP_REPLY_TO: &str = ":reply-to";
+pub const PROP_PRIORITY: &str = ":priority";
+pub const PROP_TYPE: &str = ":type";
+pub const PROP_APP_ID: &str = ":app-id";
+/// A foreign dead letter's headers whose AMQP value is not a string (numbers, booleans, void,
+/// arrays, tables), as one JSON object `{name: value}`: its replay sends them typed again (a
+/// Celery worker reads `retries` as a number and `timelimit` as a list).
+pub const TYPED_HEADERS: &str = ":typed-headers";
+/// Where a foreign dead letter's replay goes: the exchange and routing key it was published
+/// with before it died (its latest `x-death` record), or its publisher's
+/// `x-original-exchange` / `x-original-routing-key` headers (the Celery snippet's copy).
+pub const ORIGIN_EXCHANGE: &str = ":origin-exchange";
+pub const ORIGIN_ROUTING_KEY: &str = ":origin-routing-key";
+/// Reason headers a foreign consumer sets (docs/dead-letters.md, "Foreign dead-letter
+/// queues"): the exception's type and its message.
+pub const EXCEPTION_TYPE: &str = "x-exception-type";
+pub const EXCEPTION: &str = "x-exception";
+/// What a dead letter is searched by instead of its body (a JSON object), when its body is
+/// not one: a Celery task's `{task, id, args, kwargs}` (`foreign_dlq::celery`).
+pub const SEARCH_FIELDS: &str = ":search-fields";
+/// Where a foreign publisher that dead-letters by hand says the message came from.
+pub const ORIGIN_EXCHANGE_HEADER: &str = "x-original-exchange";
+pub const ORIGIN_ROUTING_KEY_HEADER: &str = "x-original-routing-key";

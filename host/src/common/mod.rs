@@ -63,6 +63,8 @@ pub enum FaultPoint {
     HangBeforeCommit,
     /// After the commit of the first delivery, before its ack.
     HangAfterCommit,
+    /// A `[[dead_letter_queues]]` archiver stops after its first row's commit, before its ack.
+    DlqHangAfterCommit,
     /// The relay stops after a row's confirm, before marking it published.
     RelayHangAfterConfirm,
     /// Processing panics for deliveries whose body starts with `panic`.
@@ -75,6 +77,7 @@ impl FaultPoint {
             "hang-before-commit" => Some(Self::HangBeforeCommit),
             "hang-after-commit" => Some(Self::HangAfterCommit),
             "relay-hang-after-confirm" => Some(Self::RelayHangAfterConfirm),
+            "dlq-hang-after-commit" => Some(Self::DlqHangAfterCommit),
             "panic-on-body" => Some(Self::PanicOnBody),
             _ => None,
         }

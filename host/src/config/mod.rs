@@ -2,7 +2,8 @@
 //! its section's struct, defaults and own checks beside its code (`broker/config.rs`,
 //! `store/config.rs`, `runtime/config.rs` for `[runtime]` and `[plugins]`,
 //! `relay/config.rs`, `housekeeping/config.rs` for `[outbox]` and `[dead_letters]`,
-//! `telemetry/config.rs`, `pipeline/config.rs` for `[[routes]]`).
+//! `telemetry/config.rs`, `pipeline/config.rs` for `[[routes]]`, `foreign_dlq/config.rs` for
+//! `[[dead_letter_queues]]`).
 //!
 //! Here: loading with file:line errors and the checks across sections (`validate`), `${VAR}`
 //! interpolation (`env`), the TLS warnings across both connections (`tls`), and the sections
@@ -23,6 +24,7 @@ pub use tls::unauthenticated_connections;
 pub use validate::{ConfigError, load, load_str};
 
 use crate::broker::BrokerConfig;
+use crate::foreign_dlq::DeadLetterQueueConfig;
 use crate::housekeeping::{DeadLettersConfig, OutboxConfig, Policy};
 use crate::pipeline::RouteConfig;
 use crate::relay::{AppOutboxConfig, RelayConfig};
@@ -74,6 +76,9 @@ pub struct Config {
     /// Queues and the plugin that handles each.
     #[serde(default)]
     pub routes: Vec<RouteConfig>,
+    /// Queues other services dead-letter into, archived like the routes' dead letters.
+    #[serde(default)]
+    pub dead_letter_queues: Vec<DeadLetterQueueConfig>,
     /// Directory of the config file; relative plugin paths resolve against it.
     #[serde(skip)]
     pub base_dir: PathBuf,

@@ -245,6 +245,41 @@ pub fn load_str(text: &str, file: &Path, base_dir: &Path) -> Result<Config, Conf
             .validate()
             .map_err(|(field, m)| err(plugin_line, &format!("{key}.{field}"), m))?;
     }
+    // A foreign DLQ is archived once, and never a queue a route declares (its own dead
+    // letters are archived already, and a second consumer would split them).
+    let declared_by_routes = |queue: &str| {
+        config.routes.iter().find(|r| {
+            queue == r.queue
+                || queue == crate::topology::dlq_name(&r.queue)
+                || queue == crate::topology::parked_name(&r.queue)
+                || queue.starts_with(&format!("{}.retry.", r.queue))
+        })
+    };
+    let mut names = BTreeSet::new();
+    for (i, dlq) in config.dead_letter_queues.iter().enumerate() {
+        let key = format!("dead_letter_queues[{i}]");
+        let line = find_line(text, &format!("\"{}\"", dlq.queue));
+        dlq.validate()
+            .map_err(|(field, m)| err(line, &format!("{key}.{field}"), m))?;
+        if let Some(route) = declared_by_routes(&dlq.queue) {
+            return Err(err(
+                line,
+                &format!("{key}.queue"),
+                format!(
+                    "queue `{}` is one of route `{}`'s queues; a route's own dead letters are \
+                     archived already",
+                    dlq.queue, route.queue
+                ),
+            ));
+        }
+        if !names.insert(dlq.queue.clone()) {
+            return Err(err(
+                line,
+                &format!("{key}.queue"),
+                format!("dead-letter queue `{}` is listed twice", dlq.queue),
+            ));
+        }
+    }
     Ok(config)
 }
 
@@ -364,6 +399,37 @@ plugin = "p"
         assert_eq!(config.routes[0].prefetch, 32);
         assert_eq!(config.plugins["p"].memory, 64 << 20);
         assert!(config.store.url.starts_with("sqlite://"));
+    }
+
+    #[test]
+    fn dead_letter_queues_load_as_the_issue_writes_them_and_are_checked() {
+        let dlq = format!(
+            "{GOOD}\n[[dead_letter_queues]]\nqueue = \"matriculas.dlq\"      # others' DLQ\n"
+        );
+        let config = parse(&dlq).expect("valid");
+        assert_eq!(config.dead_letter_queues[0].route_name(), "matriculas.dlq");
+        let full =
+            format!("{dlq}route = \"matriculas\"\nalert = {{ count = 10, window = \"1h\" }}\n");
+        let config = parse(&full).expect("valid");
+        let q = &config.dead_letter_queues[0];
+        assert_eq!(q.route_name(), "matriculas");
+        assert_eq!(
+            q.alert.map(|a| (a.count, a.window.as_secs())),
+            Some((10, 3600))
+        );
+        let route_queue = format!("{GOOD}\n[[dead_letter_queues]]\nqueue = \"q\"\n");
+        let err = parse(&route_queue).unwrap_err();
+        assert_eq!(err.key, "dead_letter_queues[0].queue");
+        assert!(err.message.contains("one of route `q`'s queues"), "{err}");
+        let route_dlq = format!("{GOOD}\n[[dead_letter_queues]]\nqueue = \"q.dlq\"\n");
+        assert_eq!(
+            parse(&route_dlq).unwrap_err().key,
+            "dead_letter_queues[0].queue"
+        );
+        let twice = format!("{dlq}\n[[dead_letter_queues]]\nqueue = \"matriculas.dlq\"\n");
+        assert!(parse(&twice).unwrap_err().message.contains("listed twice"));
+        let zero = format!("{dlq}alert = {{ count = 0, window = \"1h\" }}\n");
+        assert_eq!(parse(&zero).unwrap_err().key, "dead_letter_queues[0].alert");
     }
 
     #[test]

@@ -7,8 +7,10 @@
 //! `search`: the query syntax (`id:`, `correlation:`, `body.PATH = VALUE`, ...) of the console,
 //! the JSON API and the CLI, parsed into the store's indexed search terms.
 //!
-//! Every copy a replay or an edit sends carries `x-carteiro-replay-of` (sealed): should it
-//! fail again, its new dead letter links back to the one it was sent from.
+//! A foreign dead letter (`[[dead_letter_queues]]`) goes back where it came from
+//! ([`copy_of`]). Every copy a replay or an edit of a route's dead letter sends carries
+//! `x-carteiro-replay-of` (sealed): should it fail again, its new dead letter links back to
+//! the one it was sent from.
 
 pub mod edit;
 pub mod journey;
@@ -22,6 +24,7 @@ use crate::broker::seal::SealKey;
 use crate::broker::{ConfirmedPublisher, Outgoing, PublisherOptions};
 use crate::common::header_names::{PROP_CONTENT_TYPE, PROP_CORRELATION_ID, PROP_MESSAGE_ID};
 use crate::common::retry;
+use crate::foreign_dlq::{self, Destination};
 use crate::store::{DeadLetter, Store, StoreError};
 use std::time::Duration;
 
@@ -45,7 +48,13 @@ pub fn summary_json(d: &DeadLetter) -> serde_json::Value {
         "replay_count": d.replay_count,
         "message_id": d.header(PROP_MESSAGE_ID),
         "correlation_id": d.header(PROP_CORRELATION_ID),
+        "task": celery_task(d).map(|t| t.task),
     })
+}
+
+/// The Celery task a dead letter is, if it is one (`foreign_dlq::celery`).
+pub fn celery_task(d: &DeadLetter) -> Option<foreign_dlq::CeleryTask> {
+    foreign_dlq::celery_task(&d.letter.headers, &d.letter.body)
 }
 
 /// Everything about one dead letter.
@@ -73,6 +82,7 @@ pub fn detail_json(d: &DeadLetter) -> serde_json::Value {
     value["stored_encoded"] = serde_json::json!(d.stored_encoded);
     value["replay_of"] = serde_json::json!(d.replay_of);
     value["edited_at"] = serde_json::json!(d.edited_at);
+    value["celery"] = serde_json::json!(celery_task(d));
     value
 }
 
@@ -112,6 +122,57 @@ fn with_replay_of(properties: lapin::BasicProperties, id: i64) -> lapin::BasicPr
     let mut headers = properties.headers().clone().unwrap_or_default();
     crate::broker::outgoing::set_int(&mut headers, crate::common::header_names::REPLAY_OF, id);
     properties.with_headers(headers)
+}
+
+/// How a replay run sends: whose claims it takes, and where to.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReplayRun<'a> {
+    /// Whose claim it is (one run's rows share an owner, so a stopped run can give its
+    /// claims back at once: see `run::replay_matching`); `None`, a claim of its own.
+    pub owner: Option<&'a str>,
+    /// Send to this queue (through the default exchange) instead of where each came from.
+    pub to_queue: Option<&'a str>,
+}
+
+/// Where a copy of `d` goes, and its final properties (from `properties`, the archived
+/// ones): a route's dead letter to its route's queue, sealed, linked back to `d`; a foreign
+/// one (`[[dead_letter_queues]]`) to the exchange and routing key it came from, as its own
+/// consumer first read it. `body`: the copy's (an edit's may differ). `to_queue` overrides
+/// the destination.
+pub fn copy_of(
+    d: &DeadLetter,
+    properties: lapin::BasicProperties,
+    body: &[u8],
+    seal: &SealKey,
+    to_queue: Option<&str>,
+) -> (Destination, lapin::BasicProperties) {
+    let to = |queue: &str| Destination {
+        exchange: String::new(),
+        routing_key: queue.to_owned(),
+    };
+    if foreign_dlq::is_foreign(d) {
+        let destination = match (to_queue, foreign_dlq::origin(d)) {
+            (Some(queue), _) => to(queue),
+            (None, Some(origin)) => origin,
+            (None, None) => to(&d.letter.queue),
+        };
+        return (destination, foreign_dlq::restore(d, properties));
+    }
+    let properties = with_replay_of(properties, d.id);
+    // Sealed, so the route believes the original exchange and routing key it carries.
+    let properties = seal.seal(&d.letter.route, properties, body);
+    (to(to_queue.unwrap_or(&d.letter.route)), properties)
+}
+
+/// "queue `Q`" or "exchange `X` with routing key `K`".
+pub fn describe(destination: &Destination) -> String {
+    match destination.exchange.as_str() {
+        "" => format!("queue `{}`", destination.routing_key),
+        exchange => format!(
+            "exchange `{exchange}` with routing key `{}`",
+            destination.routing_key
+        ),
+    }
 }
 
 /// How one replay of a dead letter ended, when nothing failed.
@@ -155,8 +216,7 @@ fn claim_lease(timeout: Duration) -> i64 {
 /// replayed (its claim fails: `Skipped`): only its edited copy is sent. `replayed_before`: a
 /// row replayed already is taken only if that was before this moment (`None`: only unreplayed
 /// rows).
-/// `owner`: whose claim it is (one run's rows share an owner, so a stopped run can give its
-/// claims back at once: see `run::replay_matching`); `None`, a claim of its own.
+/// `run`: whose claim it is and where it goes ([`ReplayRun`]).
 pub async fn replay(
     store: &Store,
     publisher: &ConfirmedPublisher,
@@ -164,19 +224,23 @@ pub async fn replay(
     d: &DeadLetter,
     timeout: Duration,
     replayed_before: Option<i64>,
-    owner: Option<&str>,
+    run: ReplayRun<'_>,
 ) -> Result<Replayed, ReplayError> {
     let fresh;
-    let owner = match owner {
+    let owner = match run.owner {
         Some(owner) => owner,
         None => {
             fresh = uuid::Uuid::now_v7().to_string();
             fresh.as_str()
         }
     };
-    let properties = with_replay_of(replay_properties_of(d)?, d.id);
-    // Sealed, so the route believes the original exchange and routing key it carries.
-    let properties = seal.seal(&d.letter.route, properties, &d.letter.body);
+    let (destination, properties) = copy_of(
+        d,
+        replay_properties_of(d)?,
+        &d.letter.body,
+        seal,
+        run.to_queue,
+    );
     let claimed = store
         .dead_letter_claim_replay(d.id, owner, claim_lease(timeout), replayed_before)
         .await
@@ -187,8 +251,8 @@ pub async fn replay(
     let published = publisher
         .publish(
             Outgoing {
-                exchange: String::new(),
-                routing_key: d.letter.route.clone(),
+                exchange: destination.exchange.clone(),
+                routing_key: destination.routing_key.clone(),
                 properties,
                 body: d.letter.body.clone(),
                 mandatory: true,
@@ -200,9 +264,9 @@ pub async fn replay(
         // Best effort: an unreleased claim expires on its own.
         let _ = store.dead_letter_release_replay(Some(d.id), owner).await;
         return Err(anyhow::anyhow!(
-            "replay of dead letter {} to queue `{}` failed: {e}",
+            "replay of dead letter {} to {} failed: {e}",
             d.id,
-            d.letter.route
+            describe(&destination)
         )
         .into());
     }

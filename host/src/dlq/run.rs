@@ -27,7 +27,7 @@ use crate::broker::ConfirmedPublisher;
 use crate::broker::seal::SealKey;
 use crate::store::{DeadLetterFilter, DeadLetterStat, Store};
 
-use super::{ReplayError, Replayed, replay};
+use super::{ReplayError, ReplayRun, Replayed, replay};
 
 /// Rows read per page.
 pub const PAGE: i64 = 100;
@@ -43,6 +43,8 @@ pub struct ReplayOptions {
     pub limit: Option<u64>,
     /// At most this many replays per second.
     pub rate_per_sec: Option<f64>,
+    /// Send every one to this queue instead of where it came from (`--to-queue`).
+    pub to_queue: Option<String>,
 }
 
 /// What a run did.
@@ -241,7 +243,10 @@ pub async fn replay_matching(
                 &d,
                 publish_timeout,
                 replayed_before,
-                Some(owner),
+                ReplayRun {
+                    owner: Some(owner),
+                    to_queue: options.to_queue.as_deref(),
+                },
             )
             .await
             {

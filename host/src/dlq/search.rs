@@ -7,7 +7,10 @@
 //! - `correlation:VALUE`: its correlation id is exactly VALUE;
 //! - `route:VALUE`: its route (work queue) is VALUE; `reason:VALUE`: its reason contains
 //!   VALUE (as `--route` and `--reason`);
-//! - `body.PATH = VALUE`: its body is a JSON object whose field PATH holds exactly VALUE.
+//! - `task:NAME`: a Celery task's name (`body.task = "NAME"`: a Celery dead letter of a
+//!   `[[dead_letter_queues]]` queue is searched as `{task, id, args, kwargs}`);
+//! - `body.PATH = VALUE`: its body is a JSON object whose field PATH holds exactly VALUE
+//!   (`body.args[0]`: position 0 of a Celery task's arguments).
 //!   PATH is keys joined by `.` (`body.endereco.cidade` is `{"endereco": {"cidade": ..}}`);
 //!   a key with characters other than letters, digits, `_` and `-` is written in double
 //!   quotes (`body."e.mail"`). VALUE is one JSON value: a number (`123`; `123.0` is the same
@@ -68,7 +71,7 @@ impl SearchError {
 }
 
 /// What a term may start with, for messages.
-const TERMS: &str = "id:, correlation:, route:, reason: or body.FIELD = VALUE";
+const TERMS: &str = "id:, correlation:, route:, reason:, task: or body.FIELD = VALUE";
 
 /// Parses `query` (module docs).
 pub fn parse(query: &str) -> Result<Search, SearchError> {
@@ -251,6 +254,16 @@ impl<'a> Cursor<'a> {
                     "correlation" => Term::CorrelationId,
                     "route" => Term::Route,
                     "reason" => Term::Reason,
+                    "task" => {
+                        let name = Value::String(self.word(key)?);
+                        let task = BodyField::new(&["task"], &name).ok_or_else(|| {
+                            self.error(
+                                start,
+                                format!("a task name of at most {MAX_FIELD_BYTES} bytes"),
+                            )
+                        })?;
+                        return Ok(Term::Body(task));
+                    }
                     _ => {
                         return Err(
                             self.error(start, format!("unknown term `{key}:`; a term is {TERMS}"))
@@ -302,8 +315,17 @@ impl<'a> Cursor<'a> {
     /// `.PATH = VALUE` after `body` (the term began at `start`).
     fn body(&mut self, start: usize) -> Result<Term, SearchError> {
         let mut keys = Vec::new();
-        while self.peek() == Some('.') {
-            self.bump();
+        while matches!(self.peek(), Some('.' | '[')) {
+            if self.bump() == Some('[') {
+                // `args[0]`: an array's item, as the archive keeps a Celery task's arguments.
+                let at = self.at;
+                let index = self.take_while(|c| c.is_ascii_digit()).to_owned();
+                if index.is_empty() || self.bump() != Some(']') {
+                    return Err(self.error(at, "expected a position and `]`: body.args[0]"));
+                }
+                keys.push(index);
+                continue;
+            }
             let at = self.at;
             let key = if self.peek() == Some('"') {
                 self.quoted()?
@@ -463,6 +485,20 @@ mod tests {
         assert_eq!(terms("body.x = 123.0"), terms("body.x = 123"));
         assert_eq!(terms("body.x = 1.23e2"), terms("body.x = 123"));
         assert_ne!(terms(r#"body.x = "123""#), terms("body.x = 123"));
+    }
+
+    #[test]
+    fn celery_tasks_are_found_by_name_and_argument_position() {
+        assert_eq!(
+            terms("task:tasks.liberar_acesso_curso body.args[0] = 42 body.args[1][2] = 1"),
+            [
+                field(&["task"], json!("tasks.liberar_acesso_curso")),
+                field(&["args", "0"], json!(42)),
+                field(&["args", "1", "2"], json!(1)),
+            ]
+        );
+        assert!(parse("body.args[x] = 1").is_err());
+        assert!(parse("body.args[0 = 1").is_err());
     }
 
     #[test]

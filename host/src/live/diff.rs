@@ -43,6 +43,10 @@ pub(super) fn restart_only_changes(running: &Config, new: &Config) -> Vec<String
             ("outbox", format!("{:?}", c.outbox)),
             ("dead_letters", format!("{:?}", c.dead_letters)),
             ("telemetry", format!("{:?}", c.telemetry)),
+            (
+                "[dead_letter_queues]",
+                format!("{:?}", c.dead_letter_queues),
+            ),
         ]
     };
     let mut out: Vec<String> = sections(running)

@@ -286,7 +286,9 @@ impl Supervisor {
             }
         }
         self.plugins = plugins;
-        self.shared.alerts.set_rules(&new.routes);
+        self.shared
+            .alerts
+            .set_rules(&new.routes, &new.dead_letter_queues);
         self.config = new;
         report.changes.extend(admin_changes);
         for (route, ctx) in to_start {

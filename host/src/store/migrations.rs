@@ -86,6 +86,11 @@ pub(crate) const SQLITE: &[MigrationFile] = &[
         "application outboxes",
         include_str!("../../migrations/sqlite/0020_application_outboxes.sql"),
     ),
+    (
+        21,
+        "dead letter dedupe",
+        include_str!("../../migrations/sqlite/0021_dead_letter_dedupe.sql"),
+    ),
 ];
 
 /// PostgreSQL's schema (`backend::Postgres`).
@@ -159,6 +164,11 @@ pub(crate) const POSTGRES: &[MigrationFile] = &[
         20,
         "application outboxes",
         include_str!("../../migrations/postgres/0020_application_outboxes.sql"),
+    ),
+    (
+        21,
+        "dead letter dedupe",
+        include_str!("../../migrations/postgres/0021_dead_letter_dedupe.sql"),
     ),
 ];
 

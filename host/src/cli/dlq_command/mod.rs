@@ -87,6 +87,11 @@ pub enum DlqCommand {
         /// With --shadow: print JSON lines (one per message, then the summary).
         #[arg(long, requires = "shadow")]
         json: bool,
+        /// Send them to this queue (through the default exchange) instead of where each came
+        /// from: its route's queue, or for a `[[dead_letter_queues]]` dead letter the exchange
+        /// and routing key of its `x-death` record.
+        #[arg(long, value_name = "QUEUE", conflicts_with_all = ["shadow", "only_acked_by"])]
+        to_queue: Option<String>,
     },
     /// Change a dead letter's body or headers and send the edited copy to its route's queue:
     /// only the edited copy, never the original as well (the dead letter is then never
@@ -149,11 +154,13 @@ pub async fn run(config_path: &Path, command: DlqCommand) -> anyhow::Result<i32>
             shadow,
             only_acked_by,
             json,
+            to_queue,
         } => {
             let options = ReplayOptions {
                 include_replayed,
                 limit,
                 rate_per_sec: rate,
+                to_queue: to_queue.clone(),
             };
             let filter = filter.filter()?;
             if let Some(wasm) = shadow {

@@ -21,7 +21,7 @@ pub(super) async fn replay(
         return print_plan(store, id, filter, options).await;
     }
     match id {
-        Some(id) => replay_one(config, store, id).await,
+        Some(id) => replay_one(config, store, id, options.to_queue.as_deref()).await,
         None => replay_matching(config, store, filter, options).await,
     }
 }
@@ -64,7 +64,12 @@ async fn print_plan(
 }
 
 /// One dead letter by id, replayed before or not; never an edited one's original.
-async fn replay_one(config: &Config, store: &Store, id: i64) -> anyhow::Result<i32> {
+async fn replay_one(
+    config: &Config,
+    store: &Store,
+    id: i64,
+    to_queue: Option<&str>,
+) -> anyhow::Result<i32> {
     let Some(d) = store.dead_letter_get(id).await? else {
         eprintln!("no dead letter with id {id}");
         return Ok(1);
@@ -81,10 +86,19 @@ async fn replay_one(config: &Config, store: &Store, id: i64) -> anyhow::Result<i
         crate::dlq::open_replay_sender(config, store, "carteiro dlq replay").await?;
     let timeout = config.broker.publish_timeout;
     let since = Some(crate::common::now_ms());
+    let run = crate::dlq::ReplayRun {
+        owner: None,
+        to_queue,
+    };
+    let (destination, _) = crate::dlq::copy_of(&d, Default::default(), &[], &seal, to_queue);
     Ok(
-        match crate::dlq::replay(store, &publisher, &seal, &d, timeout, since, None).await? {
+        match crate::dlq::replay(store, &publisher, &seal, &d, timeout, since, run).await? {
             crate::dlq::Replayed::Done => {
-                println!("replayed #{} to queue {}", d.id, d.letter.route);
+                println!(
+                    "replayed #{} to {}",
+                    d.id,
+                    crate::dlq::describe(&destination)
+                );
                 println!("1 replayed");
                 0
             }

@@ -145,7 +145,17 @@ pub(super) async fn replay_acked_by(
             continue;
         };
         let timeout = config.broker.publish_timeout;
-        match crate::dlq::replay(store, &publisher, &seal, &d, timeout, None, None).await {
+        match crate::dlq::replay(
+            store,
+            &publisher,
+            &seal,
+            &d,
+            timeout,
+            None,
+            Default::default(),
+        )
+        .await
+        {
             Ok(crate::dlq::Replayed::Done) => replayed += 1,
             Ok(crate::dlq::Replayed::Skipped) => println!("#{id} skipped: another run has it"),
             Err(e) => {

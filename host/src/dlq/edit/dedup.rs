@@ -19,8 +19,20 @@ pub struct Dedup {
 }
 
 impl Dedup {
-    /// Route `route`'s, from `config`; `None` when the config has no such route.
+    /// Route `route`'s, from `config`; `None` when the config has no such route. A
+    /// `[[dead_letter_queues]]` route's consumer is not Carteiro's: its copies are keyed by
+    /// message id (so two edits cannot both send one) and never found in Carteiro's inbox.
     pub fn of(config: &Config, route: &str) -> Option<Self> {
+        if config
+            .dead_letter_queues
+            .iter()
+            .any(|q| q.route_name() == route)
+        {
+            return Some(Self {
+                source: KeySource::MessageId,
+                on_missing: MissingKeyPolicy::Process,
+            });
+        }
         let r = config.routes.iter().find(|r| r.queue == route)?;
         Some(Self {
             source: KeySource::parse(&r.idempotency_key).ok()?,

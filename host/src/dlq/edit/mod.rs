@@ -32,7 +32,7 @@ pub use claim::SETTLE_MAX;
 pub use dedup::Dedup;
 pub use error::EditError;
 
-use super::{claim_lease, is_failure_header, with_replay_of};
+use super::{claim_lease, is_failure_header};
 use crate::broker::outgoing::{MAX_SHORT_STRING, is_broker_record, replay_properties};
 use crate::broker::seal::{PREFIX, SealKey};
 use crate::broker::{ConfirmedPublisher, Outgoing};
@@ -335,19 +335,18 @@ impl EditContext<'_> {
             copy.correlation_id.as_deref(),
         )
         .map_err(|e| EditError::Unpublishable(e.to_string()))?;
-        // Sealed, so the route believes the original exchange and routing key it carries,
-        // and a dead letter it becomes again links back to `d`.
-        let properties = self
-            .seal
-            .seal(route, with_replay_of(properties, d.id), &copy.body);
+        // A route's copy is sealed, so the route believes the original exchange and routing
+        // key it carries, and a dead letter it becomes again links back to `d`; a foreign
+        // one goes back where it came from (`copy_of`).
+        let (destination, properties) = super::copy_of(d, properties, &copy.body, self.seal, None);
         let owner = uuid::Uuid::now_v7().to_string();
         let key_claim = self.claim(d, &copy, dedup, &owner).await?;
         let published = self
             .publisher
             .publish(
                 Outgoing {
-                    exchange: String::new(),
-                    routing_key: route.clone(),
+                    exchange: destination.exchange,
+                    routing_key: destination.routing_key,
                     properties,
                     body: copy.body.clone(),
                     mandatory: true,

@@ -22,6 +22,18 @@ impl Store {
     /// and correlation ids, and at most 64 fields of a JSON body, written in the same
     /// transaction (one more statement: the rows of `dead_letter_fields`).
     pub async fn dead_letter_insert(&self, dl: &NewDeadLetter) -> Result<i64, StoreError> {
+        Ok(self.dead_letter_insert_once(dl, None).await?.0)
+    }
+
+    /// [`Store::dead_letter_insert`], once per `dedupe_key`: when a dead letter with that key
+    /// is archived already (a redelivery after a crash between commit and ack), nothing is
+    /// written and its id comes back with `false`. The store's unique index decides, so
+    /// concurrent archivers cannot both write it. `None`: always a new row.
+    pub async fn dead_letter_insert_once(
+        &self,
+        dl: &NewDeadLetter,
+        dedupe_key: Option<&str>,
+    ) -> Result<(i64, bool), StoreError> {
         let stored = text::encode(dl);
         let found_by = search::search_columns(dl);
         // A replay or edited copy names the dead letter it came from (a sealed header: the
@@ -33,9 +45,9 @@ impl Store {
             .and_then(|(_, value)| value.trim().parse::<i64>().ok());
         let insert = "INSERT INTO dead_letters (route, queue, reason, plugin, attempts, headers, \
                       body, first_failed_at, dead_lettered_at, replay_count, original, replay_of, \
-                      message_id, correlation_id) \
-                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10, $11, $12, $13) \
-                      RETURNING id";
+                      message_id, correlation_id, dedupe_key) \
+                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10, $11, $12, $13, $14) \
+                      ON CONFLICT (dedupe_key) DO NOTHING RETURNING id";
         let field_rows = search::fields_rows(&found_by.fields);
         let d = self.dialect;
         let fields = format!(
@@ -48,7 +60,7 @@ impl Store {
             d.insert_or_ignore("dead_letter_fields (path, value, dead_letter_id)", &fields);
         self.bounded("dead letter insert", async {
             let mut tx = self.begin_write().await?;
-            let id: i64 = sqlx::query_scalar(insert)
+            let inserted: Option<i64> = sqlx::query_scalar(insert)
                 .bind(stored.route.as_str())
                 .bind(stored.queue.as_str())
                 .bind(stored.reason.as_str())
@@ -62,8 +74,17 @@ impl Store {
                 .bind(replay_of)
                 .bind(found_by.message_id.as_deref())
                 .bind(found_by.correlation_id.as_deref())
-                .fetch_one(&mut *tx)
+                .bind(dedupe_key)
+                .fetch_optional(&mut *tx)
                 .await?;
+            let Some(id) = inserted else {
+                let known = "SELECT id FROM dead_letters WHERE dedupe_key = $1";
+                let id: i64 = sqlx::query_scalar(known)
+                    .bind(dedupe_key)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                return Ok((id, false));
+            };
             if let Some(rows) = &field_rows {
                 sqlx::query(AssertSqlSafe(insert_fields.as_str()))
                     .bind(rows.as_str())
@@ -81,7 +102,7 @@ impl Store {
                 edit_claims::settle(&mut tx, of, route, message_id).await?;
             }
             tx.commit().await?;
-            Ok(id)
+            Ok((id, true))
         })
         .await
         .map_err(|e| match e {

@@ -38,7 +38,7 @@ use std::collections::VecDeque;
 use serde_json::{Map, Value};
 
 use super::text::{NewDeadLetter, SHORT_MAX, stand_in};
-use crate::common::header_names::{PROP_CORRELATION_ID, PROP_MESSAGE_ID};
+use crate::common::header_names::{PROP_CORRELATION_ID, PROP_MESSAGE_ID, SEARCH_FIELDS};
 use crate::store::{Dialect, IndexWalk};
 
 /// At most this many fields of one body are kept.
@@ -310,7 +310,11 @@ pub(super) fn search_columns(dl: &NewDeadLetter) -> SearchColumns {
     SearchColumns {
         message_id: property(PROP_MESSAGE_ID),
         correlation_id: property(PROP_CORRELATION_ID),
-        fields: body_fields(&dl.body),
+        // A body that is not a JSON object may come with the object it is searched by.
+        fields: match dl.headers.iter().find(|(k, _)| k == SEARCH_FIELDS) {
+            Some((_, fields)) => body_fields(fields.as_bytes()),
+            None => body_fields(&dl.body),
+        },
     }
 }
 

@@ -8,8 +8,40 @@ both_backends!(
     any_text_is_archived_losslessly,
     oldest_first_pages_counts_and_groups,
     reason_and_id_lists_select_exactly,
-    edits_and_replays_keep_their_history
+    edits_and_replays_keep_their_history,
+    a_dedupe_key_archives_once
 );
+
+/// A foreign dead letter redelivered after a crash between its commit and its ack (same key)
+/// is one row, concurrent archivers included; another key, or none, is another row.
+async fn a_dedupe_key_archives_once(db: &TestDb) {
+    let s = &db.store;
+    let letter = dl(
+        "matriculas.dlq",
+        "rejected in queue `matriculas.processar`",
+        1_000,
+    );
+    let (first, new) = s
+        .dead_letter_insert_once(&letter, Some("k1"))
+        .await
+        .unwrap();
+    assert!(new);
+    let (again, new) = s
+        .dead_letter_insert_once(&letter, Some("k1"))
+        .await
+        .unwrap();
+    assert_eq!((again, new), (first, false));
+    let racing =
+        futures::future::join_all((0..4).map(|_| s.dead_letter_insert_once(&letter, Some("k2"))))
+            .await;
+    let racing: Vec<(i64, bool)> = racing.into_iter().map(Result::unwrap).collect();
+    assert_eq!(racing.iter().filter(|(_, new)| *new).count(), 1);
+    assert!(racing.iter().all(|(id, _)| *id == racing[0].0));
+    s.dead_letter_insert(&letter).await.unwrap();
+    s.dead_letter_insert(&letter).await.unwrap();
+    let all = DeadLetterFilter::default();
+    assert_eq!(s.dead_letters_count(&all).await.unwrap(), 4);
+}
 
 /// The ids of `rows`, in order.
 fn ids(rows: Vec<DeadLetter>) -> Vec<i64> {
