@@ -11,10 +11,16 @@ use tracing_subscriber::field::MakeExt;
 use tracing_subscriber::fmt::FormatFields;
 use tracing_subscriber::fmt::format::{Writer, debug_fn};
 
-/// What is logged unless `CARTEIRO_LOG` says otherwise: INFO, but sqlx's relay of
-/// PostgreSQL's notices (`relation "_sqlx_migrations" already exists, skipping` on every
-/// start) only from WARN.
-pub const DEFAULT_FILTER: &str = "info,sqlx::postgres::notice=warn";
+/// What is logged unless `CARTEIRO_LOG` says otherwise: INFO, but not what Carteiro says
+/// better itself:
+/// - sqlx's relay of PostgreSQL's notices (`relation "_sqlx_migrations" already exists,
+///   skipping` on every start) only from WARN;
+/// - lapin's dump of a returned message (a `BasicReturnMessage` struct) only from ERROR: the
+///   publish that met it fails with "unroutable" in words;
+/// - none of lapin's connection-level errors (`Connection error ... Closed` at every clean
+///   shutdown): each connection's owner logs the loss it handles, with the reason.
+pub const DEFAULT_FILTER: &str =
+    "info,sqlx::postgres::notice=warn,lapin::returned_messages=error,lapin::channels=off";
 
 /// The field formatter of text logs: `name=value` pairs separated by spaces, the message
 /// bare, every value escaped as [`escape_into`] does.
@@ -115,7 +121,7 @@ mod tests {
     }
 
     #[test]
-    fn the_default_filter_keeps_info_but_not_sqlx_notices() {
+    fn the_default_filter_keeps_info_but_not_what_carteiro_says_better() {
         use tracing::Level;
         use tracing_subscriber::layer::SubscriberExt;
         let filter = tracing_subscriber::EnvFilter::new(super::DEFAULT_FILTER);
@@ -124,6 +130,9 @@ mod tests {
             assert!(tracing::enabled!(target: "carteiro::gateway", Level::INFO));
             assert!(!tracing::enabled!(target: "sqlx::postgres::notice", Level::INFO));
             assert!(tracing::enabled!(target: "sqlx::postgres::notice", Level::WARN));
+            assert!(!tracing::enabled!(target: "lapin::returned_messages", Level::WARN));
+            assert!(!tracing::enabled!(target: "lapin::channels", Level::ERROR));
+            assert!(tracing::enabled!(target: "lapin::channel", Level::ERROR));
         });
     }
 

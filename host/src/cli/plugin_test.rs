@@ -76,6 +76,15 @@ pub enum Expected {
     Failure,
 }
 
+impl Expected {
+    /// As `--expect` and the verdict line spell it (`dead-letter`, not `DeadLetter`).
+    fn words(self) -> String {
+        use clap::ValueEnum;
+        self.to_possible_value()
+            .map_or_else(|| format!("{self:?}"), |v| v.get_name().to_owned())
+    }
+}
+
 fn parse_pair(text: &str) -> Result<(String, String), String> {
     text.split_once('=')
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -250,9 +259,20 @@ pub async fn run(args: PluginTestArgs) -> anyhow::Result<i32> {
     };
     match args.expect {
         Some(expected) if expected != actual => {
-            eprintln!("expected {expected:?}, got {actual:?}");
+            eprintln!("expected {}, got {}", expected.words(), actual.words());
             Ok(1)
         }
         _ => Ok(0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Expected;
+
+    #[test]
+    fn a_mismatch_names_outcomes_as_the_cli_spells_them() {
+        assert_eq!(Expected::DeadLetter.words(), "dead-letter");
+        assert_eq!(Expected::Ack.words(), "ack");
     }
 }
