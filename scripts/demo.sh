@@ -19,7 +19,8 @@ bin="${CARGO_TARGET_DIR:-$repo/target}/debug/carteiro"
 config="$repo/config/carteiro.toml"
 mkdir -p .local/demo
 
-# The story's service: its own venv (SQLAlchemy), its own database and outbox table.
+# The story's services: their own venv (SQLAlchemy, aio-pika), the enrollment service's own
+# database and outbox table, and the aio-pika consumer with its own DLQ.
 venv="$repo/.local/demo-venv"
 if [[ ! -x "$venv/bin/python" ]] || ! cmp -s examples/matriculas/requirements.txt "$venv/.requirements"; then
     rm -rf "$venv"
@@ -29,11 +30,28 @@ if [[ ! -x "$venv/bin/python" ]] || ! cmp -s examples/matriculas/requirements.tx
 fi
 service() { "$venv/bin/python" examples/matriculas/service.py "sqlite:///$repo/.local/demo/matriculas.db" "$@"; }
 service create
+grants="$repo/.local/demo/acessos.txt"
+: >"$grants"
+consumer=""
+start_consumer() {
+    "$venv/bin/python" examples/matriculas/consumer.py "$CARTEIRO_AMQP_URL" "$grants" "$@" \
+        >>.local/demo/consumer.log 2>&1 &
+    consumer=$!
+    for _ in $(seq 1 60); do grep -q "consuming" .local/demo/consumer.log && return; sleep 0.5; done
+    echo "the story's consumer did not start: .local/demo/consumer.log" >&2
+    exit 1
+}
+: >.local/demo/consumer.log
+start_consumer # declares matriculas.dlq, which Carteiro archives
+
+# A local credential for the console's actions (replay, purge, edit), fresh each run.
+CARTEIRO_ADMIN_PASSWORD="$(python3 -c 'import secrets; print(secrets.token_urlsafe(12))')"
+export CARTEIRO_ADMIN_PASSWORD
 
 "$bin" check -c "$config"
 "$bin" run -c "$config" &
 gateway=$!
-trap 'kill -TERM $gateway 2>/dev/null; wait $gateway 2>/dev/null || true' EXIT
+trap 'kill -TERM $gateway $consumer 2>/dev/null; wait $gateway 2>/dev/null || true' EXIT
 
 ready() { python3 -c 'import urllib.request,sys; urllib.request.urlopen("http://127.0.0.1:9090/readyz", timeout=1)' 2>/dev/null; }
 for _ in $(seq 1 120); do ready && break; sleep 0.5; done
@@ -58,7 +76,7 @@ echo "  slow-$run_id        content service down         -> 3 attempts (2 retrie
 echo
 echo "== the enrollment service confirms enrollments (one outbox row in each commit)"
 good="$(service confirm aluno-1 rust-101)"
-echo "  $good  aluno-1 in rust-101                -> relayed, applied once by route matriculas"
+echo "  $good  aluno-1 in rust-101                -> relayed, applied once by route matriculas.carteiro"
 buggy="$(service confirm aluno-2 go-201 --sem-curso)"
 echo "  $buggy  aluno-2, event without curso_id   -> relayed, dead-lettered by the handler"
 
@@ -71,9 +89,26 @@ for ev in "$good" "$buggy"; do
         echo "  $ev: dead-lettered by the route's handler:"
         "$bin" dlq list -c "$config" --search "id:$ev" | sed 's/^/    /'
     else
-        echo "  $ev: applied by route matriculas (its message id is the route's idempotency key)"
+        echo "  $ev: applied by route matriculas.carteiro (its message id is the route's idempotency key)"
     fi
 done
+echo
+echo "== the story's aio-pika consumer (its own queue and DLQ, archived by Carteiro)"
+grep -q "$good" "$grants" && echo "  $good: access granted by the consumer"
+echo "  $buggy: nacked by the consumer into matriculas.dlq, archived by Carteiro:"
+for _ in $(seq 1 20); do
+    "$bin" dlq list -c "$config" --route matriculas.dlq --search "id:$buggy" | grep -q "$buggy" && break
+    sleep 0.5
+done
+"$bin" dlq list -c "$config" --route matriculas.dlq --search "id:$buggy" | sed 's/^/    /'
+echo "  deploying the consumer's fix, then replaying its dead letter to its queue only
+  (--to-queue: the exchange it came through also feeds Carteiro's route):"
+kill -TERM "$consumer"; wait "$consumer" 2>/dev/null || true
+start_consumer --fixed
+"$bin" dlq replay -c "$config" --route matriculas.dlq --search "id:$buggy" --to-queue matriculas.processar | sed 's/^/    /'
+for _ in $(seq 1 20); do grep -q "$buggy" "$grants" && break; sleep 0.5; done
+echo "  $buggy: access granted $(grep -c "$buggy" "$grants") time(s) after the replay"
+
 echo
 echo "== dead letters"
 "$bin" dlq list -c "$config" --since 1m
@@ -85,5 +120,8 @@ echo "== deliveries (from /metrics)"
 python3 -c 'import urllib.request; print("\n".join(l for l in urllib.request.urlopen("http://127.0.0.1:9090/metrics").read().decode().splitlines() if l.startswith("carteiro_deliveries_total")))'
 echo
 if [ "${DEMO_EXIT:-0}" = 1 ]; then exit 0; fi
-echo "gateway running (admin on http://127.0.0.1:9090/metrics); Ctrl-C to stop"
+echo "console: http://127.0.0.1:9090/ (replay, purge and edit log in as demo / $CARTEIRO_ADMIN_PASSWORD)"
+echo "running: the gateway and the story's consumer (both stop with Ctrl-C), and RabbitMQ on"
+echo "$CARTEIRO_AMQP_URL (stays up; scripts/rabbitmq.sh stop). The binary is $bin"
+echo "(or: cargo install --path host)."
 wait $gateway
