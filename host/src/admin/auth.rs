@@ -46,6 +46,8 @@ pub struct Authenticated {
     pub caller_known: bool,
     /// Reads need credentials on this server.
     pub pages_need_auth: bool,
+    /// `[admin] token` or `basic` is set: state changes are possible at all.
+    pub credentials_configured: bool,
 }
 
 impl Authenticated {
@@ -53,6 +55,25 @@ impl Authenticated {
     pub fn may_read(&self) -> bool {
         self.caller_known || !self.pages_need_auth
     }
+
+    /// Why the caller cannot replay, purge or edit (the console disables those and says
+    /// this beside them); `None`: it can.
+    pub fn why_no_actions(&self) -> Option<NoActions> {
+        match (self.caller_known, self.credentials_configured) {
+            (true, _) => None,
+            (false, true) => Some(NoActions::LogIn),
+            (false, false) => Some(NoActions::NoCredentials),
+        }
+    }
+}
+
+/// Why the console's actions are off for a viewer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoActions {
+    /// Credentials exist; this browser has not sent them yet (`/login`).
+    LogIn,
+    /// The config sets neither `[admin] token` nor `basic`: nobody can act.
+    NoCredentials,
 }
 
 /// Who made a request, for the records an action keeps (an edit's author): the `[admin]
@@ -232,6 +253,7 @@ async fn decide(auth: &Auth, mut request: Request, next: Next) -> Response {
     request.extensions_mut().insert(Authenticated {
         caller_known: caller != Caller::Unknown,
         pages_need_auth: auth.pages_need_auth,
+        credentials_configured: auth.configured(),
     });
     let operator = match caller {
         Caller::Bearer => Some("token".to_owned()),

@@ -85,7 +85,9 @@ fn inbox_note(inbox: &Inbox) -> Markup {
 }
 
 /// The edit section of a dead letter's page: the inbox note, the form, the edits so far.
-pub fn section(d: &DeadLetter, inbox: &Inbox, events: &[DeadLetterEvent]) -> Markup {
+/// `off`: the viewer cannot act (the page says why above): the form shows, its button
+/// disabled.
+pub fn section(d: &DeadLetter, inbox: &Inbox, events: &[DeadLetterEvent], off: bool) -> Markup {
     let editable = edit::editable_headers(d);
     let body = std::str::from_utf8(&d.letter.body).ok();
     let edits: Vec<&DeadLetterEvent> = events.iter().filter(|e| e.is_edit()).collect();
@@ -130,7 +132,7 @@ pub fn section(d: &DeadLetter, inbox: &Inbox, events: &[DeadLetterEvent]) -> Mar
             p.muted { "Carteiro's own headers (x-carteiro-*) cannot be edited; the copy keeps them as a replay does. A JSON body must still be JSON." }
             label { input #edit-new-id type="checkbox" name="new_id" value="1"; " Send with a new message id" }
             " "
-            button #edit-submit type="submit" { "Send the edited copy" }
+            button #edit-submit type="submit" disabled[off] { "Send the edited copy" }
             p.muted { "Only the edited copy is sent. The original stays in the archive as it was and is never replayed afterwards." }
         }
         @if !edits.is_empty() {

@@ -3,6 +3,7 @@
 //! (with its edit form: `edit`). Everything shown comes from publishers or plugins and is
 //! escaped by maud.
 
+use super::auth::{Authenticated, NoActions};
 use super::page::{Fields, age, error_page, page, query, time};
 use super::target::group_url;
 use super::{AdminState, banners, charts, groups, retention};
@@ -10,7 +11,7 @@ use crate::admin::GatewayHandle;
 use crate::common::header_names::PROP_MESSAGE_ID;
 use crate::common::now_ms;
 use crate::store::{DeadLetter, DeadLetterFilter};
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Extension, Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
@@ -176,7 +177,12 @@ pub async fn groups(State(s): State<AdminState>, RawQuery(q): RawQuery) -> Respo
 
 /// `GET /dead-letters/group?route=R&reason=N[&before=ID]`: the group, its actions and its
 /// messages (newest first, [`PAGE`] at a time).
-pub async fn group(State(s): State<AdminState>, RawQuery(q): RawQuery) -> Response {
+pub async fn group(
+    State(s): State<AdminState>,
+    Extension(who): Extension<Authenticated>,
+    RawQuery(q): RawQuery,
+) -> Response {
+    let off = who.why_no_actions().is_some();
     let f = Fields::parse(q.as_deref().unwrap_or(""));
     let h = &s.handle;
     let (Some(route), Some(reason)) = (f.get("route"), f.get("reason")) else {
@@ -216,7 +222,7 @@ pub async fn group(State(s): State<AdminState>, RawQuery(q): RawQuery) -> Respon
                 strong data-field="unreplayed" { (group.unreplayed) } " not replayed; first seen "
                 (time(group.first_at)) ", last seen " (time(group.last_at)) "."
             }
-            (group_actions(&group.route, &group.reason))
+            (group_actions(&group.route, &group.reason, who))
             form #messages method="post" action="/dead-letters/replay" {
                 input type="hidden" name="route" value=(group.route);
                 input type="hidden" name="reason" value=(group.reason);
@@ -226,7 +232,7 @@ pub async fn group(State(s): State<AdminState>, RawQuery(q): RawQuery) -> Respon
                     @for d in &rows { (message_row(d)) }
                 }
                 label { "Rate " input type="text" name="rate" value="50" size="5"; " /s " }
-                button #replay-selected type="submit" { "Replay selected" }
+                button #replay-selected type="submit" disabled[off] { "Replay selected" }
             }
             @if rows.len() as i64 == PAGE {
                 @if let Some(last) = rows.last() {
@@ -237,10 +243,29 @@ pub async fn group(State(s): State<AdminState>, RawQuery(q): RawQuery) -> Respon
     )
 }
 
-fn group_actions(route: &str, reason: &str) -> Markup {
+/// Beside actions the viewer cannot take: why, and what to do.
+fn why_no_actions(who: Authenticated) -> Markup {
+    html! {
+        @match who.why_no_actions() {
+            Some(NoActions::LogIn) => p.notice #actions-off {
+                "Replay, purge, edit and shadow runs need the [admin] credentials: "
+                a href="/login" { "log in" } " first."
+            },
+            Some(NoActions::NoCredentials) => p.notice #actions-off {
+                "Replay, purge, edit and shadow runs are off: this config sets no [admin] token or \
+                 basic credentials (docs/admin.md). The CLI (carteiro dlq ...) works meanwhile."
+            },
+            None => {},
+        }
+    }
+}
+
+fn group_actions(route: &str, reason: &str, who: Authenticated) -> Markup {
+    let off = who.why_no_actions().is_some();
     html! {
         fieldset {
             legend { "Actions on the whole group" }
+            (why_no_actions(who))
             form.inline #replay-group method="post" action="/dead-letters/replay" {
                 input type="hidden" name="route" value=(route);
                 input type="hidden" name="reason" value=(reason);
@@ -248,12 +273,12 @@ fn group_actions(route: &str, reason: &str) -> Markup {
                 label { "Rate " input #replay-rate type="text" name="rate" value="50" size="5"; " /s " }
                 label { "Limit " input type="text" name="limit" size="5" placeholder="all"; }
                 " "
-                button #replay-group-submit type="submit" { "Replay group" }
+                button #replay-group-submit type="submit" disabled[off] { "Replay group" }
             }
             form.inline #purge-group method="get" action="/dead-letters/purge" {
                 input type="hidden" name="route" value=(route);
                 input type="hidden" name="reason" value=(reason);
-                button.danger #purge-group-submit type="submit" { "Purge group…" }
+                button.danger #purge-group-submit type="submit" disabled[off] { "Purge group…" }
             }
             form.inline #shadow-group method="post" action="/dead-letters/shadow" {
                 input type="hidden" name="route" value=(route);
@@ -262,7 +287,7 @@ fn group_actions(route: &str, reason: &str) -> Markup {
                 " "
                 label { "sha256 " input #shadow-sha256 type="text" name="sha256" size="20" placeholder="optional pin"; }
                 " "
-                button #shadow-submit type="submit" { "Shadow run" }
+                button #shadow-submit type="submit" disabled[off] { "Shadow run" }
             }
             p.muted { "A replay takes the group's dead letters not replayed yet, oldest first, and marks each after its confirm: running it again continues where a stopped run ended." }
         }
@@ -322,7 +347,12 @@ fn celery_section(task: &crate::foreign_dlq::CeleryTask) -> Markup {
 }
 
 /// `GET /dead-letters/message/{id}`
-pub async fn message(State(s): State<AdminState>, Path(id): Path<i64>) -> Response {
+pub async fn message(
+    State(s): State<AdminState>,
+    Extension(who): Extension<Authenticated>,
+    Path(id): Path<i64>,
+) -> Response {
+    let off = who.why_no_actions().is_some();
     let h: &GatewayHandle = &s.handle;
     let d = match h.store.dead_letter_get(id).await {
         Ok(Some(d)) => d,
@@ -368,6 +398,7 @@ pub async fn message(State(s): State<AdminState>, Path(id): Path<i64>) -> Respon
                 (celery_section(&task))
             }
             p { a #journey-link href=(format!("/dead-letters/message/{}/journey", d.id)) { "Journey: every attempt, replay and edit of this message" } }
+            (why_no_actions(who))
             @if d.edited_at.is_none() {
                 form.inline method="post" action="/dead-letters/replay" {
                     input type="hidden" name="route" value=(d.letter.route);
@@ -375,12 +406,12 @@ pub async fn message(State(s): State<AdminState>, Path(id): Path<i64>) -> Respon
                     input type="hidden" name="scope" value="selection";
                     input type="hidden" name="id" value=(d.id);
                     input type="hidden" name="include_replayed" value="1";
-                    button #replay-one type="submit" { "Replay this message" }
+                    button #replay-one type="submit" disabled[off] { "Replay this message" }
                 }
             }
             h2 { "Body " span.muted { "(" (d.letter.body.len()) " bytes, " (kind) ")" } }
             pre #body { (body) }
-            (super::edit::section(&d, &inbox, &events))
+            (super::edit::section(&d, &inbox, &events, off))
             h2 { "Headers" }
             table #headers {
                 tr { th { "Name" } th { "Value" } }

@@ -18,6 +18,25 @@ async fn console_auth_rules() {
     let (status, _, page) = http(port, "GET", "/dead-letters", &[], "").await;
     assert_eq!(status, 200);
     assert!(page.contains("bad input &lt;n&gt;"), "{page}");
+    // The group's actions show, disabled, with why and a way to log in; with credentials
+    // they are on.
+    let group = page
+        .split("href=\"")
+        .find(|s| s.starts_with("/dead-letters/group?"))
+        .and_then(|s| s.split('"').next())
+        .expect("a link to the group")
+        .replace("&amp;", "&");
+    let (_, _, anonymous) = http(port, "GET", &group, &[], "").await;
+    assert!(
+        anonymous.contains("id=\"actions-off\"") && anonymous.contains("href=\"/login\""),
+        "{anonymous}"
+    );
+    assert!(anonymous.contains("id=\"replay-group-submit\" type=\"submit\" disabled"));
+    let (_, _, known) = http(port, "GET", &group, &[("authorization", &good_basic)], "").await;
+    assert!(
+        !known.contains("actions-off") && !known.contains("disabled"),
+        "{known}"
+    );
     let (status, head, _) = http(port, "GET", "/login", &[], "").await;
     assert_eq!(status, 401, "/login always asks");
     assert!(
