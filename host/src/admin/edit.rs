@@ -388,7 +388,7 @@ mod tests {
             key: Some(Ok("m-1".into())),
             applied: Some(true),
         };
-        let html = section(&d, &inbox, &[]).into_string();
+        let html = section(&d, &inbox, &[], false).into_string();
         assert!(html.contains("id=\"edit-body\""), "{html}");
         assert!(html.contains("already applied"), "{html}");
         assert!(html.contains("new message id"), "{html}");
