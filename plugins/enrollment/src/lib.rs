@@ -28,6 +28,15 @@ fn handle(msg: Message) -> Verdict {
 
 fn confirm(msg: &Message) -> Result<(), Verdict> {
     let matricula: Matricula = msg.json().map_err(|e| match e {
+        // Not JSON at all: where it breaks helps whoever fixes the publisher.
+        BodyError::Json(e) if e.is_syntax() => Verdict::dead_letter(invalid(format_args!(
+            "{} at line {} column {}",
+            e.description(),
+            e.line(),
+            e.column()
+        ))),
+        // JSON of the wrong shape: the same wording for every message with the same fault,
+        // so they group as one reason.
         BodyError::Json(e) => Verdict::dead_letter(invalid(e.description())),
         BodyError::NotUtf8 { .. } => Verdict::dead_letter(invalid(&e)),
     })?;
@@ -113,10 +122,10 @@ mod tests {
         );
         let out = testing::run(handle, Message::new("matricula.confirmada", "{oops"));
         assert!(out.verdict.is_dead_letter());
-        assert!(
-            out.verdict.reason().is_some_and(
-                |r| r.starts_with("invalid matricula.confirmada: key must be a string")
-            )
+        assert_eq!(
+            out.verdict.reason(),
+            Some("invalid matricula.confirmada: key must be a string at line 1 column 2"),
+            "a syntax error says where"
         );
         let out = testing::run(
             handle,
