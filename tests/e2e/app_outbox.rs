@@ -41,7 +41,32 @@ pub struct AppDb {
 
 impl AppDb {
     pub async fn postgres() -> Self {
-        let url = pg_database().await;
+        Self::on_postgres(pg_database().await)
+    }
+
+    /// A PostgreSQL database that does not exist yet ([`AppDb::create_database`] makes it).
+    pub fn postgres_later() -> Self {
+        let admin =
+            std::env::var("CARTEIRO_TEST_POSTGRES_URL").expect("CARTEIRO_TEST_POSTGRES_URL");
+        let (server, _) = admin.rsplit_once('/').expect("a database URL");
+        let name = format!("e2e_later_{}", uuid::Uuid::now_v7().simple());
+        Self::on_postgres(format!("{server}/{name}"))
+    }
+
+    /// Creates the database of [`AppDb::postgres_later`].
+    pub async fn create_database(&self) {
+        use sqlx::{Connection, Executor};
+        let (server, name) = self.url.rsplit_once('/').expect("a database URL");
+        let mut admin = sqlx::PgConnection::connect(&format!("{server}/postgres"))
+            .await
+            .expect("connect to the server");
+        admin
+            .execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .await
+            .expect("create database");
+    }
+
+    fn on_postgres(url: String) -> Self {
         let sqlalchemy = url.replacen("postgres://", "postgresql+psycopg://", 1);
         Self {
             url,
@@ -239,6 +264,33 @@ pub async fn receive_all(
         *seen.entry(message_id(&m)).or_default() += 1;
     }
     seen
+}
+
+/// What each test of the story's table starts with: a client, an exchange with a queue
+/// bound to all of it, and the configuration on `db` in a folder of its own.
+pub struct Story {
+    pub client: Client,
+    pub exchange: String,
+    pub sink: String,
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+}
+
+impl Story {
+    pub async fn new(db: &AppDb, mode: &str, extra: &str) -> Self {
+        let client = Client::connect().await;
+        let exchange = exchange_name();
+        let sink = client.sink(&exchange).await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = story_config(dir.path(), db, &exchange, mode, extra);
+        Self {
+            client,
+            exchange,
+            sink,
+            dir,
+            config,
+        }
+    }
 }
 
 pub fn exchange_name() -> String {

@@ -107,6 +107,16 @@ impl Default for RelayConfig {
     }
 }
 
+/// A name PostgreSQL takes unquoted as a slot, a publication or a `NOTIFY` channel: 1 to 63
+/// lower-case letters, digits and `_`.
+pub(super) fn plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
 impl RelayConfig {
     /// `Err((key, message))` with the key under `relay`.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
@@ -117,12 +127,7 @@ impl RelayConfig {
             ));
         }
         for (key, name) in [("slot", &self.slot), ("publication", &self.publication)] {
-            let valid = !name.is_empty()
-                && name.len() <= 63
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-            if !valid {
+            if !plain_name(name) {
                 return Err((
                     key,
                     format!("`{name}`: use 1 to 63 lower-case letters, digits and `_`"),

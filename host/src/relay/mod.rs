@@ -28,7 +28,9 @@ mod poll;
 mod publish;
 mod source;
 
-pub use app::{AppOutboxConfig, AppRelay, AppStatus, Opened as OpenedOutbox, trigger_sql};
+pub use app::{
+    AppOutboxConfig, AppOutboxError, AppRelay, AppStatus, Opened as OpenedOutbox, trigger_sql,
+};
 pub use config::{RelayConfig, RelayMode};
 
 use crate::broker::outgoing::Unpublishable;

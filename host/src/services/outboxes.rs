@@ -8,7 +8,7 @@ use anyhow::Context;
 use crate::broker::connect_any;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::relay::{AppRelay, OpenedOutbox};
+use crate::relay::{AppOutboxError, AppRelay, OpenedOutbox};
 use crate::store::Store;
 use crate::telemetry::Telemetry;
 use crate::topology::check_exchange;
@@ -52,8 +52,10 @@ pub async fn check_exchanges(config: &Config, conn: &Connection) -> anyhow::Resu
     Ok(())
 }
 
-/// The relays of every `[[outboxes]]` entry, checked first (tables, grants and, if the
-/// broker answers now, exchanges; a broker that does not is waited for by the relays).
+/// The relays of every `[[outboxes]]` entry, checked first: a table that cannot be relayed
+/// (a missing column, type or grant) and, if the broker answers now, a missing exchange
+/// refuse the start. An application database that does not answer is waited for by its
+/// relay, so that one application's outage holds nothing else back.
 pub async fn outbox_relays(
     config: &Config,
     store: &Store,
@@ -63,7 +65,24 @@ pub async fn outbox_relays(
     if config.outboxes.is_empty() {
         return Ok(Vec::new());
     }
-    let opened = open_outboxes(config).await?;
+    let mut relays = Vec::with_capacity(config.outboxes.len());
+    for outbox in &config.outboxes {
+        let opened = match OpenedOutbox::open(outbox).await {
+            Ok(opened) => Ok(opened),
+            Err(e @ AppOutboxError::Connect { .. }) => {
+                tracing::warn!(error = %e, "the outbox's database does not answer; its relay waits for it");
+                Err(outbox.clone())
+            }
+            Err(e) => return Err(e.into()),
+        };
+        relays.push(AppRelay::new(
+            opened,
+            &config.broker,
+            store.clone(),
+            metrics.clone(),
+            telemetry.clone(),
+        ));
+    }
     let settings = broker_settings(config, "carteiro outbox check");
     match connect_any(&settings.urls, &settings.connect).await {
         Ok(conn) => {
@@ -75,15 +94,5 @@ pub async fn outbox_relays(
             tracing::warn!(error = %e, "cannot check the outboxes' exchanges now; the relays wait for the broker")
         }
     }
-    Ok(opened
-        .into_iter()
-        .map(|o| {
-            o.relay(
-                &config.broker,
-                store.clone(),
-                metrics.clone(),
-                telemetry.clone(),
-            )
-        })
-        .collect())
+    Ok(relays)
 }

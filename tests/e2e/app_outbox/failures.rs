@@ -4,19 +4,20 @@
 
 use std::time::{Duration, Instant};
 
-use super::{AppDb, WAIT, exchange_name, receive_all, relay, story_config};
+use super::{AppDb, Story, WAIT, receive_all, relay};
 use crate::resilience::{carteiro, run_to_end};
-use crate::support::{Client, wait_for};
+use crate::support::wait_for;
 
 #[tokio::test]
 async fn a_missing_column_is_named_by_check_and_relay_refuses_to_start() {
     let db = AppDb::postgres().await;
     db.create_table();
-    let client = Client::connect().await;
-    let exchange = exchange_name();
-    client.sink(&exchange).await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = story_config(dir.path(), &db, &exchange, "poll", "");
+    let Story {
+        exchange,
+        config,
+        dir: _dir,
+        ..
+    } = Story::new(&db, "poll", "").await;
     let mut ok = carteiro();
     ok.args(["check", "-c"]).arg(&config);
     let checked = run_to_end(ok, WAIT).await;
@@ -63,17 +64,13 @@ async fn a_missing_column_is_named_by_check_and_relay_refuses_to_start() {
 async fn an_oversized_row_is_parked_and_reported_while_the_others_go_out() {
     let db = AppDb::sqlite();
     db.create_table();
-    let client = Client::connect().await;
-    let exchange = exchange_name();
-    let sink = client.sink(&exchange).await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = story_config(
-        dir.path(),
-        &db,
-        &exchange,
-        "poll",
-        "max_payload = \"2KiB\"\n",
-    );
+    let Story {
+        client,
+        sink,
+        dir,
+        config,
+        ..
+    } = Story::new(&db, "poll", "max_payload = \"2KiB\"\n").await;
     db.execute(
         "INSERT INTO outbox_events (evento_id, tipo, routing_key, payload, criado_em, publicado) \
          VALUES ('too-big', 'matricula.confirmada', 'matricula.confirmada', \
@@ -140,11 +137,13 @@ async fn a_second_relay_stands_by_and_takes_over_within_seconds_from_the_slot() 
 async fn standby_takes_over(mode: &str) {
     let db = AppDb::postgres().await;
     db.create_table();
-    let client = Client::connect().await;
-    let exchange = exchange_name();
-    let sink = client.sink(&exchange).await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = story_config(dir.path(), &db, &exchange, mode, "");
+    let Story {
+        client,
+        sink,
+        dir,
+        config,
+        ..
+    } = Story::new(&db, mode, "").await;
     let first = relay(&config, active(mode)).await;
     let mut second = relay(&config, "standing by").await;
     let committed = db.write(&dir.path().join("one.json"), 100, &[]).committed;
@@ -171,4 +170,40 @@ async fn standby_takes_over(mode: &str) {
     }
     assert!(took <= Duration::from_secs(10), "took over after {took:?}");
     eprintln!("{mode}: the standing-by relay took over {took:?} after the kill");
+}
+
+/// An application's database that does not answer at start holds nothing back: the relay
+/// starts, says it waits, and relays the table once the database is there.
+#[tokio::test]
+async fn a_database_down_at_start_is_waited_for() {
+    let db = AppDb::postgres_later();
+    let Story {
+        client,
+        sink,
+        dir,
+        config,
+        ..
+    } = Story::new(&db, "poll", "").await;
+    let mut check = carteiro();
+    check.args(["check", "-c"]).arg(&config);
+    let checked = run_to_end(check, WAIT).await;
+    assert_ne!(checked.code, Some(0), "check names an unreachable database");
+    assert!(
+        checked
+            .stderr
+            .contains("outbox matriculas: the application's database does not answer"),
+        "{}",
+        checked.stderr
+    );
+    let mut running = relay(&config, "its relay waits for it").await;
+    db.create_database().await;
+    db.create_table();
+    let committed = db.write(&dir.path().join("late.json"), 50, &[]).committed;
+    running.wait_stderr("(active)", WAIT).await;
+    receive_all(&client, &sink, &committed).await;
+    wait_for("every row marked", WAIT, || async {
+        (db.unpublished().await == 0).then_some(())
+    })
+    .await;
+    running.kill().await;
 }

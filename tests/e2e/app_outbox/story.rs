@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use super::{AppDb, WAIT, exchange_name, read_written, receive_all, relay, story_config};
-use crate::support::{Client, wait_for};
+use super::{AppDb, Story, WAIT, read_written, receive_all, relay};
+use crate::support::wait_for;
 
 /// The relay's default window: the rows one crash may send again.
 const WINDOW: usize = 256;
@@ -14,11 +14,13 @@ const WINDOW: usize = 256;
 /// committing first) while the relay is SIGKILLed and restarted `kills` times.
 async fn relayed_through_kills(db: AppDb, mode: &str, ready: &str, rows: usize, kills: usize) {
     db.create_table();
-    let client = Client::connect().await;
-    let exchange = exchange_name();
-    let sink = client.sink(&exchange).await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = story_config(dir.path(), &db, &exchange, mode, "");
+    let Story {
+        client,
+        sink,
+        dir,
+        config,
+        ..
+    } = Story::new(&db, mode, "").await;
     let written = dir.path().join("written.json");
     let mut writer = db
         .story(&["write", &rows.to_string(), &written.display().to_string()])

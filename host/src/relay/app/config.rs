@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::relay::RelayMode;
+use crate::relay::config::plain_name;
 
 /// One `[[outboxes]]` entry.
 #[derive(Debug, Clone, Deserialize)]
@@ -279,14 +280,6 @@ impl AppOutboxConfig {
         }
         Ok(())
     }
-}
-
-fn plain_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
 /// A name the relay can quote as an SQL identifier (`"name"`) on every backend.

@@ -63,12 +63,9 @@ pub fn trigger_sql(config: &AppOutboxConfig) -> String {
 /// Why an application outbox cannot be relayed.
 #[derive(Debug, thiserror::Error)]
 pub enum AppOutboxError {
-    #[error("outbox {name}: cannot connect to {url}: {source}")]
-    Connect {
-        name: String,
-        url: String,
-        source: StoreError,
-    },
+    /// The error names the (redacted) URL already.
+    #[error("outbox {name}: the application's database does not answer: {source}")]
+    Connect { name: String, source: StoreError },
     #[error("outbox {name}: {source}")]
     Shape { name: String, source: ShapeError },
 }
@@ -89,7 +86,6 @@ impl Opened {
             .await
             .map_err(|source| AppOutboxError::Connect {
                 name: name.clone(),
-                url: crate::redact::redact_url(&config.url),
                 source,
             })?;
         let shape = shape::read(&app, config)
@@ -142,13 +138,13 @@ impl Opened {
     }
 
     /// The relay of this outbox, publishing to `broker`; its bookkeeping goes to `store`.
-    pub fn relay(
+    fn relay(
         self,
         broker: &BrokerConfig,
         store: Store,
         metrics: Arc<Metrics>,
         telemetry: Telemetry,
-    ) -> AppRelay {
+    ) -> Running {
         let config = self.config;
         let sql = Statements::new(&config, &self.shape, self.app.dialect());
         let reading = Reading::new(&config, &self.shape);
@@ -196,7 +192,7 @@ impl Opened {
             leader.clone(),
             metrics.clone(),
         );
-        AppRelay {
+        Running {
             settings,
             source,
             cdc,
@@ -270,8 +266,87 @@ impl AppStatus {
     }
 }
 
-/// The relay of one application outbox.
+/// The relay of one application outbox: opened at start, or, when its database did not
+/// answer then, opened once it does. Carteiro's own routes and outbox do not wait for it.
 pub struct AppRelay {
+    start: Start,
+    broker: BrokerConfig,
+    store: Store,
+    metrics: Arc<Metrics>,
+    telemetry: Telemetry,
+}
+
+enum Start {
+    Opened(Opened),
+    /// The database did not answer at start.
+    Waiting(AppOutboxConfig),
+}
+
+impl AppRelay {
+    /// The relay of `opened`, or of an outbox whose database did not answer (`Err`),
+    /// publishing to `broker`; its bookkeeping goes to `store`.
+    pub fn new(
+        opened: Result<Opened, AppOutboxConfig>,
+        broker: &BrokerConfig,
+        store: Store,
+        metrics: Arc<Metrics>,
+        telemetry: Telemetry,
+    ) -> Self {
+        Self {
+            start: match opened {
+                Ok(o) => Start::Opened(o),
+                Err(config) => Start::Waiting(config),
+            },
+            broker: broker.clone(),
+            store,
+            metrics,
+            telemetry,
+        }
+    }
+
+    /// Runs until `stop` (see [`Running::run`]), opening the outbox first if it waits.
+    pub async fn run(self, stop: CancellationToken) -> anyhow::Result<()> {
+        let opened = match self.start {
+            Start::Opened(o) => o,
+            Start::Waiting(config) => match open_waiting(&config, &self.broker, &stop).await {
+                Some(o) => o,
+                None => return Ok(()),
+            },
+        };
+        opened
+            .relay(&self.broker, self.store, self.metrics, self.telemetry)
+            .run(stop)
+            .await
+    }
+}
+
+/// Opens `config`'s outbox once its database answers and its table can be relayed, trying
+/// again with backoff (up to the broker's reconnect bound) until `stop`.
+async fn open_waiting(
+    config: &AppOutboxConfig,
+    broker: &BrokerConfig,
+    stop: &CancellationToken,
+) -> Option<Opened> {
+    let mut backoff = crate::common::retry::reconnect(broker.reconnect_max_backoff).backoff();
+    loop {
+        match Opened::open(config).await {
+            Ok(opened) => {
+                tracing::info!(outbox = %config.name, "the application's database answers; relaying its outbox");
+                return Some(opened);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "application outbox not relayed yet; trying again")
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff.next_delay()) => {}
+            () = stop.cancelled() => return None,
+        }
+    }
+}
+
+/// A relay running on an opened outbox.
+struct Running {
     settings: Settings,
     source: AppSource,
     cdc: Option<cdc::CdcSettings>,
@@ -281,7 +356,7 @@ pub struct AppRelay {
     metrics: Arc<Metrics>,
 }
 
-impl AppRelay {
+impl Running {
     /// Runs until `stop`; gives the outbox up to a standing-by relay only once its last
     /// confirmed rows are marked.
     pub async fn run(self, stop: CancellationToken) -> anyhow::Result<()> {

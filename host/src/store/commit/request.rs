@@ -204,7 +204,7 @@ pub(super) async fn insert_outbox(
         let mut query = sqlx::query(AssertSqlSafe(sql));
         for row in chunk {
             query = query
-                .bind(row.event_id.clone())
+                .bind(row.event_id.as_str())
                 .bind(row.route.as_str())
                 .bind(row.plugin.as_str())
                 .bind(row.exchange.as_str())
