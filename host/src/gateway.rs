@@ -168,6 +168,7 @@ pub async fn run_live(
             metrics.clone(),
             Some(committer.outbox_committed()),
         )
+        .with_handoff(committer.handoff(), &config.relay)
         .with_telemetry(telemetry.clone());
         let stop = stop.clone();
         tasks.spawn(async move { relay.run(stop).await });

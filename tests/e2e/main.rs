@@ -23,6 +23,7 @@ mod outages;
 mod prometheus;
 mod relay;
 mod relay_bytes;
+mod relay_immediate;
 mod relay_model;
 mod relay_parked;
 mod replay;

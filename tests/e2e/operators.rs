@@ -193,6 +193,8 @@ async fn metrics_move_by_exactly_a_known_batch() {
         (instances("fixture-mixed"), 17.0),
         (instances("enrollment"), 4.0),
         ("carteiro_outbox_published_total".to_owned(), 12.0),
+        // Immediate dispatch: every row went straight from its commit, none was claimed.
+        ("carteiro_outbox_handed_total".to_owned(), 12.0),
     ]
     .into_iter()
     .collect();

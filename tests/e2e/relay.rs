@@ -3,13 +3,14 @@
 //! unroutable rows, and two relays on PostgreSQL share one table without duplicates.
 
 use crate::support::{
-    Client, Gateway, amqp_url, assert_applied_once, crash_at_fault, load_config, message_id,
-    migrated_store, pg_database, plugin_route, receive, seed_outbox, seed_request, spawn_relay,
-    sqlite_config_head, sqlite_url, stop_relay, unique, wait_for, wait_published,
+    Client, Gateway, amqp_url, assert_applied_once, assert_once_in_key_order, crash_at_fault,
+    load_config, message_id, migrated_store, pg_database, plugin_route, receive, seed_outbox,
+    seed_request, spawn_relay, sqlite_config_head, sqlite_url, stop_relay, unique, wait_for,
+    wait_published,
 };
 use carteiro::metrics::Metrics;
 use carteiro::store::Store;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,21 +42,7 @@ async fn two_relays_on_postgres_publish_each_row_once_in_key_order() {
     stop_relay(a).await;
     stop_relay(b).await;
 
-    let ids: HashSet<String> = all.iter().map(message_id).collect();
-    assert_eq!(all.len(), 10_000, "no row published twice");
-    assert_eq!(
-        ids.len(),
-        10_000,
-        "every row published, each with its own event id"
-    );
-    let mut last: BTreeMap<String, i64> = BTreeMap::new();
-    for m in &all {
-        let text = String::from_utf8(m.delivery.data.clone()).expect("utf8");
-        let (key, seq) = text.split_once('/').expect("key/seq");
-        let seq: i64 = seq.parse().expect("seq");
-        let previous = last.insert(key.to_owned(), seq).unwrap_or(-1);
-        assert!(seq > previous, "{key}: {seq} arrived after {previous}");
-    }
+    assert_once_in_key_order(&all, 10_000);
     assert_eq!(store.outbox_status().await.expect("status").pending, 0);
 }
 

@@ -1026,6 +1026,26 @@ pub fn assert_once_or_resent(
 }
 
 /// The AMQP `message-id` of a received message (`""` when it has none).
+/// `all` are `n` seeded rows (`key/seq`, see [`seed_request`]), each published once, every
+/// key's rows in sequence order.
+pub fn assert_once_in_key_order(all: &[lapin::message::BasicGetMessage], n: usize) {
+    let ids: std::collections::HashSet<String> = all.iter().map(message_id).collect();
+    assert_eq!(
+        ids.len(),
+        n,
+        "every row published, each with its own event id"
+    );
+    assert_eq!(all.len(), n, "no row published twice");
+    let mut last: std::collections::BTreeMap<String, i64> = Default::default();
+    for m in all {
+        let text = String::from_utf8(m.delivery.data.clone()).expect("utf8");
+        let (key, seq) = text.split_once('/').expect("key/seq");
+        let seq: i64 = seq.parse().expect("seq");
+        let previous = last.insert(key.to_owned(), seq).unwrap_or(-1);
+        assert!(seq > previous, "{key}: {seq} arrived after {previous}");
+    }
+}
+
 pub fn message_id(m: &lapin::message::BasicGetMessage) -> String {
     m.delivery
         .properties

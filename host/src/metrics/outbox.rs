@@ -13,6 +13,10 @@ pub struct OutboxMetrics {
     pub published: Counter,
     /// Outbox publish failures (nack, returned, timeout).
     pub failed: Counter,
+    /// Rows the in-process relay took straight from their commit (immediate dispatch).
+    pub handed: Counter,
+    /// Rows the relay claimed from the table (recovery, other processes, overflow).
+    pub claimed: Counter,
     /// Unpublished outbox rows (read from the store at each scrape).
     pub pending: Gauge,
     /// Age of the oldest unpublished outbox row, 0 when none (read at each scrape).
@@ -45,6 +49,14 @@ impl OutboxMetrics {
         Self {
             published: registry.new_metric("outbox_published", "Outbox rows confirmed"),
             failed: registry.new_metric("outbox_publish_failures", "Outbox publishes that failed"),
+            handed: registry.new_metric(
+                "outbox_handed",
+                "Outbox rows the relay took in memory straight from their commit",
+            ),
+            claimed: registry.new_metric(
+                "outbox_claimed",
+                "Outbox rows the relay claimed from the table",
+            ),
             pending: registry.new_metric("outbox_pending", "Unpublished outbox rows"),
             oldest_pending_seconds: registry.new_metric(
                 "outbox_oldest_pending_seconds",

@@ -42,6 +42,11 @@ impl HeldBytes {
         self.0.load(Ordering::Relaxed)
     }
 
+    /// The count itself, for the committer to read (immediate dispatch's room).
+    pub fn shared(&self) -> Arc<AtomicU64> {
+        self.0.clone()
+    }
+
     /// Counts `row` until the returned guard is dropped.
     pub fn hold(&self, row: &OutboxRow) -> Held {
         let bytes = row_bytes(row);

@@ -26,6 +26,12 @@ pub struct RelayConfig {
         with = "crate::common::units::size"
     )]
     pub max_in_flight_bytes: u64,
+    /// Immediate dispatch (`poll` mode, inside `carteiro run`): the rows a commit writes go
+    /// to this process's relay in memory, leased to it in their own transaction, instead of
+    /// being claimed back out of the table. The table stays the path for rows of a crashed
+    /// or other process. See docs/relay.md.
+    #[serde(default = "default_true")]
+    pub immediate: bool,
     /// Backstop poll when no commit woke the relay.
     #[serde(default = "default_poll_interval", with = "humantime_serde")]
     pub poll_interval: Duration,
@@ -96,6 +102,7 @@ impl Default for RelayConfig {
             enabled: true,
             max_in_flight: default_max_in_flight(),
             max_in_flight_bytes: default_max_in_flight_bytes(),
+            immediate: true,
             poll_interval: default_poll_interval(),
             retention: None,
             lease: default_relay_lease(),

@@ -41,7 +41,7 @@ use crate::broker::{
 };
 use crate::common::FaultPoint;
 use crate::metrics::Metrics;
-use crate::store::{OutboxRow, Store};
+use crate::store::{Handoff, OutboxRow, Store};
 use crate::telemetry::Telemetry;
 use outbox_table::OutboxTable;
 use std::sync::Arc;
@@ -62,6 +62,9 @@ struct Settings {
     metrics: Arc<Metrics>,
     /// Notified by the in-process committer.
     wake: Arc<Notify>,
+    /// Immediate dispatch: rows the in-process committer hands over (Carteiro's own outbox,
+    /// `[relay] mode = "poll"`, inside `carteiro run`).
+    handoff: Option<Handoff>,
     /// Broker nodes, tried in turn.
     urls: Vec<String>,
     connect: ConnectOptions,
@@ -109,6 +112,7 @@ impl Relay {
                 lease: relay.lease.max(broker.publish_timeout * 3),
                 fault: FaultPoint::from_env(),
                 telemetry: Telemetry::off(),
+                handoff: None,
             },
             source: OutboxTable::new(store, store_url),
             cdc: (relay.mode == RelayMode::Cdc).then(|| cdc::CdcSettings {
@@ -117,6 +121,16 @@ impl Relay {
                 max_slot_lag: relay.max_slot_lag,
             }),
         }
+    }
+
+    /// The same relay, also publishing the rows the in-process committer hands over
+    /// straight from their commit (immediate dispatch), unless `[relay] immediate = false`
+    /// or the relay reads the replication slot (which sees every row anyway).
+    pub fn with_handoff(mut self, handoff: Handoff, relay: &RelayConfig) -> Self {
+        if relay.immediate && self.cdc.is_none() {
+            self.settings.handoff = Some(handoff);
+        }
+        self
     }
 
     /// The same relay, exporting a publish span per row through `telemetry`.

@@ -8,17 +8,25 @@
 //! running meanwhile, before the rest of their chain is handed back — so a claim never
 //! returns a row whose earlier row of the same key failed but is not yet in backoff.
 //!
+//! With immediate dispatch (`Settings::handoff`, Carteiro's own outbox inside `carteiro
+//! run`), a session also takes the rows the in-process committer hands over: they were
+//! inserted leased to this session's owner, so they join the chains exactly as claimed rows
+//! do. They are taken before any claim result, so a claim can never overtake a handed row.
+//!
 //! A session ends on `stop`, a lost broker or a store error. It then drops the rows it has
 //! not started, lets the publishes in flight finish, marks what was confirmed, and only then
 //! gives its leases back (a row confirmed but not yet marked must not be freed for another
 //! relay to publish again). A lease it cannot give back expires; because the next session
 //! has a new owner name, such rows keep holding back the later rows of their key.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -29,7 +37,7 @@ use super::source::Source;
 use super::{Settings, sleep_or_stop};
 use crate::broker::{ConfirmedPublisher, PublishError};
 use crate::common::retry;
-use crate::store::{OutboxRow, StoreError};
+use crate::store::{Handed, OutboxRow, Room, StoreError};
 
 /// Polls `source` until `stop` (also the CDC relay's backlog drain): reconnects to the broker
 /// with backoff and runs one session after another.
@@ -78,6 +86,14 @@ pub(super) async fn run<S: Source>(settings: &Settings, source: &S, stop: &Cance
             }
         }
         sleep_or_stop(backoff.next_delay(), &stop).await;
+    }
+}
+
+/// The next rows handed over, or never when immediate dispatch is off.
+async fn recv_handed(handed: &mut Option<UnboundedReceiver<Handed>>) -> Option<Handed> {
+    match handed {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -141,6 +157,10 @@ struct Session<'a, S> {
     byte_capped: bool,
     /// Some row was marked published: the relay's reconnect backoff starts over.
     progressed: bool,
+    /// The window's row count, shared with the committer (immediate dispatch's room).
+    shared_window: Arc<AtomicUsize>,
+    /// Rows handed over and not yet taken, counted by the committer.
+    handed_queued: Arc<AtomicUsize>,
 }
 
 impl<'a, S: Source> Session<'a, S> {
@@ -161,6 +181,8 @@ impl<'a, S: Source> Session<'a, S> {
             held: HeldBytes::default(),
             byte_capped: false,
             progressed: false,
+            shared_window: Arc::default(),
+            handed_queued: Arc::default(),
         }
     }
 
@@ -169,6 +191,7 @@ impl<'a, S: Source> Session<'a, S> {
         tracing::debug!(owner = %self.owner, "relay session started");
         let (marker, mut marked) = Marker::spawn(self.source.clone());
         let publisher = self.key_publisher(marker.sender());
+        let mut handed = self.open_handoff().await;
         let mut claim: Option<Claim> = None;
         let mut want_claim = true;
         let poll = self.settings.poll_interval;
@@ -187,7 +210,11 @@ impl<'a, S: Source> Session<'a, S> {
                 self.byte_capped = false;
                 claim = Some(self.claim());
             }
+            self.shared_window.store(self.window, Ordering::Relaxed);
             tokio::select! {
+                // First: a handed row must join its chain before any claim result (module doc).
+                biased;
+                Some(rows) = recv_handed(&mut handed) => self.take_handed(rows, &publisher),
                 Some(joined) = self.publishing.next(), if !self.publishing.is_empty() => {
                     let end = match joined {
                         Ok(done) => self.finished(done, &publisher),
@@ -213,6 +240,9 @@ impl<'a, S: Source> Session<'a, S> {
                             // Many bytes for fewer rows than asked: the byte budget stopped it.
                             let bytes: u64 = rows.iter().map(row_bytes).sum();
                             self.byte_capped = rows.len() < done.limit && bytes >= done.max_bytes / 2;
+                            if self.settings.handoff.is_some() {
+                                self.settings.metrics.outbox.claimed.inc_by(rows.len() as u64);
+                            }
                             self.admit(rows, done.at, &publisher);
                         }
                         Err(e) => break End::Store(e),
@@ -232,8 +262,45 @@ impl<'a, S: Source> Session<'a, S> {
             }
         };
         let progressed = self.progressed;
-        self.quiesce(claim, marker, publisher, &end).await;
+        self.quiesce(claim, handed, marker, publisher, &end).await;
         (end, progressed)
+    }
+
+    /// Opens immediate dispatch to this session, when the relay has it.
+    async fn open_handoff(&self) -> Option<UnboundedReceiver<Handed>> {
+        let handoff = self.settings.handoff.as_ref()?;
+        let room = Room {
+            window: self.shared_window.clone(),
+            bytes: self.held.shared(),
+            queued: self.handed_queued.clone(),
+            max_rows: self.settings.max_in_flight,
+            max_bytes: self.settings.max_in_flight_bytes,
+        };
+        Some(handoff.open(&self.owner, self.settings.lease, room).await)
+    }
+
+    /// Ends immediate dispatch to this session: once it returns, no commit leases rows to
+    /// this owner any more. Rows handed and not taken stay leased to it: the session's end
+    /// gives them back with the rest.
+    async fn close_handoff(&self, handed: Option<UnboundedReceiver<Handed>>) {
+        let (Some(handoff), Some(mut handed)) = (self.settings.handoff.as_ref(), handed) else {
+            return;
+        };
+        handoff.close(&self.owner).await;
+        handed.close();
+        let mut dropped = 0;
+        while let Ok(rows) = handed.try_recv() {
+            dropped += rows.rows.len();
+        }
+        tracing::debug!(owner = %self.owner, dropped, "immediate dispatch closed");
+    }
+
+    /// Rows a commit handed over, leased to this session: each starts now or joins its chain.
+    fn take_handed(&mut self, handed: Handed, publisher: &KeyPublisher<S, Unfenced>) {
+        let n = handed.rows.len();
+        self.settings.metrics.outbox.handed.inc_by(n as u64);
+        self.admit(handed.rows, Instant::from_std(handed.began), publisher);
+        self.handed_queued.fetch_sub(n, Ordering::Relaxed);
     }
 
     /// What each key's publishing task gets: this session's publisher, handing failures back.
@@ -371,6 +438,7 @@ impl<'a, S: Source> Session<'a, S> {
     async fn quiesce(
         mut self,
         claim: Option<Claim>,
+        handed: Option<UnboundedReceiver<Handed>>,
         marker: Marker,
         publisher: KeyPublisher<S, Unfenced>,
         end: &End,
@@ -380,6 +448,9 @@ impl<'a, S: Source> Session<'a, S> {
             // Let it finish: its rows are then leased by this owner and given back below.
             let _ = claim.rows.await;
         }
+        // Only after the claim: a commit waiting for SQLite's one writer, which an unfinished
+        // claim holds, would keep the hand-off from closing.
+        self.close_handoff(handed).await;
         // Confirmed rows reach the marker from the tasks themselves.
         while let Some(joined) = self.publishing.next().await {
             let Ok(KeyDone {

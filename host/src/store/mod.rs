@@ -63,8 +63,8 @@ pub use backend::{
 pub use canaries::CanaryDecision;
 pub use change_feed::CommitWakeups;
 pub use commit::{
-    CommitOutcome, CommitRequest, CommitterConfig, CommitterHandle, GroupCommitter, KvRead,
-    KvWrite, MAX_KV_KEYS_PER_COMMIT, NewOutboxRow,
+    CommitOutcome, CommitRequest, CommitterConfig, CommitterHandle, GroupCommitter, Handed,
+    Handoff, KvRead, KvWrite, MAX_KV_KEYS_PER_COMMIT, NewOutboxRow, Room,
 };
 pub use config::StoreConfig;
 pub(crate) use config::resolve_sqlite_path;

@@ -181,6 +181,8 @@ impl Opened {
                     .min(std::time::Duration::from_secs(1))
                 + Leader::margin(config.takeover),
             fault: FaultPoint::from_env(),
+            // The application commits its own rows: nothing is handed over.
+            handoff: None,
             telemetry,
         };
         let source = AppSource::new(

@@ -12,11 +12,14 @@
 //! were no faster (bench/README.md), and SQLite has a single writer anyway.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
-use super::request::{CommitOutcome, CommitRequest, MAX_KV_KEYS_PER_COMMIT, distinct_keys};
+use super::handoff::{Handoff, Permit};
+use super::request::{
+    CommitOutcome, CommitRequest, Committed, MAX_KV_KEYS_PER_COMMIT, distinct_keys,
+};
 use crate::store::{Store, StoreError};
 
 /// Tuning for [`GroupCommitter::spawn_with`].
@@ -48,6 +51,7 @@ pub struct GroupCommitter;
 pub struct CommitterHandle {
     tx: mpsc::Sender<Job>,
     outbox_committed: Arc<Notify>,
+    handoff: Handoff,
 }
 
 impl GroupCommitter {
@@ -69,10 +73,16 @@ impl GroupCommitter {
     pub fn spawn_with(store: Store, config: CommitterConfig) -> CommitterHandle {
         let (tx, rx) = mpsc::channel(config.queue.max(1));
         let outbox_committed = Arc::new(Notify::new());
-        tokio::spawn(run(store, config, rx, outbox_committed.clone()));
+        let handoff = Handoff::default();
+        let wakes = Wakes {
+            outbox_committed: outbox_committed.clone(),
+            handoff: handoff.clone(),
+        };
+        tokio::spawn(run(store, config, rx, wakes));
         CommitterHandle {
             tx,
             outbox_committed,
+            handoff,
         }
     }
 }
@@ -109,18 +119,26 @@ impl CommitterHandle {
     }
 
     /// Notified (`notify_one`, so a wake-up is never lost) after every batch that committed
-    /// outbox rows: the in-process relay waits on it.
+    /// outbox rows to the table (not handed over): the in-process relay waits on it.
     pub fn outbox_committed(&self) -> Arc<Notify> {
         self.outbox_committed.clone()
     }
+
+    /// Where the in-process relay takes committed rows straight from the commit (immediate
+    /// dispatch; see `handoff`).
+    pub fn handoff(&self) -> Handoff {
+        self.handoff.clone()
+    }
 }
 
-async fn run(
-    store: Store,
-    config: CommitterConfig,
-    mut rx: mpsc::Receiver<Job>,
+/// Who hears of committed outbox rows: the in-process relay, in memory or woken to claim.
+#[derive(Clone)]
+struct Wakes {
     outbox_committed: Arc<Notify>,
-) {
+    handoff: Handoff,
+}
+
+async fn run(store: Store, config: CommitterConfig, mut rx: mpsc::Receiver<Job>, wakes: Wakes) {
     let max_batch = config.max_batch.max(1);
     let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
     while let Some(first) = rx.recv().await {
@@ -154,9 +172,9 @@ async fn run(
             }
         }
         let store = store.clone();
-        let outbox_committed = outbox_committed.clone();
+        let wakes = wakes.clone();
         tokio::spawn(async move {
-            commit_jobs(&store, jobs, &outbox_committed).await;
+            commit_jobs(&store, jobs, &wakes).await;
             drop(slot);
         });
     }
@@ -166,51 +184,67 @@ async fn run(
 
 /// Commits `jobs` in as few transactions as their kv keys allow (whole submissions per
 /// transaction), answering each transaction's submissions as soon as it is done.
-async fn commit_jobs(store: &Store, jobs: Vec<Job>, outbox_committed: &Notify) {
+async fn commit_jobs(store: &Store, jobs: Vec<Job>, wakes: &Wakes) {
     let mut group: Vec<Job> = Vec::new();
     let mut keys = 0;
     for job in jobs {
         let n: usize = job.0.iter().map(distinct_keys).sum();
         if !group.is_empty() && keys + n > MAX_KV_KEYS_PER_COMMIT {
-            commit_group(store, std::mem::take(&mut group), outbox_committed).await;
+            commit_group(store, std::mem::take(&mut group), wakes).await;
             keys = 0;
         }
         keys += n;
         group.push(job);
     }
     if !group.is_empty() {
-        commit_group(store, group, outbox_committed).await;
+        commit_group(store, group, wakes).await;
     }
 }
 
-async fn commit_group(store: &Store, jobs: Vec<Job>, outbox_committed: &Notify) {
+async fn commit_group(store: &Store, jobs: Vec<Job>, wakes: &Wakes) {
     let (submissions, replies): (Vec<_>, Vec<_>) = jobs.into_iter().unzip();
     let sizes: Vec<usize> = submissions.iter().map(Vec::len).collect();
     let requests: Vec<CommitRequest> = submissions.into_iter().flatten().collect();
     let keys: usize = requests.iter().map(distinct_keys).sum();
+    let rows: usize = requests.iter().map(|r| r.outbox.len()).sum();
+    let began = Instant::now();
     // Only a lone submission can exceed the keys of one transaction (see `commit_jobs`);
-    // `commit_batch` then splits it at request boundaries.
-    let committed = if keys > MAX_KV_KEYS_PER_COMMIT {
-        store.commit_batch(&requests).await
+    // `commit_batch` then splits it at request boundaries, and hands nothing over.
+    let (committed, permit) = if keys > MAX_KV_KEYS_PER_COMMIT {
+        let committed = store
+            .commit_batch(&requests)
+            .await
+            .map(|outcomes| Committed {
+                outcomes,
+                handed: Vec::new(),
+                unleased: rows,
+            });
+        (committed, None)
     } else {
-        store.commit_transaction(&requests).await
+        let permit = (rows > 0).then(|| wakes.handoff.permit(rows)).flatten();
+        let lease = permit.as_ref().map(Permit::lease);
+        (store.commit_handing(&requests, lease).await, permit)
     };
     match committed {
-        Ok(outcomes) => {
-            let wrote_outbox = requests
-                .iter()
-                .zip(&outcomes)
-                .any(|(r, o)| *o == CommitOutcome::Committed && !r.outbox.is_empty());
+        Ok(Committed {
+            outcomes,
+            handed,
+            unleased,
+        }) => {
+            if let Some(permit) = permit {
+                permit.hand(began, handed);
+            }
             let mut outcomes = outcomes.into_iter();
             for (reply, size) in replies.into_iter().zip(sizes) {
                 // The caller may have gone away (cancelled); its effects still committed.
                 let _ = reply.send(Ok(outcomes.by_ref().take(size).collect()));
             }
-            if wrote_outbox {
-                outbox_committed.notify_one();
+            if unleased > 0 {
+                wakes.outbox_committed.notify_one();
             }
         }
         Err(e) => {
+            drop(permit);
             tracing::warn!(
                 store = %store.redacted_url(),
                 batch = requests.len(),

@@ -8,13 +8,16 @@
 //! - `savepoints`: [`Store::commit_batch`](crate::store::Store::commit_batch), which tries
 //!   the fast path and falls back to one savepoint per request.
 //! - `committer`: [`GroupCommitter`], the task that batches concurrent commits.
+//! - `handoff`: immediate dispatch, the committed rows handed to the in-process relay.
 
 mod committer;
+pub(crate) mod handoff;
 mod request;
 mod savepoints;
 mod set;
 
 pub use committer::{CommitterConfig, CommitterHandle, GroupCommitter};
+pub use handoff::{Handed, Handoff, Room};
 pub use request::{
     CommitOutcome, CommitRequest, KvRead, KvWrite, MAX_KV_KEYS_PER_COMMIT, NewOutboxRow,
 };

@@ -3,12 +3,13 @@
 //! insert of its outbox rows. It sits below `savepoints` (the savepoint path) and `set`
 //! (the set-based fast path) so that neither has to import the other for these.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use sqlx::{AnyConnection, AssertSqlSafe};
 
+use super::handoff::HandoffLease;
 use crate::store::sql::{Placeholders, shaped_chunks};
-use crate::store::{Dialect, StoreError, headers_to_json, nul_free};
+use crate::store::{Dialect, OutboxRow, StoreError, headers_to_json, nul_free};
 
 /// One kv key the handler read, and the version it saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -192,16 +193,95 @@ pub(super) async fn insert_outbox(
     dialect: &'static dyn Dialect,
     committed: &[&CommitRequest],
     now: i64,
-) -> Result<usize, sqlx::Error> {
+    lease: Option<HandoffLease<'_>>,
+) -> Result<InsertedOutbox, sqlx::Error> {
+    let rows: Vec<&NewOutboxRow> = committed.iter().flat_map(|r| r.outbox.iter()).collect();
+    let Some(lease) = lease else {
+        insert_rows(conn, dialect, &rows, now, None).await?;
+        return Ok(InsertedOutbox {
+            unleased: rows.len(),
+            handed: Vec::new(),
+        });
+    };
+    let held = held_keys(conn, dialect, &rows).await?;
+    let (to_hand, to_table): (Vec<&NewOutboxRow>, Vec<&NewOutboxRow>) = rows
+        .into_iter()
+        .partition(|r| r.ordering_key.is_empty() || !held.contains(r.ordering_key.as_str()));
+    insert_rows(conn, dialect, &to_table, now, None).await?;
+    let ids = insert_rows(conn, dialect, &to_hand, now, Some(lease)).await?;
+    let mut handed: Vec<OutboxRow> = to_hand
+        .into_iter()
+        .filter_map(|event| {
+            Some(OutboxRow {
+                id: *ids.get(event.event_id.as_str())?,
+                event: event.clone(),
+                created_at: now,
+                attempts: 0,
+                last_error: None,
+                message_type: None,
+                refused: None,
+            })
+        })
+        .collect();
+    handed.sort_by_key(|r| r.id);
+    Ok(InsertedOutbox {
+        unleased: to_table.len(),
+        handed,
+    })
+}
+
+/// What one transaction of a batch committed.
+#[derive(Debug, Default)]
+pub(crate) struct Committed {
+    /// One per request, in order.
+    pub outcomes: Vec<CommitOutcome>,
+    /// Outbox rows leased to the in-process relay, in id order.
+    pub handed: Vec<OutboxRow>,
+    /// Outbox rows left in the table for a relay to claim.
+    pub unleased: usize,
+}
+
+/// What [`insert_outbox`] inserted.
+pub(super) struct InsertedOutbox {
+    /// Rows left in the table for a relay to claim.
+    pub unleased: usize,
+    /// Rows leased to the in-process relay session, to hand over after the commit.
+    pub handed: Vec<OutboxRow>,
+}
+
+/// Inserts `rows`; with `lease`, leased to its owner by the database's clock, returning
+/// each row's id by event id.
+async fn insert_rows(
+    conn: &mut AnyConnection,
+    dialect: &'static dyn Dialect,
+    rows: &[&NewOutboxRow],
+    now: i64,
+    lease: Option<HandoffLease<'_>>,
+) -> Result<HashMap<String, i64>, sqlx::Error> {
     const WIDTH: usize = 11;
-    let rows: Vec<_> = committed.iter().flat_map(|r| r.outbox.iter()).collect();
-    for chunk in shaped_chunks(&rows) {
-        let sql = format!(
-            "INSERT INTO outbox (event_id, route, plugin, exchange, routing_key, headers, \
-             content_type, payload, ordering_key, created_at, next_attempt_at) VALUES {}",
-            Placeholders::new(dialect).rows(chunk.len(), WIDTH)
-        );
-        let mut query = sqlx::query(AssertSqlSafe(sql));
+    let mut ids = HashMap::new();
+    for chunk in shaped_chunks(rows) {
+        let mut p = Placeholders::new(dialect);
+        let sql = match lease {
+            None => format!(
+                "INSERT INTO outbox (event_id, route, plugin, exchange, routing_key, headers, \
+                 content_type, payload, ordering_key, created_at, next_attempt_at) VALUES {}",
+                p.rows(chunk.len(), WIDTH)
+            ),
+            Some(_) => {
+                let clock = dialect.clock_ms();
+                let values: Vec<String> = (0..chunk.len())
+                    .map(|_| format!("({}, {clock} + {})", p.list(WIDTH + 1), p.next()))
+                    .collect();
+                format!(
+                    "INSERT INTO outbox (event_id, route, plugin, exchange, routing_key, headers, \
+                     content_type, payload, ordering_key, created_at, next_attempt_at, \
+                     lease_owner, lease_until) VALUES {} RETURNING id, event_id",
+                    values.join(", ")
+                )
+            }
+        };
+        let mut query = sqlx::query_as::<_, (i64, String)>(AssertSqlSafe(sql));
         for row in chunk {
             query = query
                 .bind(row.event_id.as_str())
@@ -217,8 +297,51 @@ pub(super) async fn insert_outbox(
                 // Publishable at once: backoffs are timed by the database's clock, which the
                 // committer's wall clock may be ahead of.
                 .bind(0_i64);
+            if let Some(lease) = lease {
+                query = query.bind(lease.owner).bind(lease.lease_ms);
+            }
         }
-        query.execute(&mut *conn).await?;
+        match lease {
+            None => {
+                query.fetch_all(&mut *conn).await?;
+            }
+            Some(_) => {
+                for (id, event_id) in query.fetch_all(&mut *conn).await? {
+                    ids.insert(event_id, id);
+                }
+            }
+        }
     }
-    Ok(rows.len())
+    Ok(ids)
+}
+
+/// The ordering keys of `rows` that already have an unpublished row in the table (leased,
+/// waiting, in backoff or parked): rows of those keys must queue behind it, in the table.
+async fn held_keys(
+    conn: &mut AnyConnection,
+    dialect: &'static dyn Dialect,
+    rows: &[&NewOutboxRow],
+) -> Result<HashSet<String>, sqlx::Error> {
+    let keys: Vec<&str> = rows
+        .iter()
+        .map(|r| r.ordering_key.as_str())
+        .filter(|k| !k.is_empty())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut held = HashSet::new();
+    for chunk in shaped_chunks(&keys) {
+        let mut p = Placeholders::new(dialect);
+        let sql = format!(
+            "SELECT DISTINCT ordering_key FROM outbox \
+             WHERE published_at IS NULL AND ordering_key IN ({})",
+            p.list(chunk.len())
+        );
+        let mut query = sqlx::query_scalar::<_, String>(AssertSqlSafe(sql));
+        for key in chunk {
+            query = query.bind(*key);
+        }
+        held.extend(query.fetch_all(&mut *conn).await?);
+    }
+    Ok(held)
 }

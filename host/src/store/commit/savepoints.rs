@@ -7,13 +7,14 @@ use std::collections::BTreeSet;
 
 use sqlx::{AnyConnection, AssertSqlSafe};
 
+use super::handoff::HandoffLease;
 use super::request::{
-    CommitOutcome, CommitRequest, MAX_KV_KEYS_PER_COMMIT, check, distinct_keys, insert_outbox,
-    last_write_per_key, lock_kv_keys, observed_version,
+    CommitOutcome, CommitRequest, Committed, InsertedOutbox, MAX_KV_KEYS_PER_COMMIT, check,
+    distinct_keys, insert_outbox, last_write_per_key, lock_kv_keys, observed_version,
 };
 use super::set::SetError;
 use crate::store::error::{Class, classify};
-use crate::store::{Dialect, OUTBOX_NOTIFY_CHANNEL, Store, StoreError, now_ms};
+use crate::store::{Dialect, OUTBOX_NOTIFY_CHANNEL, OutboxRow, Store, StoreError, now_ms};
 
 impl Store {
     /// Commits a batch in one transaction (several when its kv keys add up to more than
@@ -43,18 +44,29 @@ impl Store {
         &self,
         batch: &[CommitRequest],
     ) -> Result<Vec<CommitOutcome>, StoreError> {
+        Ok(self.commit_handing(batch, None).await?.outcomes)
+    }
+
+    /// One transaction of [`Store::commit_batch`]; with `lease`, the outbox rows that can go
+    /// straight to the in-process relay are inserted leased to it and returned (see
+    /// `handoff`).
+    pub(crate) async fn commit_handing(
+        &self,
+        batch: &[CommitRequest],
+        lease: Option<HandoffLease<'_>>,
+    ) -> Result<Committed, StoreError> {
         if batch.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Committed::default());
         }
         self.bounded("commit", async {
-            match self.commit_set(batch).await {
-                Ok(outcomes) => return Ok(outcomes),
+            match self.commit_set(batch, lease).await {
+                Ok(committed) => return Ok(committed),
                 Err(SetError::Unavailable(e)) => return Err(e),
                 Err(SetError::Fallback(why)) => {
                     tracing::debug!(%why, batch = batch.len(), "set-based commit fell back to one savepoint per request");
                 }
             }
-            self.commit_each(batch).await
+            self.commit_each(batch, lease).await
         })
         .await
     }
@@ -63,11 +75,13 @@ impl Store {
     pub(crate) async fn commit_each(
         &self,
         batch: &[CommitRequest],
-    ) -> Result<Vec<CommitOutcome>, StoreError> {
+        lease: Option<HandoffLease<'_>>,
+    ) -> Result<Committed, StoreError> {
         let now = now_ms();
         let mut tx = self.begin_write().await?;
         let mut outcomes = Vec::with_capacity(batch.len());
-        let mut published_rows = false;
+        let mut unleased = 0;
+        let mut handed = Vec::new();
         for req in batch {
             if let Err(e) = check(req) {
                 outcomes.push(CommitOutcome::Rejected(e));
@@ -76,9 +90,13 @@ impl Store {
             sqlx::query("SAVEPOINT carteiro_request")
                 .execute(&mut *tx)
                 .await?;
-            let outcome = match apply(&mut tx, self.dialect, req, now).await {
-                Ok(None) => CommitOutcome::Committed,
-                Ok(Some(stop)) => stop,
+            let outcome = match apply(&mut tx, self.dialect, req, now, lease).await {
+                Ok(Applied::Done(rows)) => {
+                    unleased += rows.unleased;
+                    handed.extend(rows.handed);
+                    CommitOutcome::Committed
+                }
+                Ok(Applied::Stopped(stop)) => stop,
                 Err(e) => match classify(&e) {
                     Class::Unavailable => return Err(e.into()),
                     Class::Conflict => CommitOutcome::Conflict,
@@ -90,8 +108,6 @@ impl Store {
                 sqlx::query("ROLLBACK TO SAVEPOINT carteiro_request")
                     .execute(&mut *tx)
                     .await?;
-            } else {
-                published_rows |= !req.outbox.is_empty();
             }
             sqlx::query("RELEASE SAVEPOINT carteiro_request")
                 .execute(&mut *tx)
@@ -101,13 +117,19 @@ impl Store {
         if let Some(notify) = self
             .dialect
             .notify(OUTBOX_NOTIFY_CHANNEL)
-            .filter(|_| published_rows)
+            .filter(|_| unleased > 0)
         {
-            // Wakes the relays of other instances at COMMIT.
+            // Wakes the relays of other instances at COMMIT (rows leased to this process's
+            // relay are none of theirs).
             sqlx::query(AssertSqlSafe(notify)).execute(&mut *tx).await?;
         }
         tx.commit().await?;
-        Ok(outcomes)
+        handed.sort_by_key(|r: &OutboxRow| r.id);
+        Ok(Committed {
+            outcomes,
+            handed,
+            unleased,
+        })
     }
 }
 
@@ -131,13 +153,22 @@ pub(crate) fn key_groups(batch: &[CommitRequest]) -> Vec<std::ops::Range<usize>>
     groups
 }
 
-/// Applies one request inside its savepoint. `Ok(Some(_))` stops it (Duplicate/Conflict).
+/// What [`apply`] did with one request.
+enum Applied {
+    /// Its effects are written, with these outbox rows.
+    Done(InsertedOutbox),
+    /// Duplicate or Conflict: nothing of it stays.
+    Stopped(CommitOutcome),
+}
+
+/// Applies one request inside its savepoint.
 async fn apply(
     conn: &mut AnyConnection,
     dialect: &'static dyn Dialect,
     req: &CommitRequest,
     now: i64,
-) -> Result<Option<CommitOutcome>, sqlx::Error> {
+    lease: Option<HandoffLease<'_>>,
+) -> Result<Applied, sqlx::Error> {
     let ns = req.namespace.as_str();
     let inserted = sqlx::query(
         "INSERT INTO inbox (route, key, processed_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
@@ -148,7 +179,7 @@ async fn apply(
     .execute(&mut *conn)
     .await?;
     if inserted.rows_affected() == 0 {
-        return Ok(Some(CommitOutcome::Duplicate));
+        return Ok(Applied::Stopped(CommitOutcome::Duplicate));
     }
 
     lock_keys(conn, dialect, req).await?;
@@ -163,7 +194,7 @@ async fn apply(
             .fetch_optional(&mut *conn)
             .await?;
         if current != read.observed_version {
-            return Ok(Some(CommitOutcome::Conflict));
+            return Ok(Applied::Stopped(CommitOutcome::Conflict));
         }
     }
 
@@ -224,12 +255,12 @@ async fn apply(
         }
         let changed = query.execute(&mut *conn).await?.rows_affected();
         if checked && changed == 0 {
-            return Ok(Some(CommitOutcome::Conflict));
+            return Ok(Applied::Stopped(CommitOutcome::Conflict));
         }
     }
 
-    insert_outbox(conn, dialect, &[req], now).await?;
-    Ok(None)
+    let rows = insert_outbox(conn, dialect, &[req], now, lease).await?;
+    Ok(Applied::Done(rows))
 }
 
 /// The lock of each key `req` reads or writes (`lock_kv_keys`), in sorted order.

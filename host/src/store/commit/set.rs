@@ -14,9 +14,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use sqlx::{AnyConnection, AssertSqlSafe};
 
+use super::handoff::HandoffLease;
 use super::request::{
-    CommitOutcome, CommitRequest, check, insert_outbox, last_write_per_key, lock_kv_keys,
-    observed_version,
+    CommitOutcome, CommitRequest, Committed, check, insert_outbox, last_write_per_key,
+    lock_kv_keys, observed_version,
 };
 use crate::store::error::{Class, classify};
 use crate::store::inbox::present_keys;
@@ -91,7 +92,8 @@ impl Store {
     pub(crate) async fn commit_set(
         &self,
         batch: &[CommitRequest],
-    ) -> Result<Vec<CommitOutcome>, SetError> {
+        lease: Option<HandoffLease<'_>>,
+    ) -> Result<Committed, SetError> {
         let now = now_ms();
         let rejected: Vec<Option<StoreError>> = batch.iter().map(|r| check(r).err()).collect();
         let valid = || {
@@ -157,17 +159,22 @@ impl Store {
 
         insert_inbox(&mut tx, self.dialect, &committed, now).await?;
         upsert_kv(&mut tx, self.dialect, &changes, now).await?;
-        let events = insert_outbox(&mut tx, self.dialect, &committed, now).await?;
+        let rows = insert_outbox(&mut tx, self.dialect, &committed, now, lease).await?;
         if let Some(notify) = self
             .dialect
             .notify(OUTBOX_NOTIFY_CHANNEL)
-            .filter(|_| events > 0)
+            .filter(|_| rows.unleased > 0)
         {
-            // Wakes the relays of other instances at COMMIT.
+            // Wakes the relays of other instances at COMMIT (rows leased to this process's
+            // relay are none of theirs).
             sqlx::query(AssertSqlSafe(notify)).execute(&mut *tx).await?;
         }
         tx.commit().await?;
-        Ok(outcomes)
+        Ok(Committed {
+            outcomes,
+            handed: rows.handed,
+            unleased: rows.unleased,
+        })
     }
 }
 

@@ -57,7 +57,10 @@ async fn missing_table_is_unavailable(db: &TestDb) {
         .unwrap();
     // Both the set-based path and the savepoint fallback must fail the batch as a whole.
     assert_unavailable("commit", s.commit_batch(&[full_request("m-1")]).await);
-    assert_unavailable("commit_each", s.commit_each(&[full_request("m-2")]).await);
+    assert_unavailable(
+        "commit_each",
+        s.commit_each(&[full_request("m-2")], None).await,
+    );
     assert!(
         !s.inbox_contains("r", "m-1").await.unwrap(),
         "nothing half-committed"
@@ -114,9 +117,10 @@ async fn batches_past_65535_parameters(db: &TestDb) {
             .await
             .unwrap(),
         db.store
-            .commit_each(std::slice::from_ref(&wide))
+            .commit_each(std::slice::from_ref(&wide), None)
             .await
-            .unwrap(),
+            .unwrap()
+            .outcomes,
     ] {
         match &outcome[..] {
             [CommitOutcome::Rejected(why)] => {
@@ -137,7 +141,10 @@ async fn read_only_postgres_is_unavailable() {
         .await;
     let ro = db.second_store().await; // new sessions start read-only
     assert_unavailable("commit", ro.commit_batch(&[full_request("m-1")]).await);
-    assert_unavailable("commit_each", ro.commit_each(&[full_request("m-2")]).await);
+    assert_unavailable(
+        "commit_each",
+        ro.commit_each(&[full_request("m-2")], None).await,
+    );
     assert_unavailable("dead letter", ro.dead_letter_insert(&dead_letter()).await);
     assert_unavailable("mark", ro.outbox_mark_published_many(&[1]).await);
     assert_unavailable("ping (the store gate's probe)", ro.ping().await);
@@ -161,7 +168,10 @@ async fn read_only_sqlite_is_unavailable() {
         .await
         .unwrap();
     assert_unavailable("commit", ro.commit_batch(&[full_request("m-1")]).await);
-    assert_unavailable("commit_each", ro.commit_each(&[full_request("m-2")]).await);
+    assert_unavailable(
+        "commit_each",
+        ro.commit_each(&[full_request("m-2")], None).await,
+    );
     assert_unavailable("dead letter", ro.dead_letter_insert(&dead_letter()).await);
     assert_unavailable("the store gate's write probe", ro.probe_write().await);
     ro.pool().close().await;

@@ -10,6 +10,7 @@ mod dead_letter_hours;
 mod dead_letters;
 mod edit_claims;
 mod faults;
+mod handoff;
 mod housekeeping;
 mod outage;
 mod outbox;

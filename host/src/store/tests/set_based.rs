@@ -84,11 +84,11 @@ async fn fast_path_matches_savepoint_path(db: &TestDb) {
         let batch: Vec<CommitRequest> = (0..n).map(|_| random_request(&mut rng, n)).collect();
         let fast: Vec<_> = batch.iter().map(|r| renamed(r, "fast")).collect();
         let slow: Vec<_> = batch.iter().map(|r| renamed(r, "slow")).collect();
-        let fast_outcomes = match s.commit_set(&fast).await {
-            Ok(o) => o,
+        let fast_outcomes = match s.commit_set(&fast, None).await {
+            Ok(o) => o.outcomes,
             Err(_) => panic!("round {round}: the fast path fell back on {fast:?}"),
         };
-        let slow_outcomes = s.commit_each(&slow).await.unwrap();
+        let slow_outcomes = s.commit_each(&slow, None).await.unwrap().outcomes;
         assert_eq!(fast_outcomes, slow_outcomes, "round {round}: {batch:?}");
         assert_eq!(
             kv_rows(s, "ns-fast").await,
