@@ -147,7 +147,10 @@ pub async fn run(opts: Options) -> anyhow::Result<Outcome> {
             broker_urls: &urls,
             store_url: &store_url,
             plugins: &plugins,
-            relay_in_gateway: !postgres,
+            // Polling: each gateway also runs its relay, which takes its own commits' rows in
+            // memory (immediate dispatch) beside the relay processes that claim from the
+            // table. CDC: only the relay processes read the slot.
+            relay_in_gateway: !(postgres && opts.cdc),
             quorum: opts.cluster,
             cdc: opts.cdc,
         }),

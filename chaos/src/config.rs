@@ -59,7 +59,7 @@ pub struct Setup<'a> {
     pub broker_urls: &'a [String],
     pub store_url: &'a str,
     pub plugins: &'a Path,
-    /// Relays run inside the gateways (SQLite) or as their own processes (PostgreSQL).
+    /// Relays run inside the gateways (with immediate dispatch), besides any relay processes.
     pub relay_in_gateway: bool,
     pub quorum: bool,
     /// The relays read the outbox from a replication slot (PostgreSQL).
