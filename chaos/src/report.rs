@@ -12,11 +12,16 @@ pub fn markdown(o: &Outcome, command: &str, date: &str) -> String {
     let setup = format!(
         "{}{}",
         match o.backend {
-            crate::campaign::Backend::Sqlite => "SQLite, one gateway (relay inside)",
+            crate::campaign::Backend::Sqlite => {
+                "SQLite, one gateway (its relay inside, immediate dispatch)"
+            }
             crate::campaign::Backend::Postgres if o.cdc => {
                 "PostgreSQL, two gateways and two CDC relays (one reads the slot, one stands by)"
             }
-            crate::campaign::Backend::Postgres => "PostgreSQL, two gateways and two relays",
+            crate::campaign::Backend::Postgres => {
+                "PostgreSQL, two gateways (each with its relay inside, immediate dispatch) and two \
+                 relay processes"
+            }
         },
         if o.cluster {
             ", 3-node RabbitMQ cluster, quorum queues"
