@@ -15,7 +15,7 @@
 //! - `cdc`: `[relay] mode = "cdc"`: the feed from a PostgreSQL logical replication slot.
 //! - shared by both feeds: `chains` (the per-ordering-key queues, the in-memory ordering rule,
 //!   and the window's bytes), `publish` (a key's runs with confirms, failures, parking,
-//!   backoff), `marker` (group commit of "published" marks as confirms arrive).
+//!   backoff), `marker` (group commit of "published" marks as confirms arrive, one `BETWEEN` per run of consecutive ids).
 //! - `config`: [`RelayConfig`] (`[relay]`) and its check.
 
 mod app;

@@ -62,6 +62,21 @@ struct LeasedFailure<'a> {
 /// Ids per `IN (...)` list: far below both backends' statement limits.
 const ID_CHUNK: usize = 1_000;
 
+/// `ids` as runs of consecutive ids `(first, last)`, in order of the sorted ids.
+fn id_runs(ids: &[i64]) -> Vec<(i64, i64)> {
+    let mut sorted = ids.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut runs: Vec<(i64, i64)> = Vec::new();
+    for id in sorted {
+        match runs.last_mut() {
+            Some((_, last)) if last.checked_add(1) == Some(id) => *last = id,
+            _ => runs.push((id, id)),
+        }
+    }
+    runs
+}
+
 fn id_list(ids: &[i64]) -> String {
     ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
 }
@@ -210,20 +225,25 @@ impl Store {
             let now = now_ms();
             let mut tx = self.begin_write().await?;
             let mut changed = 0;
-            // Bound ids in statements of a few fixed sizes: the prepared statements are reused
-            // (ids inlined into the text made every mark a new statement to parse, and pushed
-            // the hot statements out of sqlx's cache).
-            for chunk in shaped_chunks(ids) {
+            // A confirmed batch is mostly runs of consecutive ids (a commit's rows): one
+            // `BETWEEN` per run, so a batch is usually one statement. Runs are bound in
+            // statements of a few fixed sizes, whose prepared statements are reused.
+            let runs = id_runs(ids);
+            for chunk in shaped_chunks(&runs) {
                 let mut p = Placeholders::new(self.dialect);
+                let set = p.next();
+                let within: Vec<String> = chunk
+                    .iter()
+                    .map(|_| format!("id BETWEEN {} AND {}", p.next(), p.next()))
+                    .collect();
                 let sql = format!(
-                    "UPDATE outbox SET published_at = {}, lease_owner = NULL, lease_until = NULL \
-                     WHERE id IN ({}) AND published_at IS NULL",
-                    p.next(),
-                    p.list(chunk.len())
+                    "UPDATE outbox SET published_at = {set}, lease_owner = NULL, \
+                     lease_until = NULL WHERE ({}) AND published_at IS NULL",
+                    within.join(" OR ")
                 );
                 let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now);
-                for id in chunk {
-                    query = query.bind(*id);
+                for (first, last) in chunk {
+                    query = query.bind(*first).bind(*last);
                 }
                 changed += query.execute(&mut *tx).await?.rows_affected();
             }
@@ -426,4 +446,19 @@ struct StatusRecord {
     oldest: Option<i64>,
     with_errors: i64,
     leased: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::id_runs;
+
+    #[test]
+    fn marks_go_by_runs_of_consecutive_ids() {
+        assert_eq!(id_runs(&[]), []);
+        assert_eq!(id_runs(&[7]), [(7, 7)]);
+        assert_eq!(
+            id_runs(&[12, 10, 11, 3, 5, 4, 11, 20, i64::MAX]),
+            [(3, 5), (10, 12), (20, 20), (i64::MAX, i64::MAX)]
+        );
+    }
 }
