@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedRwLockReadGuard, RwLock, mpsc};
 
+pub(crate) use super::request::{HandedRow, HandoffLease};
 use crate::store::OutboxRow;
 
 /// Committed rows on their way to the relay session, with when their commit began (their
@@ -70,13 +71,6 @@ pub(crate) struct Permit {
     taker: OwnedRwLockReadGuard<Option<Taker>, Taker>,
 }
 
-/// Whom a commit leases its handed rows to, and for how long.
-#[derive(Clone, Copy)]
-pub(crate) struct HandoffLease<'a> {
-    pub owner: &'a str,
-    pub lease_ms: i64,
-}
-
 impl Handoff {
     /// Opens the hand-off to a relay session leasing as `owner` for `lease`; rows arrive on
     /// the receiver. Replaces (and so closes) any earlier session's.
@@ -124,10 +118,22 @@ impl Permit {
     }
 
     /// Hands the committed `rows` over (nothing to do when there are none).
-    pub(crate) fn hand(self, began: Instant, rows: Vec<OutboxRow>) {
+    pub(crate) fn hand(self, began: Instant, rows: Vec<HandedRow>) {
         if rows.is_empty() {
             return;
         }
+        let rows: Vec<OutboxRow> = rows
+            .into_iter()
+            .map(|r| OutboxRow {
+                id: r.id,
+                event: r.event,
+                created_at: r.created_at,
+                attempts: 0,
+                last_error: None,
+                message_type: None,
+                refused: None,
+            })
+            .collect();
         let taker = &self.taker;
         taker.room.queued.fetch_add(rows.len(), Ordering::Relaxed);
         // A session that ended without closing (a panic) lets the leases expire.

@@ -7,9 +7,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use sqlx::{AnyConnection, AssertSqlSafe};
 
-use super::handoff::HandoffLease;
 use crate::store::sql::{Placeholders, shaped_chunks};
-use crate::store::{Dialect, OutboxRow, StoreError, headers_to_json, nul_free};
+use crate::store::{Dialect, StoreError, headers_to_json, nul_free};
 
 /// One kv key the handler read, and the version it saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -209,17 +208,13 @@ pub(super) async fn insert_outbox(
         .partition(|r| r.ordering_key.is_empty() || !held.contains(r.ordering_key.as_str()));
     insert_rows(conn, dialect, &to_table, now, None).await?;
     let ids = insert_rows(conn, dialect, &to_hand, now, Some(lease)).await?;
-    let mut handed: Vec<OutboxRow> = to_hand
+    let mut handed: Vec<HandedRow> = to_hand
         .into_iter()
         .filter_map(|event| {
-            Some(OutboxRow {
+            Some(HandedRow {
                 id: *ids.get(event.event_id.as_str())?,
                 event: event.clone(),
                 created_at: now,
-                attempts: 0,
-                last_error: None,
-                message_type: None,
-                refused: None,
             })
         })
         .collect();
@@ -230,13 +225,29 @@ pub(super) async fn insert_outbox(
     })
 }
 
+/// Whom a commit leases the rows it hands to the in-process relay, and for how long
+/// (immediate dispatch, see `handoff`).
+#[derive(Clone, Copy)]
+pub(crate) struct HandoffLease<'a> {
+    pub owner: &'a str,
+    pub lease_ms: i64,
+}
+
+/// A row inserted leased to the in-process relay: its id, the event and its commit time.
+#[derive(Debug)]
+pub(crate) struct HandedRow {
+    pub id: i64,
+    pub event: NewOutboxRow,
+    pub created_at: i64,
+}
+
 /// What one transaction of a batch committed.
 #[derive(Debug, Default)]
 pub(crate) struct Committed {
     /// One per request, in order.
     pub outcomes: Vec<CommitOutcome>,
     /// Outbox rows leased to the in-process relay, in id order.
-    pub handed: Vec<OutboxRow>,
+    pub handed: Vec<HandedRow>,
     /// Outbox rows left in the table for a relay to claim.
     pub unleased: usize,
 }
@@ -246,7 +257,7 @@ pub(super) struct InsertedOutbox {
     /// Rows left in the table for a relay to claim.
     pub unleased: usize,
     /// Rows leased to the in-process relay session, to hand over after the commit.
-    pub handed: Vec<OutboxRow>,
+    pub handed: Vec<HandedRow>,
 }
 
 /// Inserts `rows`; with `lease`, leased to its owner by the database's clock, returning

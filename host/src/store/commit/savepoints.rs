@@ -7,14 +7,14 @@ use std::collections::BTreeSet;
 
 use sqlx::{AnyConnection, AssertSqlSafe};
 
-use super::handoff::HandoffLease;
 use super::request::{
-    CommitOutcome, CommitRequest, Committed, InsertedOutbox, MAX_KV_KEYS_PER_COMMIT, check,
-    distinct_keys, insert_outbox, last_write_per_key, lock_kv_keys, observed_version,
+    CommitOutcome, CommitRequest, Committed, HandedRow, HandoffLease, InsertedOutbox,
+    MAX_KV_KEYS_PER_COMMIT, check, distinct_keys, insert_outbox, last_write_per_key, lock_kv_keys,
+    observed_version,
 };
 use super::set::SetError;
 use crate::store::error::{Class, classify};
-use crate::store::{Dialect, OUTBOX_NOTIFY_CHANNEL, OutboxRow, Store, StoreError, now_ms};
+use crate::store::{Dialect, OUTBOX_NOTIFY_CHANNEL, Store, StoreError, now_ms};
 
 impl Store {
     /// Commits a batch in one transaction (several when its kv keys add up to more than
@@ -124,7 +124,7 @@ impl Store {
             sqlx::query(AssertSqlSafe(notify)).execute(&mut *tx).await?;
         }
         tx.commit().await?;
-        handed.sort_by_key(|r: &OutboxRow| r.id);
+        handed.sort_by_key(|r: &HandedRow| r.id);
         Ok(Committed {
             outcomes,
             handed,

@@ -14,10 +14,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use sqlx::{AnyConnection, AssertSqlSafe};
 
-use super::handoff::HandoffLease;
 use super::request::{
-    CommitOutcome, CommitRequest, Committed, check, insert_outbox, last_write_per_key,
-    lock_kv_keys, observed_version,
+    CommitOutcome, CommitRequest, Committed, HandoffLease, check, insert_outbox,
+    last_write_per_key, lock_kv_keys, observed_version,
 };
 use crate::store::error::{Class, classify};
 use crate::store::inbox::present_keys;
