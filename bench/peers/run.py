@@ -216,8 +216,12 @@ async def throughput(system, rnd):
             times = system.commit_times(run, "B")
             first_ms = min(times.values())
             end_ms = max(times.values())
+            rows, pending, last_publish = system.outbox(run)
             if relayed:
-                end_ms = max(end_ms, system.outbox(run)[2])
+                end_ms = max(end_ms, last_publish)
+            elif pending != rows:
+                raise Failed(f"{system.name}: {rows - pending} outbox rows published with the "
+                             f"relay off; see {run.dir}")
             sent = await publish(channel, system, [(f"L{i}", "ok") for i in range(LAT_N)],
                                  rate=LAT_RATE)
             await wait_for(lambda: system.done(run, "L") == LAT_N, procs, 60 + LAT_N / 5,
