@@ -14,8 +14,9 @@
 #                                outbox poller on PostgreSQL: drain rate, commit-to-publish,
 #                                the database's CPU (bench/outbox/drain.py, results under
 #                                bench/results/)
-#   bench/run.sh peers           Carteiro against the aio-pika pattern, Celery and an
-#                                ack-only consumer (bench/peers/run.py, results under
+#   bench/run.sh peers           Carteiro's routes against the aio-pika pattern, Celery, an
+#                                ack-only consumer and the box's limit (a lapin consumer
+#                                publishing the same events; bench/peers/run.py, results under
 #                                bench/results/); `peers --smoke`: a few hundred messages,
 #                                every system once, fails if any loses or duplicates (CI)
 #
@@ -77,15 +78,17 @@ if $peers; then
         echo "$want" >"$venv/.installed"
     fi
     # The smoke (CI) uses the debug binary scripts/test.sh has built; figures want release.
+    # The peers' lapin baseline is built in the same command: one feature set, so it shares
+    # every compiled dependency with carteiro and costs one small crate.
+    profile=release
     if [[ " ${peer_args[*]} " == *" --smoke "* || "${BENCH_SMOKE:-}" == 1 ]]; then
-        echo "== build (debug carteiro)"
-        cargo build -q -p carteiro --bin carteiro
-        bin="${CARGO_TARGET_DIR:-$repo/target}/debug/carteiro"
-    else
-        echo "== build (release carteiro)"
-        cargo build -q --release -p carteiro --bin carteiro
-        bin="${CARGO_TARGET_DIR:-$repo/target}/release/carteiro"
+        profile=debug
     fi
+    echo "== build ($profile carteiro, lapin-baseline)"
+    cargo build -q $([ $profile = release ] && echo --release) \
+        -p carteiro --bin carteiro -p carteiro-bench-lapin --bin lapin-baseline
+    bin="${CARGO_TARGET_DIR:-$repo/target}/$profile/carteiro"
+    lapin_bin="${CARGO_TARGET_DIR:-$repo/target}/$profile/lapin-baseline"
     if $outbox; then
         db="bench_outbox"
         psql_url="${CARTEIRO_TEST_POSTGRES_URL%/*}/postgres"
@@ -105,7 +108,7 @@ PY
         exit "${PIPESTATUS[0]}"
     fi
     echo "== run peers"
-    CARTEIRO_BIN="$bin" CARTEIRO_PLUGINS="$repo/target/plugins" \
+    CARTEIRO_BIN="$bin" CARTEIRO_PLUGINS="$repo/target/plugins" CARTEIRO_LAPIN_BASELINE="$lapin_bin" \
         exec nice -n 10 "$venv/bin/python" bench/peers/run.py "${peer_args[@]}"
 fi
 

@@ -1,7 +1,8 @@
 """Peer (d), the broker's ceiling: an aio-pika consumer that acks every delivery and does
 nothing else. (host/benches/pipeline.rs has the same baseline in Rust with lapin; this one
-runs in the peers' language and process model.) Writes DONE_FILE once EXPECT deliveries
-are acked (and DONE_FILE.first at the first ack), then keeps running until terminated, so its CPU and RSS can be read.
+runs in the peers' language and process model; bench/peers/lapin-baseline is the box's
+limit for the enrollment route's work on the wire.) Writes DONE_FILE once EXPECT deliveries
+are acked, then keeps running until terminated, so its CPU and RSS can be read.
 
     python baseline.py AMQP_URL QUEUE PREFETCH EXPECT DONE_FILE
 """
@@ -29,7 +30,6 @@ async def main(amqp_url, queue_name, prefetch, expect, done_file):
         await message.ack()
         if first is None:
             first = now_ms()
-            open(f"{done_file}.first", "w").close()  # the driver opens its CPU window
         acked += 1
         if acked == expect:
             with open(f"{done_file}.tmp", "w") as f:

@@ -34,12 +34,15 @@ def tree(roots):
 
 
 def cpu_seconds(pids):
-    """utime + stime of each living process (fields 14 and 15 of /proc/PID/stat)."""
+    """utime + stime + cutime + cstime of each living process (fields 14-17 of
+    /proc/PID/stat): its own CPU since it started and that of the children it reaped (a
+    server's finished backends, a pool's replaced workers), so the sum never falls when a
+    process of the tree exits and its parent reaps it."""
     total = 0.0
     for pid in pids:
         try:
             fields = _stat(pid)
-            total += (int(fields[11]) + int(fields[12])) / TICK
+            total += sum(int(f) for f in fields[11:15]) / TICK
         except (OSError, ValueError, IndexError):
             pass
     return total

@@ -4,26 +4,33 @@ For each round, each system in turn (A B C ... A B C ...), on the same broker, t
 message set and the same prefetch, with a fresh queue and a fresh database per run:
 1. throughput: N enrollment messages are published (confirmed) before the system starts;
    msg/s from its first commit until all N business rows are committed and all 3N outbox
-   rows are marked published (times read from the system's own database);
-   CPU seconds per 1,000 messages over that window for the system's processes, the broker
-   and the PostgreSQL server (/proc utime+stime; both servers are shared with other users
-   of this box, so their figures include whatever else ran meanwhile); peak RSS (VmHWM)
-   of the system's processes.
+   rows are marked published (times read from the system's own database; a Carteiro route
+   with the relay off: until the rows are committed; the baselines: first to last ack);
+   CPU per message: the system's processes' whole CPU from their start (start-up included)
+   until then, ÷ N; the broker's and the PostgreSQL server's over the same span (/proc
+   utime+stime with reaped children; both servers are shared with other users of this box,
+   so their figures include whatever else ran meanwhile); peak RSS (VmHWM) of the system's
+   processes.
 2. latency: with the system idle, L messages paced at RATE msg/s; end-to-end latency =
    commit time recorded in the business row - publish time (both wall clock, ms).
-Then once per system, a failure mix on a fresh run: M messages, 10% failing transiently
-once, 5% poison, 5% published twice; the final state must hold every effect exactly once
-and every poison message dead-lettered. Any difference fails the run (exit 1).
+Then once per system (one Carteiro system per backend), a failure mix on a fresh run: M
+messages, 10% failing transiently once, 5% poison, 5% published twice; the final state must
+hold every effect exactly once and every poison message dead-lettered. The lapin baseline
+must leave exactly 3N events on the sink. Any difference fails the run (exit 1). `uptime`
+before each round and the command that repeats the run go into the result file
+(report.py: the table, and the ratios issue 38's goals name).
 
     python run.py [--smoke]       (bench/run.sh peers installs the venv and calls this)
 
-Knobs (environment): BENCH_MESSAGES (N, 2000), BENCH_ROUNDS (3), BENCH_PREFETCH (64),
+Knobs (environment): BENCH_MESSAGES (N, 3000), BENCH_ROUNDS (3), BENCH_PREFETCH (64),
 BENCH_LATENCY_MESSAGES (L, 100), BENCH_LATENCY_RATE (20 msg/s: below the slowest peer's
 throughput on this box, so the figure is latency, not queueing), BENCH_MIX_MESSAGES (M, 400),
-BENCH_SYSTEMS (all; also carteiro-py-sqlite, carteiro-js-sqlite, carteiro-py-postgres,
-carteiro-js-postgres: the Python or JS enrollment handler on reused instances, BENCH_REUSE
-(64) deliveries each), BENCH_SMOKE=1 (= --smoke: N=200, 1 round, L=20, M=200).
-Needed: CARTEIRO_TEST_AMQP_URL, CARTEIRO_TEST_POSTGRES_URL, CARTEIRO_BIN, CARTEIRO_PLUGINS.
+BENCH_SYSTEMS (ALL below; also carteiro-relay-off-postgres and the -postgres forms of the
+Python and JS routes), BENCH_REUSE (64: the -batch routes' reuse), BENCH_MAX_LOAD (unset:
+wait before each round, up to BENCH_LOAD_WAIT_S (600) s, for a 1-minute load under it),
+BENCH_SEED (the failure mix), BENCH_SMOKE=1 (= --smoke: N=100, 1 round, L=10, M=200).
+Needed: CARTEIRO_TEST_AMQP_URL, CARTEIRO_TEST_POSTGRES_URL, CARTEIRO_BIN, CARTEIRO_PLUGINS,
+CARTEIRO_LAPIN_BASELINE (the lapin-baseline binary, for that system).
 """
 
 import asyncio
@@ -33,7 +40,7 @@ import os
 import random
 import shutil
 import signal
-import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -43,12 +50,15 @@ from urllib.parse import urlparse
 import aio_pika
 
 import procfs
+import report
 import systems as sysmod
 from business import now_ms
 
 REPO = Path(__file__).resolve().parents[2]
-ALL = ("carteiro-sqlite,pattern-sqlite,celery-sqlite,"
-       "carteiro-postgres,pattern-postgres,celery-postgres,baseline")
+ALL = ("lapin-baseline,carteiro-sqlite,carteiro-relay-off-sqlite,"
+       "carteiro-py-sqlite,carteiro-py-batch-sqlite,carteiro-js-sqlite,carteiro-js-batch-sqlite,"
+       "pattern-sqlite,celery-sqlite,carteiro-postgres,pattern-postgres,celery-postgres,"
+       "baseline")
 
 
 def knob(name, default, smoke_value=None):
@@ -58,10 +68,10 @@ def knob(name, default, smoke_value=None):
 
 
 SMOKE = "--smoke" in sys.argv or os.environ.get("BENCH_SMOKE") == "1"
-N = knob("BENCH_MESSAGES", 2000, 200)
+N = knob("BENCH_MESSAGES", 3000, 100)
 ROUNDS = knob("BENCH_ROUNDS", 3, 1)
 PREFETCH = knob("BENCH_PREFETCH", 64)
-LAT_N = knob("BENCH_LATENCY_MESSAGES", 100, 20)
+LAT_N = knob("BENCH_LATENCY_MESSAGES", 100, 10)
 LAT_RATE = knob("BENCH_LATENCY_RATE", 20)
 MIX_N = knob("BENCH_MIX_MESSAGES", 400, 200)
 POLL_S = 0.1
@@ -170,50 +180,65 @@ async def with_run(system, tag, body):
             shutil.rmtree(workdir, ignore_errors=True)
 
 
+def is_baseline(system):
+    return system.kind == "baseline"
+
+
 async def throughput(system, rnd):
     async def body(run, channel, procs):
         await publish(channel, system, [(f"B{i}", "ok") for i in range(N)])
-        procs += (system.start(run, mix=False, expect=N) if system.kind == "baseline"
+        # CPU is counted from the system's start (start-up included); the servers' from then.
+        _, broker0, pg0 = cpu_sample([])
+        procs += (system.start(run, mix=False, expect=N) if is_baseline(system)
                   else system.start(run, mix=False))
         timeout = 60 + N / 5
-        if system.kind == "baseline":
-            first_file, done_file = run.dir / "done.first", run.dir / "done"
-            await wait_for(first_file.exists, procs, timeout, system.name)
-            at_first, before = 0, cpu_sample(procs)  # the window opens at its first ack
+        if is_baseline(system):
+            done_file = run.dir / "done"
             await wait_for(done_file.exists, procs, timeout, system.name)
+            after = cpu_sample(procs)
             t = json.loads(done_file.read_text())
-            first_ms, end_ms, after = t["first_ms"], t["last_ms"], cpu_sample(procs)
+            first_ms, end_ms = t["first_ms"], t["last_ms"]
+            wrong = await system.check(run, channel, N)
+            if wrong:
+                raise Failed(f"{system.name}: {wrong}; see {run.dir}")
             lat = []
         else:
-            at_first = await wait_for(lambda: system.done(run, "B"), procs, timeout, system.name)
-            before = cpu_sample(procs)
+            relayed = getattr(system, "relay", True)  # relay off: the rows stay pending
 
             def finished():
                 rows, pending, _ = system.outbox(run)
-                return system.done(run, "B") == N and rows == 3 * N and pending == 0
+                return (system.done(run, "B") == N and rows == 3 * N
+                        and (pending == 0 or not relayed))
 
             await wait_for(finished, procs, timeout, system.name)
             after = cpu_sample(procs)
             times = system.commit_times(run, "B")
             first_ms = min(times.values())
-            end_ms = max(max(times.values()), system.outbox(run)[2])
+            end_ms = max(times.values())
+            rows, pending, last_publish = system.outbox(run)
+            if relayed:
+                end_ms = max(end_ms, last_publish)
+            elif pending != rows:
+                raise Failed(f"{system.name}: {rows - pending} outbox rows published with the "
+                             f"relay off; see {run.dir}")
             sent = await publish(channel, system, [(f"L{i}", "ok") for i in range(LAT_N)],
                                  rate=LAT_RATE)
             await wait_for(lambda: system.done(run, "L") == LAT_N, procs, 60 + LAT_N / 5,
                            f"{system.name} latency")
             done = system.commit_times(run, "L")
             lat = sorted(done[m] - sent[m] for m in sent)
-        counted = N - at_first
-        per_k = [(b - a) / counted * 1000 for a, b in zip(before, after)]
+        # ms of CPU per message (= s per 1,000).
+        per_msg = [after[0] / N * 1000, (after[1] - broker0) / N * 1000,
+                   (after[2] - pg0) / N * 1000]
         rss = procfs.peak_rss_mib(procfs.tree([p.pid for p in procs]))
         result = {
             "rate": N / max(0.001, (end_ms - first_ms) / 1000),
-            "cpu": per_k[0], "broker": per_k[1], "pg": per_k[2], "rss": rss,
+            "cpu": per_msg[0], "broker": per_msg[1], "pg": per_msg[2], "rss": rss,
             "p50": lat[len(lat) // 2] if lat else None,
             "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else None,
         }
-        print(f"  {system.name:18} round {rnd}: {result['rate']:8.0f} msg/s, "
-              f"cpu/1k {per_k[0]:.2f} s (broker {per_k[1]:.2f}, pg {per_k[2]:.2f}), "
+        print(f"  {system.name:26} round {rnd}: {result['rate']:8.0f} msg/s, "
+              f"cpu {per_msg[0]:.3f} ms/msg (broker {per_msg[1]:.3f}, pg {per_msg[2]:.3f}), "
               f"p50 {result['p50']} ms p99 {result['p99']} ms, rss {rss:.0f} MiB", flush=True)
         return result
 
@@ -269,73 +294,100 @@ async def failure_mix(system, seed):
     return await with_run(system, "mix", body)
 
 
-def median(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
+def warm_compile_cache(chosen):
+    """Each Carteiro route's plugin compiled once before the rounds (a cold cache would put
+    a compile into the first round's start-up CPU only)."""
+    workdir = REPO / ".local" / "peers" / f"warm_{uuid.uuid4().hex[:8]}"
+    workdir.mkdir(parents=True)
+    try:
+        for s in chosen:
+            if s.kind == "carteiro":
+                s.warm(sysmod.Run(s, workdir.name, workdir,
+                                  os.environ["CARTEIRO_TEST_AMQP_URL"],
+                                  os.environ["CARTEIRO_TEST_POSTGRES_URL"], PREFETCH))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
-def fmt(v, digits=0):
-    return "-" if v is None else f"{v:,.{digits}f}"
+def uptime():
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def report(chosen, results, mix, started):
+async def wait_for_quiet():
+    """With BENCH_MAX_LOAD set: waits (up to BENCH_LOAD_WAIT_S, 600) for the 1-minute load
+    average to fall under it before a round."""
+    limit = os.environ.get("BENCH_MAX_LOAD")
+    if not limit:
+        return
+    deadline = time.monotonic() + knob("BENCH_LOAD_WAIT_S", 600)
+    while os.getloadavg()[0] >= float(limit) and time.monotonic() < deadline:
+        await asyncio.sleep(5)
+
+
+def repeat_command(names):
+    """The command that repeats this run, with every knob that was set."""
+    knobs = {"BENCH_ROUNDS": ROUNDS, "BENCH_MESSAGES": N, "BENCH_PREFETCH": PREFETCH,
+             "BENCH_SYSTEMS": ",".join(names)}
+    for name in ("BENCH_REUSE", "BENCH_LATENCY_MESSAGES", "BENCH_LATENCY_RATE",
+                 "BENCH_MIX_MESSAGES", "BENCH_MAX_LOAD", "BENCH_LOAD_WAIT_S"):
+        if os.environ.get(name):
+            knobs[name] = os.environ[name]
+    return " ".join(f"{k}={v}" for k, v in knobs.items()) + " bench/run.sh peers" + (
+        " --smoke" if SMOKE else "")
+
+
+def commit():
+    git = ["git", "-C", str(REPO)]
+    head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip() or "?"
+    dirty = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return head + (" (with uncommitted changes)" if dirty else "")
+
+
+def render(chosen, names, results, mix, loads, started):
+    build = "debug" if "/debug/" in os.environ["CARTEIRO_BIN"] else "release"
+    med = report.medians(chosen, results)
     lines = [
         f"# Peers bench, {started:%Y-%m-%d %H:%M} UTC",
         "",
-        f"{os.cpu_count()} cores (a 2-core box shared with other builds: absolute figures are "
-        f"noisy, read the ratios), {N} messages per run, {ROUNDS} round(s) alternating, "
-        f"prefetch {PREFETCH}; latency: {LAT_N} messages at {LAT_RATE} msg/s; failure mix: "
-        f"{MIX_N} messages. Medians over rounds. CPU is seconds per 1,000 messages; broker "
-        f"and PostgreSQL are shared servers (other users' work included). Ratios: Carteiro "
-        f"on the same backend ÷ the system (throughput), the system ÷ Carteiro (CPU).",
+        f"Commit {commit()}, {build} build. Command:",
         "",
-        "| system | msg/s | CPU s/1k (system) | broker | PostgreSQL | p50 ms | p99 ms | peak RSS MiB "
-        "| Carteiro × throughput | Carteiro × less CPU | failure mix |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "```",
+        repeat_command(names),
+        "```",
+        "",
+        f"{os.cpu_count()} cores, {N} messages per run, {ROUNDS} round(s) alternating the "
+        f"systems, prefetch {PREFETCH}; latency: {LAT_N} messages at {LAT_RATE} msg/s; failure "
+        f"mix: {MIX_N} messages. Medians over rounds. CPU per message: the system's processes "
+        f"from their start (start-up included) until its {N} messages are done, ÷ {N}; "
+        f"broker and PostgreSQL over the same span (shared servers: other users' work "
+        f"included). The Python and JavaScript routes: `[plugins.NAME]` with `path` and "
+        f"`memory` only, and `-batch` with `isolation = \"per-batch\"`, "
+        f"`reuse = {os.environ.get('BENCH_REUSE', '64')}` too.",
+        "",
     ]
-    med = {s.name: {k: median([r[k] for r in results[s.name]])
-                    for k in ("rate", "cpu", "broker", "pg", "p50", "p99", "rss")}
-           for s in chosen if results[s.name]}
-    for s in chosen:
-        if s.name not in med:
-            continue
-        m = med[s.name]
-        ref = med.get(f"carteiro-{s.backend}") or med.get("carteiro-sqlite")
-        x_rate = x_cpu = None
-        if ref and not s.name.startswith("carteiro"):
-            x_rate = ref["rate"] / m["rate"] if m["rate"] else None
-            x_cpu = m["cpu"] / ref["cpu"] if ref["cpu"] else None
-        verdict = {True: "pass", False: "FAIL", None: "-"}[mix.get(s.name)]
-        lines.append(
-            f"| {s.name} | {fmt(m['rate'])} | {fmt(m['cpu'], 2)} | {fmt(m['broker'], 2)} | "
-            f"{fmt(m['pg'], 2) if s.backend == 'postgres' else '-'} | {fmt(m['p50'])} | "
-            f"{fmt(m['p99'])} | {fmt(m['rss'])} | {fmt(x_rate, 2)} | {fmt(x_cpu, 2)} | {verdict} |")
-    # A Python or JavaScript route against the hand-written Python it would replace.
-    for s in chosen:
-        lang = getattr(s, "lang", "rust")
-        if lang == "rust" or s.name not in med:
-            continue
-        m = med[s.name]
-        for peer in (f"pattern-{s.backend}", f"celery-{s.backend}"):
-            if peer in med and med[peer]["rate"] and m["cpu"]:
-                lines.append(
-                    f"- {s.name} vs {peer}: {m['rate'] / med[peer]['rate']:.2f}x throughput, "
-                    f"{med[peer]['cpu'] / m['cpu']:.2f}x less CPU per message")
-    lines += ["", "Per round (msg/s): " + "; ".join(
-        f"{name} " + " / ".join(fmt(r["rate"]) for r in rs) for name, rs in results.items())]
+    lines += [f"Load before round {i}: `{load}`" for i, load in enumerate(loads, 1)]
+    lines += [""] + report.systems_table(chosen, med, mix) + [""]
+    lines += report.goals_table(chosen, med)
+    lines += [""] + report.per_round(results)
     return "\n".join(lines) + "\n"
 
 
 async def main():
     names = os.environ.get("BENCH_SYSTEMS", ALL).split(",")
-    chosen = sysmod.systems(names, os.environ["CARTEIRO_BIN"], os.environ["CARTEIRO_PLUGINS"])
+    chosen = sysmod.systems(names, os.environ["CARTEIRO_BIN"], os.environ["CARTEIRO_PLUGINS"],
+                            os.environ.get("CARTEIRO_LAPIN_BASELINE"))
     started = datetime.datetime.now(datetime.timezone.utc)
     print(f"peers: {', '.join(s.name for s in chosen)}; {N} messages, {ROUNDS} round(s), "
           f"prefetch {PREFETCH}{', smoke' if SMOKE else ''}", flush=True)
     results = {s.name: [] for s in chosen}
-    mix = {}
-    failures = []
+    mix, loads, failures = {}, [], []
+    warm_compile_cache(chosen)
     for rnd in range(1, ROUNDS + 1):
+        await wait_for_quiet()
+        loads.append(uptime())
+        print(f"round {rnd}, load before it: {loads[-1]}", flush=True)
         for s in chosen:
             try:
                 results[s.name].append(await throughput(s, rnd))
@@ -345,8 +397,9 @@ async def main():
     seed = int(os.environ.get("BENCH_SEED", random.randrange(1 << 30)))
     print(f"failure mix (seed {seed}, BENCH_SEED replays it)", flush=True)
     for s in chosen:
-        # A Python or JS route's failure mix runs the same Rust fixture as carteiro-BACKEND.
-        if s.kind == "baseline" or getattr(s, "lang", "rust") != "rust":
+        # One Carteiro mix per backend: every Carteiro row of a backend runs the same Rust
+        # fixture on the same gateway (languages and the relay do not change the checks).
+        if is_baseline(s) or (s.kind == "carteiro" and s.name != f"carteiro-{s.backend}"):
             continue
         try:
             mix[s.name] = await failure_mix(s, seed)
@@ -354,7 +407,7 @@ async def main():
             mix[s.name] = False
             failures.append(str(e))
             print(f"  {s.name}: FAILED: {e}", flush=True)
-    table = report(chosen, results, mix, started)
+    table = render(chosen, names, results, mix, loads, started)
     print(table)
     if not SMOKE:
         out = REPO / "bench" / "results" / f"peers-{started:%Y-%m-%dT%H%MZ}.md"

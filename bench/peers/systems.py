@@ -126,12 +126,17 @@ class Carteiro:
 
     kind = "carteiro"
 
-    def __init__(self, backend, binary, plugins, lang="rust"):
+    def __init__(self, backend, binary, plugins, lang="rust", batch=False, relay=True):
         """`lang` "py" or "js": the reference Python or JavaScript enrollment handler
-        (plugins/enrollment-py, -js; the same effects) on instances reused for up to
-        BENCH_REUSE (64) deliveries (`isolation = "per-batch"`), as a Python team would run it."""
-        self.backend, self.binary, self.plugins, self.lang = backend, binary, plugins, lang
-        self.name = f"carteiro-{backend}" if lang == "rust" else f"carteiro-{lang}-{backend}"
+        (plugins/enrollment-py, -js; the same effects). Its `[plugins.NAME]` entry gives only
+        `path` and `memory` (the config's defaults, whatever they are), or with `batch`
+        `isolation = "per-batch"`, `reuse = BENCH_REUSE` (64) too. `relay` False:
+        `[relay] enabled = false`, the consumer side alone (the outbox rows stay pending)."""
+        self.backend, self.binary, self.plugins = backend, binary, plugins
+        self.lang, self.batch, self.relay = lang, batch, relay
+        parts = ["carteiro"] + ([] if lang == "rust" else [lang]) + (["batch"] if batch else [])
+        parts += ([] if relay else ["relay-off"]) + [backend]
+        self.name = "-".join(parts)
 
     async def declare(self, channel, run):
         await declare_route(channel, run)
@@ -144,13 +149,17 @@ class Carteiro:
         return aio_pika.Message(body, message_id=mid, content_type="application/json",
                                 delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
 
-    def start(self, run, mix):
+    def write_config(self, run, mix):
         store = (f"sqlite://{run.sqlite_path}" if self.backend == "sqlite" else run.pg_db_url)
         plugin = "fixture-mixed" if mix else "enrollment"
         isolation = ""
         if self.lang != "rust" and not mix:
             plugin = f"enrollment-{self.lang}"
-            isolation = f'isolation = "per-batch"\nreuse = {os.environ.get("BENCH_REUSE", "64")}'
+            isolation = 'memory = "64MiB"'  # what the scaffold's README writes
+            if self.batch:
+                isolation += ('\nisolation = "per-batch"\n'
+                              f'reuse = {os.environ.get("BENCH_REUSE", "64")}')
+        relay = "" if self.relay else "[relay]\nenabled = false"
         config = f"""
 version = 1
 [broker]
@@ -159,6 +168,7 @@ url = "{run.amqp_url}"
 url = "{store}"
 [admin]
 listen = ""
+{relay}
 [plugins.p]
 path = "{self.plugins}/{plugin}.wasm"
 {isolation}
@@ -176,6 +186,17 @@ backoff = ["{int(business.RETRY_DELAY_S * 1000)}ms"]
 """
         path = run.dir / f"carteiro-{'mix' if mix else 'enrollment'}.toml"
         path.write_text(config)
+        return path
+
+    def warm(self, run):
+        """Compiles the route's plugin into Carteiro's compile cache (`carteiro check`), so
+        that no measured start-up includes a first compile."""
+        path = self.write_config(run, mix=False)
+        subprocess.run([str(self.binary), "check", "--no-environment", "--config", str(path)],
+                       check=True, capture_output=True, timeout=600)
+
+    def start(self, run, mix):
+        path = self.write_config(run, mix)
         log = open(run.dir / "carteiro.log", "ab")
         return [subprocess.Popen([str(self.binary), "run", "--config", str(path)],
                                  stdout=log, stderr=log, start_new_session=True)]
@@ -336,22 +357,50 @@ class Baseline:
              str(run.prefetch), str(expect), str(run.dir / "done")],
             cwd=HERE, stdout=log, stderr=log, start_new_session=True)]
 
+    async def check(self, run, channel, n):
+        """A difference in what the run left on the broker, or None."""
+        return None
 
-def systems(names, binary, plugins):
+
+class LapinBaseline(Baseline):
+    """The box's limit: lapin-baseline (bench/peers/lapin-baseline), a Rust lapin consumer
+    that publishes the enrollment handler's 3 events with confirms and acks, writing
+    nothing. Its run must leave exactly 3 events per message on the sink queue."""
+
+    name = "lapin-baseline"
+
+    def __init__(self, binary):
+        self.binary = binary
+
+    def start(self, run, mix, expect=0):
+        log = open(run.dir / "lapin-baseline.log", "ab")
+        return [subprocess.Popen(
+            [str(self.binary), run.amqp_url, run.queue, str(run.prefetch), str(expect),
+             str(run.dir / "done"), run.events],
+            stdout=log, stderr=log, start_new_session=True)]
+
+    async def check(self, run, channel, n):
+        sink = await channel.declare_queue(run.sink, passive=True)
+        events = sink.declaration_result.message_count
+        left = (await channel.declare_queue(run.queue, passive=True)).declaration_result
+        if events != 3 * n or left.message_count != 0:
+            return (f"{events} events on the sink for {n} messages (want {3 * n}), "
+                    f"{left.message_count} left on the queue")
+        return None
+
+
+def systems(names, binary, plugins, lapin):
     python = sys.executable
-    known = {
-        "carteiro-sqlite": lambda: Carteiro("sqlite", binary, plugins),
-        "carteiro-postgres": lambda: Carteiro("postgres", binary, plugins),
-        "carteiro-py-sqlite": lambda: Carteiro("sqlite", binary, plugins, "py"),
-        "carteiro-js-sqlite": lambda: Carteiro("sqlite", binary, plugins, "js"),
-        "carteiro-py-postgres": lambda: Carteiro("postgres", binary, plugins, "py"),
-        "carteiro-js-postgres": lambda: Carteiro("postgres", binary, plugins, "js"),
-        "pattern-sqlite": lambda: Pattern("sqlite", python),
-        "pattern-postgres": lambda: Pattern("postgres", python),
-        "celery-sqlite": lambda: CeleryPeer("sqlite", python),
-        "celery-postgres": lambda: CeleryPeer("postgres", python),
-        "baseline": lambda: Baseline(python),
-    }
+    known = {"lapin-baseline": lambda: LapinBaseline(lapin),
+             "baseline": lambda: Baseline(python)}
+    for backend in ("sqlite", "postgres"):
+        for c in (Carteiro(backend, binary, plugins),
+                  Carteiro(backend, binary, plugins, relay=False),
+                  *(Carteiro(backend, binary, plugins, lang, batch)
+                    for lang in ("py", "js") for batch in (False, True))):
+            known[c.name] = lambda c=c: c
+        known[f"pattern-{backend}"] = lambda b=backend: Pattern(b, python)
+        known[f"celery-{backend}"] = lambda b=backend: CeleryPeer(b, python)
     unknown = [n for n in names if n not in known]
     if unknown:
         raise SystemExit(f"unknown system(s) {unknown}; known: {', '.join(known)}")
