@@ -2,7 +2,9 @@
 //! another. Guest state survives between them (the point of it, and what a handler author
 //! must know), nothing else does: each delivery has its own limits, deadline and effects, an
 //! instance that failed is never used again, and idle instances never starve another plugin.
-//! The default stays a fresh instance per delivery (`runtime::no_guest_state_survives_*`).
+//! Left unset, the isolation is the component's language's: a fresh instance per delivery
+//! for a compiled one (`runtime::no_guest_state_survives_*`), per-batch for Python and
+//! JavaScript, whose fresh instances cost milliseconds.
 
 use crate::live::sha256_of;
 use crate::support::{
@@ -12,8 +14,8 @@ use carteiro::cli::MemoryKv;
 use carteiro::common::labels::Outcome;
 use carteiro::metrics::Metrics;
 use carteiro::runtime::{
-    Invocation, Isolation, Message, Plugin, PluginFailure, PluginLimits, Runtime, Verdict,
-    short_version,
+    Invocation, Isolation, IsolationChoice, Language, Message, Plugin, PluginFailure,
+    PluginLimits, Runtime, Verdict, short_version,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,8 +24,17 @@ use std::time::{Duration, Instant};
 /// Limits for these tests, with one instance serving up to `reuse` deliveries.
 fn per_batch(reuse: u32, timeout: Duration) -> PluginLimits {
     PluginLimits {
-        isolation: Isolation::PerBatch { reuse },
+        isolation: Some(Isolation::PerBatch { reuse }),
         ..plugin_limits(timeout, 32 << 20, 1_000, 10)
+    }
+}
+
+/// Limits that leave the isolation to the component's language, as a `[plugins.NAME]` entry
+/// that gives only `path` and `memory` does.
+fn language_default(timeout: Duration) -> PluginLimits {
+    PluginLimits {
+        isolation: None,
+        ..plugin_limits(timeout, 64 << 20, 1_000, 10)
     }
 }
 
@@ -105,14 +116,68 @@ async fn guest_state_survives_on_a_reused_instance_until_it_served_reuse_deliver
 }
 
 #[tokio::test]
-async fn the_default_makes_a_fresh_instance_for_every_delivery() {
-    let limits = plugin_limits(Duration::from_secs(1), 32 << 20, 1_000, 10);
-    assert_eq!(limits.isolation, Isolation::PerDelivery);
-    let (_, metrics, plugin) = load_counted(4, "fixture-mixed", limits);
+async fn a_rust_component_gets_a_fresh_instance_for_every_delivery_by_default() {
+    let (_, metrics, plugin) =
+        load_counted(4, "fixture-mixed", language_default(Duration::from_secs(1)));
+    assert_eq!(
+        plugin.isolation().to_string(),
+        "per-delivery, the default for a compiled (Rust, C, Go) component"
+    );
     for round in 0..5 {
         assert_eq!(remember(&plugin).await, "runs 1 1", "run {round}");
     }
     assert_eq!(instances(&metrics, &plugin), (5, 0));
+}
+
+/// A fresh Python instance costs about 10 ms of CPU, a JavaScript one about 2 ms: left
+/// unset, their isolation is per-batch, found from the components' own metadata.
+#[tokio::test]
+async fn python_and_javascript_components_reuse_an_instance_by_default() {
+    let cache = carteiro::runtime::default_compile_cache();
+    let runtime = Runtime::with_compile_cache(2, cache.as_deref()).expect("runtime");
+    let metrics = Arc::new(Metrics::default());
+    runtime.count_instances_in(metrics.clone());
+    for (name, language) in [
+        ("enrollment-py", Language::Python),
+        ("enrollment-js", Language::JavaScript),
+    ] {
+        let plugin = load(&runtime, name, language_default(Duration::from_secs(10)));
+        let expected = IsolationChoice {
+            isolation: Isolation::PerBatch { reuse: 64 },
+            default_for: Some(language),
+        };
+        assert_eq!(plugin.isolation(), expected, "{name}");
+        assert_eq!(
+            plugin.isolation().to_string(),
+            format!("per-batch (reuse 64), the default for a {language} component")
+        );
+        for i in 1..=3 {
+            enroll(&plugin, i).await;
+        }
+        assert_eq!(instances(&metrics, &plugin), (1, 2), "{name}: made, reused");
+    }
+}
+
+/// `isolation = "per-delivery"` set in the config holds for a Python component too.
+#[tokio::test]
+async fn an_explicit_per_delivery_holds_for_a_python_component() {
+    let cache = carteiro::runtime::default_compile_cache();
+    let runtime = Runtime::with_compile_cache(2, cache.as_deref()).expect("runtime");
+    let metrics = Arc::new(Metrics::default());
+    runtime.count_instances_in(metrics.clone());
+    let limits = PluginLimits {
+        isolation: Some(Isolation::PerDelivery),
+        ..language_default(Duration::from_secs(10))
+    };
+    let plugin = load(&runtime, "enrollment-py", limits);
+    assert_eq!(
+        plugin.isolation().to_string(),
+        "per-delivery, set in the config"
+    );
+    for i in 1..=2 {
+        enroll(&plugin, i).await;
+    }
+    assert_eq!(instances(&metrics, &plugin), (2, 0), "made, reused");
 }
 
 #[tokio::test]
