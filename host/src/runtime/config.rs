@@ -71,8 +71,9 @@ pub struct PluginConfig {
         with = "crate::common::units::size"
     )]
     pub max_event_bytes: u64,
-    /// Instances of this plugin alive at once. Default: two per CPU core for components of
-    /// 4 MiB or more (a Python or JavaScript runtime inside), else only the instance pool.
+    /// Instances of this plugin alive at once; deliveries beyond it wait for a free one.
+    /// Default: one per CPU core for Python components, two for JavaScript ones (each warm
+    /// instance keeps its interpreter's heap), else only the runtime's instance slots.
     pub max_concurrency: Option<u32>,
     /// Total bytes of log messages one delivery may write through the `log` import.
     #[serde(default = "default_max_log_bytes", with = "crate::common::units::size")]
