@@ -12,6 +12,7 @@ Needed as for the peers bench: CARTEIRO_TEST_AMQP_URL, CARTEIRO_TEST_POSTGRES_UR
 """
 
 import asyncio
+import json
 import os
 import statistics
 import subprocess
@@ -33,27 +34,22 @@ class Route(systems.Carteiro):
         self.name = f"{lang} max_concurrency={concurrency}"
 
     def start(self, run, mix):
-        limit = "" if self.concurrency == "default" else f"max_concurrency = {self.concurrency}"
-        config = f"""
-version = 1
-[broker]
-url = "{run.amqp_url}"
-[store]
-url = "sqlite://{run.sqlite_path}"
-[admin]
-listen = ""
-[plugins.p]
-path = "{self.plugins}/enrollment-{self.lang}.wasm"
-memory = "64MiB"
-{limit}
-[plugins.p.variables]
-events_exchange = "{run.events}"
-[[routes]]
-queue = "{run.queue}"
-plugin = "p"
-prefetch = {run.prefetch}
-idempotency_key = "message_id"
-"""
+        plugin = {"path": f"{self.plugins}/enrollment-{self.lang}.wasm", "memory": "64MiB"}
+        if self.concurrency != "default":
+            plugin["max_concurrency"] = int(self.concurrency)
+        tables = [
+            ("broker", {"url": run.amqp_url}),
+            ("store", {"url": f"sqlite://{run.sqlite_path}"}),
+            ("admin", {"listen": ""}),
+            ("plugins.p", plugin),
+            ("plugins.p.variables", {"events_exchange": run.events}),
+            ("[routes]", {"queue": run.queue, "plugin": "p", "prefetch": run.prefetch,
+                          "idempotency_key": "message_id"}),
+        ]
+        # JSON strings and integers are TOML's too.
+        config = "version = 1\n" + "".join(
+            f"[{name}]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in keys.items())
+            for name, keys in tables)
         path = run.dir / "carteiro.toml"
         path.write_text(config)
         log = open(run.dir / "carteiro.log", "ab")

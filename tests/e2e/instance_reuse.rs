@@ -38,9 +38,11 @@ fn language_default(timeout: Duration) -> PluginLimits {
     }
 }
 
-/// A runtime of `slots` instance slots whose instances are counted in the metrics returned.
+/// A runtime of `slots` instance slots whose instances are counted in the metrics returned
+/// (components compiled once, in the default compile cache).
 fn counted_runtime(slots: u32) -> (Arc<Runtime>, Arc<Metrics>) {
-    let runtime = Runtime::new(slots).expect("runtime");
+    let cache = carteiro::runtime::default_compile_cache();
+    let runtime = Runtime::with_compile_cache(slots, cache.as_deref()).expect("runtime");
     let metrics = Arc::new(Metrics::default());
     runtime.count_instances_in(metrics.clone());
     (runtime, metrics)
@@ -133,10 +135,7 @@ async fn a_rust_component_gets_a_fresh_instance_for_every_delivery_by_default() 
 /// unset, their isolation is per-batch, found from the components' own metadata.
 #[tokio::test]
 async fn python_and_javascript_components_reuse_an_instance_by_default() {
-    let cache = carteiro::runtime::default_compile_cache();
-    let runtime = Runtime::with_compile_cache(2, cache.as_deref()).expect("runtime");
-    let metrics = Arc::new(Metrics::default());
-    runtime.count_instances_in(metrics.clone());
+    let (runtime, metrics) = counted_runtime(2);
     for (name, language) in [
         ("enrollment-py", Language::Python),
         ("enrollment-js", Language::JavaScript),
@@ -151,20 +150,15 @@ async fn python_and_javascript_components_reuse_an_instance_by_default() {
             plugin.isolation().to_string(),
             format!("per-batch (reuse 64), the default for a {language} component")
         );
-        for i in 1..=3 {
-            enroll(&plugin, i).await;
-        }
-        assert_eq!(instances(&metrics, &plugin), (1, 2), "{name}: made, reused");
+        let counts = enroll_all(&plugin, &metrics, 3).await;
+        assert_eq!(counts, (1, 2), "{name}: made, reused");
     }
 }
 
 /// `isolation = "per-delivery"` set in the config holds for a Python component too.
 #[tokio::test]
 async fn an_explicit_per_delivery_holds_for_a_python_component() {
-    let cache = carteiro::runtime::default_compile_cache();
-    let runtime = Runtime::with_compile_cache(2, cache.as_deref()).expect("runtime");
-    let metrics = Arc::new(Metrics::default());
-    runtime.count_instances_in(metrics.clone());
+    let (runtime, metrics) = counted_runtime(2);
     let limits = PluginLimits {
         isolation: Some(Isolation::PerDelivery),
         ..language_default(Duration::from_secs(10))
@@ -174,10 +168,8 @@ async fn an_explicit_per_delivery_holds_for_a_python_component() {
         plugin.isolation().to_string(),
         "per-delivery, set in the config"
     );
-    for i in 1..=2 {
-        enroll(&plugin, i).await;
-    }
-    assert_eq!(instances(&metrics, &plugin), (2, 0), "made, reused");
+    let counts = enroll_all(&plugin, &metrics, 2).await;
+    assert_eq!(counts, (2, 0), "made, reused");
 }
 
 #[tokio::test]
@@ -227,6 +219,14 @@ async fn enroll(plugin: &Plugin, i: u32) {
     assert_eq!(out.store_error, None);
 }
 
+/// Runs enrollments 1 to `n` on `plugin`; its instances made and reused so far.
+async fn enroll_all(plugin: &Plugin, metrics: &Metrics, n: u32) -> (u64, u64) {
+    for i in 1..=n {
+        enroll(plugin, i).await;
+    }
+    instances(metrics, plugin)
+}
+
 #[tokio::test]
 async fn effects_of_one_delivery_never_reach_the_next_on_the_same_instance() {
     let limits = per_batch(10, Duration::from_secs(1));
@@ -259,20 +259,15 @@ async fn effects_of_one_delivery_never_reach_the_next_on_the_same_instance() {
 /// delivery still gets its own effects.
 #[tokio::test]
 async fn python_and_javascript_instances_serve_several_deliveries() {
-    let cache = carteiro::runtime::default_compile_cache();
-    let runtime = Runtime::with_compile_cache(2, cache.as_deref()).expect("runtime");
-    let metrics = Arc::new(Metrics::default());
-    runtime.count_instances_in(metrics.clone());
+    let (runtime, metrics) = counted_runtime(2);
     for name in ["enrollment-py", "enrollment-js"] {
         let limits = PluginLimits {
             memory_bytes: 64 << 20,
             ..per_batch(3, Duration::from_secs(10))
         };
         let plugin = load(&runtime, name, limits);
-        for i in 1..=4 {
-            enroll(&plugin, i).await;
-        }
-        assert_eq!(instances(&metrics, &plugin), (2, 2), "{name}: made, reused");
+        let counts = enroll_all(&plugin, &metrics, 4).await;
+        assert_eq!(counts, (2, 2), "{name}: made, reused");
     }
 }
 
