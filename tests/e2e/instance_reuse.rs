@@ -14,8 +14,8 @@ use carteiro::cli::MemoryKv;
 use carteiro::common::labels::Outcome;
 use carteiro::metrics::Metrics;
 use carteiro::runtime::{
-    Invocation, Isolation, IsolationChoice, Language, Message, Plugin, PluginFailure,
-    PluginLimits, Runtime, Verdict, short_version,
+    Invocation, Isolation, IsolationChoice, Language, Message, Plugin, PluginFailure, PluginLimits,
+    Runtime, Verdict, short_version,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;

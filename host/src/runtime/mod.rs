@@ -28,8 +28,8 @@ pub use bindings::types::{Header, Message, RetryRequest, Verdict};
 pub use config::{CanaryConfig, IsolationMode, PluginConfig, RollbackConfig, RuntimeConfig};
 pub use effects::{Effects, EmittedEvent, KvFuture, KvSource, KvValue};
 pub use host::BatchIndexOutOfRange;
-pub use language::{IsolationChoice, Language};
 pub use host::{MAX_EVENT_PAYLOAD_BYTES, MAX_KV_KEY_BYTES, MAX_KV_VALUE_BYTES};
+pub use language::{IsolationChoice, Language};
 pub use limits::DeliveryTotals;
 pub use memory_kv::{MemoryKv, MemoryKvError};
 pub use plugin::{
