@@ -407,3 +407,34 @@ async fn a_per_batch_route_acks_every_message_once_on_few_instances() {
     );
     route.gw.stop().await;
 }
+
+/// `carteiro check` says which isolation each plugin got and why, from the config or the
+/// component's language (the same words as the `plugin loaded` log line).
+#[tokio::test]
+async fn check_names_each_plugins_isolation_and_why() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("carteiro.toml");
+    let toml = format!(
+        "version = 1\n[broker]\nurl = \"amqp://127.0.0.1:1/%2f\"\n[store]\nurl = \"sqlite://{db}\"\n\
+         [plugins.py]\npath = \"{py}\"\nmemory = \"64MiB\"\n\
+         [plugins.js]\npath = \"{js}\"\nisolation = \"per-delivery\"\n\
+         [plugins.rust]\npath = \"{rust}\"\n",
+        db = dir.path().join("store.db").display(),
+        py = plugin("enrollment-py").display(),
+        js = plugin("enrollment-js").display(),
+        rust = plugin("enrollment").display(),
+    );
+    std::fs::write(&config, toml).expect("config");
+    let mut check = crate::resilience::carteiro();
+    check.args(["check", "--no-environment", "-c"]).arg(&config);
+    let out = crate::resilience::run_to_end(check, Duration::from_secs(240)).await;
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    for line in [
+        "plugin   py: loads",
+        "isolation per-batch (reuse 64), the default for a Python component",
+        "isolation per-delivery, set in the config",
+        "isolation per-delivery, the default for a compiled (Rust, C, Go) component",
+    ] {
+        assert!(out.stdout.contains(line), "{line}: {}", out.stdout);
+    }
+}
