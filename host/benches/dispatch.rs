@@ -87,7 +87,7 @@ async fn main() {
         max_events: 100,
         totals: carteiro::runtime::DeliveryTotals::default(),
         max_concurrency: None,
-        isolation: Isolation::PerDelivery,
+        isolation: Some(Isolation::PerDelivery),
     };
     let iterations = std::env::var("DISPATCH_ITERATIONS")
         .ok()
@@ -136,7 +136,7 @@ async fn main() {
         // Load time as a gateway start sees it: compile into an empty cache, then reuse it.
         let load = |runtime: &Arc<Runtime>, isolation: Isolation| {
             let limits = PluginLimits {
-                isolation,
+                isolation: Some(isolation),
                 ..limits.clone()
             };
             let started = Instant::now();

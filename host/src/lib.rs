@@ -13,10 +13,11 @@
 //! - [`cli`]: the `carteiro` command line. A command that drives a part is named apart from
 //!   it: `dlq_command`, `shadow_command`, `canary_command`, `seal_command`.
 //! - [`runtime`]: the wasmtime sandbox — engine, limits, host imports, one call of `handle`,
-//!   instances kept for reuse by plugins with `isolation = "per-batch"` (`pool`); one call of
-//!   `handle-batch` with effects kept per message (`batch`, `linked`: which carteiro world a
-//!   component was linked for); `standard`: wasi:messaging@0.2.0-draft components, detected
-//!   at load, with `producer.send` through the outbox.
+//!   instances kept for reuse by plugins with `isolation = "per-batch"` (`pool`), the
+//!   default for Python and JavaScript components (`language`: read from their metadata);
+//!   one call of `handle-batch` with effects kept per message (`batch`, `linked`: which
+//!   carteiro world a component was linked for); `standard`: wasi:messaging@0.2.0-draft
+//!   components, detected at load, with `producer.send` through the outbox.
 //! - [`common`]: time, test-only fault points, Carteiro's header names (`header_names`), the
 //!   labels deliveries are counted by, units such as `64MiB` (used by many, config included),
 //!   and `retry`: the named retry policies every site that retries uses (on `backon`).

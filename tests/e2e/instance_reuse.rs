@@ -2,7 +2,9 @@
 //! another. Guest state survives between them (the point of it, and what a handler author
 //! must know), nothing else does: each delivery has its own limits, deadline and effects, an
 //! instance that failed is never used again, and idle instances never starve another plugin.
-//! The default stays a fresh instance per delivery (`runtime::no_guest_state_survives_*`).
+//! Left unset, the isolation is the component's language's: a fresh instance per delivery
+//! for a compiled one (`runtime::no_guest_state_survives_*`), per-batch for Python and
+//! JavaScript, whose fresh instances cost milliseconds.
 
 use crate::live::sha256_of;
 use crate::support::{
@@ -12,8 +14,8 @@ use carteiro::cli::MemoryKv;
 use carteiro::common::labels::Outcome;
 use carteiro::metrics::Metrics;
 use carteiro::runtime::{
-    Invocation, Isolation, Message, Plugin, PluginFailure, PluginLimits, Runtime, Verdict,
-    short_version,
+    Invocation, Isolation, IsolationChoice, Language, Message, Plugin, PluginFailure, PluginLimits,
+    Runtime, Verdict, short_version,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,14 +24,25 @@ use std::time::{Duration, Instant};
 /// Limits for these tests, with one instance serving up to `reuse` deliveries.
 fn per_batch(reuse: u32, timeout: Duration) -> PluginLimits {
     PluginLimits {
-        isolation: Isolation::PerBatch { reuse },
+        isolation: Some(Isolation::PerBatch { reuse }),
         ..plugin_limits(timeout, 32 << 20, 1_000, 10)
     }
 }
 
-/// A runtime of `slots` instance slots whose instances are counted in the metrics returned.
+/// Limits that leave the isolation to the component's language, as a `[plugins.NAME]` entry
+/// that gives only `path` and `memory` does.
+fn language_default(timeout: Duration) -> PluginLimits {
+    PluginLimits {
+        isolation: None,
+        ..plugin_limits(timeout, 64 << 20, 1_000, 10)
+    }
+}
+
+/// A runtime of `slots` instance slots whose instances are counted in the metrics returned
+/// (components compiled once, in the default compile cache).
 fn counted_runtime(slots: u32) -> (Arc<Runtime>, Arc<Metrics>) {
-    let runtime = Runtime::new(slots).expect("runtime");
+    let cache = carteiro::runtime::default_compile_cache();
+    let runtime = Runtime::with_compile_cache(slots, cache.as_deref()).expect("runtime");
     let metrics = Arc::new(Metrics::default());
     runtime.count_instances_in(metrics.clone());
     (runtime, metrics)
@@ -105,14 +118,58 @@ async fn guest_state_survives_on_a_reused_instance_until_it_served_reuse_deliver
 }
 
 #[tokio::test]
-async fn the_default_makes_a_fresh_instance_for_every_delivery() {
-    let limits = plugin_limits(Duration::from_secs(1), 32 << 20, 1_000, 10);
-    assert_eq!(limits.isolation, Isolation::PerDelivery);
-    let (_, metrics, plugin) = load_counted(4, "fixture-mixed", limits);
+async fn a_rust_component_gets_a_fresh_instance_for_every_delivery_by_default() {
+    let (_, metrics, plugin) =
+        load_counted(4, "fixture-mixed", language_default(Duration::from_secs(1)));
+    assert_eq!(
+        plugin.isolation().to_string(),
+        "per-delivery, the default for a compiled (Rust, C, Go) component"
+    );
     for round in 0..5 {
         assert_eq!(remember(&plugin).await, "runs 1 1", "run {round}");
     }
     assert_eq!(instances(&metrics, &plugin), (5, 0));
+}
+
+/// A fresh Python instance costs about 10 ms of CPU, a JavaScript one about 2 ms: left
+/// unset, their isolation is per-batch, found from the components' own metadata.
+#[tokio::test]
+async fn python_and_javascript_components_reuse_an_instance_by_default() {
+    let (runtime, metrics) = counted_runtime(2);
+    for (name, language) in [
+        ("enrollment-py", Language::Python),
+        ("enrollment-js", Language::JavaScript),
+    ] {
+        let plugin = load(&runtime, name, language_default(Duration::from_secs(10)));
+        let expected = IsolationChoice {
+            isolation: Isolation::PerBatch { reuse: 64 },
+            default_for: Some(language),
+        };
+        assert_eq!(plugin.isolation(), expected, "{name}");
+        assert_eq!(
+            plugin.isolation().to_string(),
+            format!("per-batch (reuse 64), the default for a {language} component")
+        );
+        let counts = enroll_all(&plugin, &metrics, 3).await;
+        assert_eq!(counts, (1, 2), "{name}: made, reused");
+    }
+}
+
+/// `isolation = "per-delivery"` set in the config holds for a Python component too.
+#[tokio::test]
+async fn an_explicit_per_delivery_holds_for_a_python_component() {
+    let (runtime, metrics) = counted_runtime(2);
+    let limits = PluginLimits {
+        isolation: Some(Isolation::PerDelivery),
+        ..language_default(Duration::from_secs(10))
+    };
+    let plugin = load(&runtime, "enrollment-py", limits);
+    assert_eq!(
+        plugin.isolation().to_string(),
+        "per-delivery, set in the config"
+    );
+    let counts = enroll_all(&plugin, &metrics, 2).await;
+    assert_eq!(counts, (2, 0), "made, reused");
 }
 
 #[tokio::test]
@@ -162,6 +219,14 @@ async fn enroll(plugin: &Plugin, i: u32) {
     assert_eq!(out.store_error, None);
 }
 
+/// Runs enrollments 1 to `n` on `plugin`; its instances made and reused so far.
+async fn enroll_all(plugin: &Plugin, metrics: &Metrics, n: u32) -> (u64, u64) {
+    for i in 1..=n {
+        enroll(plugin, i).await;
+    }
+    instances(metrics, plugin)
+}
+
 #[tokio::test]
 async fn effects_of_one_delivery_never_reach_the_next_on_the_same_instance() {
     let limits = per_batch(10, Duration::from_secs(1));
@@ -194,20 +259,15 @@ async fn effects_of_one_delivery_never_reach_the_next_on_the_same_instance() {
 /// delivery still gets its own effects.
 #[tokio::test]
 async fn python_and_javascript_instances_serve_several_deliveries() {
-    let cache = carteiro::runtime::default_compile_cache();
-    let runtime = Runtime::with_compile_cache(2, cache.as_deref()).expect("runtime");
-    let metrics = Arc::new(Metrics::default());
-    runtime.count_instances_in(metrics.clone());
+    let (runtime, metrics) = counted_runtime(2);
     for name in ["enrollment-py", "enrollment-js"] {
         let limits = PluginLimits {
             memory_bytes: 64 << 20,
             ..per_batch(3, Duration::from_secs(10))
         };
         let plugin = load(&runtime, name, limits);
-        for i in 1..=4 {
-            enroll(&plugin, i).await;
-        }
-        assert_eq!(instances(&metrics, &plugin), (2, 2), "{name}: made, reused");
+        let counts = enroll_all(&plugin, &metrics, 4).await;
+        assert_eq!(counts, (2, 2), "{name}: made, reused");
     }
 }
 
@@ -346,4 +406,35 @@ async fn a_per_batch_route_acks_every_message_once_on_few_instances() {
         "{text}"
     );
     route.gw.stop().await;
+}
+
+/// `carteiro check` says which isolation each plugin got and why, from the config or the
+/// component's language (the same words as the `plugin loaded` log line).
+#[tokio::test]
+async fn check_names_each_plugins_isolation_and_why() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("carteiro.toml");
+    let toml = format!(
+        "version = 1\n[broker]\nurl = \"amqp://127.0.0.1:1/%2f\"\n[store]\nurl = \"sqlite://{db}\"\n\
+         [plugins.py]\npath = \"{py}\"\nmemory = \"64MiB\"\n\
+         [plugins.js]\npath = \"{js}\"\nisolation = \"per-delivery\"\n\
+         [plugins.rust]\npath = \"{rust}\"\n",
+        db = dir.path().join("store.db").display(),
+        py = plugin("enrollment-py").display(),
+        js = plugin("enrollment-js").display(),
+        rust = plugin("enrollment").display(),
+    );
+    std::fs::write(&config, toml).expect("config");
+    let mut check = crate::resilience::carteiro();
+    check.args(["check", "--no-environment", "-c"]).arg(&config);
+    let out = crate::resilience::run_to_end(check, Duration::from_secs(240)).await;
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    for line in [
+        "plugin   py: loads",
+        "isolation per-batch (reuse 64), the default for a Python component",
+        "isolation per-delivery, set in the config",
+        "isolation per-delivery, the default for a compiled (Rust, C, Go) component",
+    ] {
+        assert!(out.stdout.contains(line), "{line}: {}", out.stdout);
+    }
 }

@@ -213,6 +213,18 @@ async fn dead_letter_names_the_field(plugin: &str) {
         "{plugin}: {}",
         rows[0].letter.reason
     );
+    if plugin != "enrollment" {
+        // The Python and JS SDKs check UTF-8 natively (a fatal TextDecoder in
+        // StarlingMonkey), and name the first bad byte only once the check failed.
+        route.publish("bad-2", b"{\"matricula_id\":\"\xff\"}").await;
+        let rows = dead_letters(&gw.store, &route.queue, 2).await;
+        let reasons: Vec<&str> = rows.iter().map(|r| r.letter.reason.as_str()).collect();
+        let named = "body is not UTF-8 (invalid byte at offset 17)";
+        assert!(
+            reasons.iter().any(|r| r.contains(named)),
+            "{plugin}: {reasons:?}"
+        );
+    }
     gw.stop().await;
 }
 

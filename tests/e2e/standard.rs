@@ -272,7 +272,7 @@ fn load(limits: carteiro::runtime::PluginLimits, exchange: Option<&str>) -> Plug
 async fn in_process_the_standard_world_gets_the_same_caps_and_instance_reuse() {
     let kv = || -> Arc<dyn KvSource> { Arc::new(MemoryKv::default()) };
     let mut reused = limits();
-    reused.isolation = Isolation::PerBatch { reuse: 4 };
+    reused.isolation = Some(Isolation::PerBatch { reuse: 4 });
     let plugin = load(reused, Some("out"));
     assert_eq!(plugin.world(), World::Standard);
     for _ in 0..3 {

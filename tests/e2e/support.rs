@@ -116,7 +116,7 @@ pub fn plugin_limits(
         max_events,
         totals: carteiro::runtime::DeliveryTotals::default(),
         max_concurrency: None,
-        isolation: carteiro::runtime::Isolation::PerDelivery,
+        isolation: Some(carteiro::runtime::Isolation::PerDelivery),
     }
 }
 

@@ -48,7 +48,11 @@ pub async fn check(path: &Path, no_environment: bool) -> anyhow::Result<i32> {
     );
     let (runtime, plugins) = services::load_plugins(&config)?;
     for (name, plugin) in &plugins {
-        println!("plugin   {name}: loads, sha256 {}", plugin.digest());
+        println!(
+            "plugin   {name}: loads, sha256 {}; isolation {}",
+            plugin.digest(),
+            plugin.isolation()
+        );
     }
     // What `run` refuses once the plugins are loaded: `batch` on a plugin without it.
     for route in &config.routes {

@@ -183,7 +183,7 @@ pub async fn run(args: PluginTestArgs) -> anyhow::Result<i32> {
         max_events: 100,
         totals: crate::runtime::DeliveryTotals::default(),
         max_concurrency: None,
-        isolation: crate::runtime::Isolation::PerDelivery,
+        isolation: Some(crate::runtime::Isolation::PerDelivery),
     };
     let name = args
         .wasm

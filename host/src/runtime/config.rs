@@ -2,6 +2,7 @@
 //! limits, isolation, shadow and canary), with the checks that concern only them. `config`
 //! interpolates `${VAR}` in plugin variables first and checks routes against plugin names.
 
+use super::language::DEFAULT_REUSE;
 use super::{DeliveryTotals, Isolation};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -70,17 +71,19 @@ pub struct PluginConfig {
         with = "crate::common::units::size"
     )]
     pub max_event_bytes: u64,
-    /// Instances of this plugin alive at once. Default: two per CPU core for components of
-    /// 4 MiB or more (a Python or JavaScript runtime inside), else only the instance pool.
+    /// Instances of this plugin alive at once; deliveries beyond it wait for a free one.
+    /// Default: one per CPU core for Python components, two for JavaScript ones (each warm
+    /// instance keeps its interpreter's heap), else only the runtime's instance slots.
     pub max_concurrency: Option<u32>,
     /// Total bytes of log messages one delivery may write through the `log` import.
     #[serde(default = "default_max_log_bytes", with = "crate::common::units::size")]
     pub max_log_bytes: u64,
-    /// `"per-delivery"` (default): a fresh instance for every delivery, so no guest state
-    /// survives one. `"per-batch"`: one instance serves up to `reuse` deliveries, one after
-    /// another, and guest globals survive between them (docs/handler-guide.md, "Isolation").
-    #[serde(default)]
-    pub isolation: IsolationMode,
+    /// `"per-delivery"`: a fresh instance for every delivery, so no guest state survives
+    /// one. `"per-batch"`: one instance serves up to `reuse` deliveries, one after another,
+    /// and guest globals survive between them (docs/handler-guide.md, "Isolation"). Unset:
+    /// per-batch for a Python or JavaScript component, per-delivery for any other
+    /// (`runtime::language`).
+    pub isolation: Option<IsolationMode>,
     /// With `isolation = "per-batch"`: deliveries one instance serves before a fresh one
     /// replaces it, 1 to 10,000 (default 64). Refused with `"per-delivery"`.
     pub reuse: Option<u32>,
@@ -110,11 +113,10 @@ pub struct PluginConfig {
 }
 
 /// `isolation` of `[plugins.NAME]`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum IsolationMode {
     /// A fresh instance per delivery.
-    #[default]
     PerDelivery,
     /// An instance reused for up to `reuse` deliveries.
     PerBatch,
@@ -123,8 +125,6 @@ pub enum IsolationMode {
 /// The longest exchange name AMQP carries (a short string).
 const MAX_EXCHANGE_BYTES: usize = 255;
 
-/// Deliveries a `"per-batch"` instance serves when `reuse` is not set.
-const DEFAULT_REUSE: u32 = 64;
 /// The most deliveries `reuse` may give one instance.
 const MAX_REUSE: u32 = 10_000;
 
@@ -198,14 +198,15 @@ fn default_max_log_bytes() -> u64 {
 }
 
 impl PluginConfig {
-    /// How the plugin's instances are shared between its deliveries.
-    pub fn isolation(&self) -> Isolation {
-        match self.isolation {
+    /// How the plugin's instances are shared between its deliveries; `None`: the default
+    /// for the component's language, decided when it loads.
+    pub fn isolation(&self) -> Option<Isolation> {
+        self.isolation.map(|mode| match mode {
             IsolationMode::PerDelivery => Isolation::PerDelivery,
             IsolationMode::PerBatch => Isolation::PerBatch {
                 reuse: self.reuse.unwrap_or(DEFAULT_REUSE),
             },
-        }
+        })
     }
 
     /// Resolves relative paths against `base_dir` and checks the pin, the shadow, the canary
@@ -289,12 +290,11 @@ impl PluginConfig {
             ));
         }
         if let Some(reuse) = self.reuse {
-            if self.isolation == IsolationMode::PerDelivery {
+            if self.isolation != Some(IsolationMode::PerBatch) {
                 return Err((
                     "reuse",
-                    "applies only with isolation = \"per-batch\" (each delivery gets a fresh \
-                     instance by default): remove it, or set isolation = \"per-batch\" to let \
-                     one instance serve that many deliveries"
+                    "applies only with isolation = \"per-batch\" set beside it: add that line \
+                     to let one instance serve that many deliveries, or remove `reuse`"
                         .into(),
                 ));
             }
@@ -323,15 +323,15 @@ mod tests {
     }
 
     #[test]
-    fn isolation_is_a_fresh_instance_per_delivery_unless_per_batch() {
+    fn isolation_is_left_to_the_language_unless_set() {
         let default = plugin("").expect("valid");
-        assert_eq!(default.isolation(), Isolation::PerDelivery);
+        assert_eq!(default.isolation(), None);
         let batch = plugin("isolation = \"per-batch\"").expect("valid");
-        assert_eq!(batch.isolation(), Isolation::PerBatch { reuse: 64 });
+        assert_eq!(batch.isolation(), Some(Isolation::PerBatch { reuse: 64 }));
         let four = plugin("isolation = \"per-batch\"\nreuse = 4").expect("valid");
-        assert_eq!(four.isolation(), Isolation::PerBatch { reuse: 4 });
+        assert_eq!(four.isolation(), Some(Isolation::PerBatch { reuse: 4 }));
         let named = plugin("isolation = \"per-delivery\"").expect("valid");
-        assert_eq!(named.isolation(), Isolation::PerDelivery);
+        assert_eq!(named.isolation(), Some(Isolation::PerDelivery));
     }
 
     #[test]

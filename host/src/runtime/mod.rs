@@ -2,7 +2,8 @@
 //! one `InstancePre` per plugin, one call of `handle` per delivery (see `plugin`) or of
 //! `handle-batch` per batch of deliveries (`batch`: effects kept per message), on a fresh
 //! `Store` per delivery by default or, with `isolation = "per-batch"`, on an instance reused
-//! for several deliveries (`pool`; `capture`: guest output kept per delivery). `native` runs
+//! for several deliveries (`pool`; `capture`: guest output kept per delivery); `language`:
+//! which of the two a plugin gets when its config sets none. `native` runs
 //! a handler compiled into the host behind the same imports (benchmarks: the sandbox's
 //! cost). `config`: [`RuntimeConfig`] (`[runtime]`) and [`PluginConfig`] (`[plugins.NAME]`).
 //! `standard`: the second handler world, wasi:messaging@0.2.0-draft components, detected
@@ -14,6 +15,7 @@ mod capture;
 mod config;
 mod effects;
 mod host;
+mod language;
 mod limits;
 mod linked;
 mod memory_kv;
@@ -27,6 +29,7 @@ pub use config::{CanaryConfig, IsolationMode, PluginConfig, RollbackConfig, Runt
 pub use effects::{Effects, EmittedEvent, KvFuture, KvSource, KvValue};
 pub use host::BatchIndexOutOfRange;
 pub use host::{MAX_EVENT_PAYLOAD_BYTES, MAX_KV_KEY_BYTES, MAX_KV_VALUE_BYTES};
+pub use language::{IsolationChoice, Language};
 pub use limits::DeliveryTotals;
 pub use memory_kv::{MemoryKv, MemoryKvError};
 pub use plugin::{

@@ -49,7 +49,7 @@ pub fn load_plugin(
         p.variables.clone(),
     )?
     .with_standard_exchange(p.standard_exchange.clone());
-    tracing::info!(plugin = %name, version = plugin.version(), sha256 = plugin.digest(), world = plugin.world().label(), "plugin loaded");
+    tracing::info!(plugin = %name, version = plugin.version(), sha256 = plugin.digest(), world = plugin.world().label(), isolation = %plugin.isolation(), "plugin loaded");
     Ok(plugin)
 }
 

@@ -13,26 +13,11 @@ use crate::runtime::Runtime;
 use crate::runtime::bindings::HandlerPre;
 use crate::runtime::bindings::batch_world::BatchHandlerPre;
 use crate::runtime::host::PluginIdentity;
+use crate::runtime::language::{IsolationChoice, Language};
 use crate::runtime::linked::Linked;
 use crate::runtime::native::NativeHandler;
 use crate::runtime::pool::Isolation;
 use crate::runtime::standard::{self, MessagingCorePre, World, WorldProblem};
-
-/// Components this large carry a language runtime (componentize-py about 18 MB,
-/// ComponentizeJS about 12 MB; Rust handlers well under 1 MB).
-const INTERPRETER_COMPONENT_BYTES: usize = 4 << 20;
-
-/// How many instances of a component may be alive at once when the config does not say.
-/// A Python or JavaScript instance dirties megabytes of its interpreter's heap on every
-/// delivery, and deliveries beyond the CPU count only queue for the same cores: so such
-/// components get two instances per core, and small (Rust) ones are limited only by the
-/// instance pool.
-pub(super) fn default_concurrency(component_bytes: usize) -> Option<u32> {
-    (component_bytes >= INTERPRETER_COMPONENT_BYTES).then(|| {
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        u32::try_from(cores * 2).unwrap_or(u32::MAX)
-    })
-}
 
 impl Plugin {
     /// Reads, verifies (digest pin), compiles and pre-links a component.
@@ -109,18 +94,14 @@ impl Plugin {
                 Code::Standard(MessagingCorePre::new(instance_pre).map_err(wrong_world)?)
             }
         };
-        let concurrency = limits
-            .max_concurrency
-            .or_else(|| default_concurrency(bytes.len()))
-            .map_or(tokio::sync::Semaphore::MAX_PERMITS, |n| n.max(1) as usize);
         Ok(Self::assemble(
             runtime,
             name,
             code,
             limits,
+            Language::of(&bytes),
             variables,
             digest,
-            concurrency,
         ))
     }
 
@@ -135,31 +116,34 @@ impl Plugin {
         variables: BTreeMap<String, String>,
     ) -> Self {
         let digest = hex::encode(Sha256::digest(format!("native:{name}").as_bytes()));
-        let concurrency = limits
-            .max_concurrency
-            .map_or(tokio::sync::Semaphore::MAX_PERMITS, |n| n.max(1) as usize);
         Self::assemble(
             runtime,
             name,
             Code::Native(handler),
             limits,
+            Language::Compiled,
             variables,
             digest,
-            concurrency,
         )
     }
 
-    /// A plugin of `code`, whatever it is compiled to: its identity, limits and permits.
+    /// A plugin of `code`, whatever it is compiled to: its identity, limits and permits,
+    /// with the isolation and concurrency its `language` gets where `limits` set none.
     fn assemble(
         runtime: &Arc<Runtime>,
         name: &str,
         code: Code,
         limits: PluginLimits,
+        language: Language,
         variables: BTreeMap<String, String>,
         digest: String,
-        concurrency: usize,
     ) -> Self {
-        let pool = match (&code, limits.isolation) {
+        let isolation = IsolationChoice::new(limits.isolation, language);
+        let concurrency = limits
+            .max_concurrency
+            .or_else(|| language.default_concurrency())
+            .map_or(tokio::sync::Semaphore::MAX_PERMITS, |n| n.max(1) as usize);
+        let pool = match (&code, isolation.isolation) {
             (Code::Wasm(_) | Code::Standard(_), Isolation::PerBatch { reuse }) => {
                 Some(runtime.pools.add(reuse))
             }
@@ -177,6 +161,7 @@ impl Plugin {
             }),
             code,
             limits,
+            isolation,
             digest: digest.into(),
             concurrency: Arc::new(tokio::sync::Semaphore::new(concurrency)),
             pool,

@@ -12,6 +12,7 @@ use super::Runtime;
 use super::bindings::types;
 use super::effects::{Effects, KvSource};
 use super::host::{HostCalls, HostState, PluginIdentity};
+use super::language::IsolationChoice;
 use super::limits::DeliveryTotals;
 use super::linked::Linked;
 use super::native::{NativeHandler, NativeHost};
@@ -31,10 +32,12 @@ pub struct PluginLimits {
     pub max_events: u32,
     /// Totals of kv, event and log bytes per delivery.
     pub totals: DeliveryTotals,
-    /// Deliveries running at once; `None`: [`load::default_concurrency`] of the component's size.
+    /// Deliveries running at once; `None`: the default for the component's language
+    /// ([`Language::default_concurrency`](super::language::Language::default_concurrency)).
     pub max_concurrency: Option<u32>,
-    /// A fresh instance per delivery (default), or one reused for several.
-    pub isolation: Isolation,
+    /// A fresh instance per delivery, or one reused for several; `None`: the default for
+    /// the component's language (`runtime::language`).
+    pub isolation: Option<Isolation>,
 }
 
 /// The result of a completed `handle` call.
@@ -69,8 +72,10 @@ pub struct Plugin {
     pub(super) identity: Arc<PluginIdentity>,
     pub(super) code: Code,
     limits: PluginLimits,
+    /// The isolation it runs with, and why.
+    isolation: IsolationChoice,
     digest: Arc<str>,
-    /// Instances of this plugin running a delivery at once (see [`load::default_concurrency`]).
+    /// Instances of this plugin running a delivery at once (see `PluginLimits::max_concurrency`).
     concurrency: Arc<tokio::sync::Semaphore>,
     /// Idle instances kept for reuse (`isolation = "per-batch"`); `None`: a fresh instance
     /// per delivery. Another version (a reload, a canary) is another `Plugin` with a pool
@@ -143,6 +148,12 @@ impl Plugin {
     /// The limits each delivery runs under.
     pub fn limits(&self) -> &PluginLimits {
         &self.limits
+    }
+
+    /// How its instances are shared between deliveries, and whether the config or the
+    /// component's language chose it.
+    pub fn isolation(&self) -> IsolationChoice {
+        self.isolation
     }
 
     /// Runs `handle` on a fresh instance (or, with `isolation = "per-batch"`, an idle one of

@@ -35,15 +35,15 @@ _THIS_FILE = __file__
 
 
 def _to_message(wit: _types.Message) -> Message:
-    return Message(
-        routing_key=wit.routing_key,
-        body=wit.body,
-        id=wit.id,
-        exchange=wit.exchange,
-        headers=tuple(Header(h.name, h.value) for h in wit.headers),
-        content_type=wit.content_type,
-        attempt=wit.attempt,
-        redelivered=wit.redelivered,
+    return Message._from_host(
+        wit.routing_key,
+        wit.body,
+        wit.id,
+        wit.exchange,
+        tuple([Header(h.name, h.value) for h in wit.headers]) if wit.headers else (),
+        wit.content_type,
+        wit.attempt,
+        wit.redelivered,
     )
 
 

@@ -62,6 +62,34 @@ class Message:
             object.__setattr__(self, "headers", _headers(self.headers))
 
     @classmethod
+    def _from_host(
+        cls,
+        routing_key: str,
+        body: bytes,
+        id: str | None,  # noqa: A002 - the field's name
+        exchange: str,
+        headers: tuple[Header, ...],
+        content_type: str | None,
+        attempt: int,
+        redelivered: bool,
+    ) -> Message:
+        """The message the host handed over, whose fields have their types already: built
+        without the checks and conversions of ``__init__`` (a frozen dataclass sets each
+        field through ``object.__setattr__``), which ran on every delivery."""
+        message = object.__new__(cls)
+        message.__dict__.update(
+            routing_key=routing_key,
+            body=body,
+            id=id,
+            exchange=exchange,
+            headers=headers,
+            content_type=content_type,
+            attempt=attempt,
+            redelivered=redelivered,
+        )
+        return message
+
+    @classmethod
     def from_json(cls, routing_key: str, value: Any, **fields: Any) -> Message:
         """A message whose body is ``value`` as JSON, content type ``application/json``."""
         fields.setdefault("content_type", "application/json")

@@ -37,7 +37,7 @@ def emit(
     pairs.
     """
     body = payload.encode("utf-8") if isinstance(payload, str) else bytes(payload)
-    pairs = [(h.name, h.value) for h in _headers(headers or ())]
+    pairs = [(h.name, h.value) for h in _headers(headers)] if headers else []
     return backend.outbox_emit(Event(exchange, routing_key, pairs, content_type, body))
 
 
