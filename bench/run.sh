@@ -14,6 +14,11 @@
 #                                outbox poller on PostgreSQL: drain rate, commit-to-publish,
 #                                the database's CPU (bench/outbox/drain.py, results under
 #                                bench/results/)
+#   bench/run.sh profile         where the gateway's CPU per message goes, by stage, under
+#                                `perf record`: the Rust route relay off, relay on claiming
+#                                from the table (`immediate = false`) and relay on with
+#                                immediate dispatch, SQLite and PostgreSQL
+#                                (bench/profile/stages.py, results under bench/results/)
 #   bench/run.sh peers           Carteiro's routes against the aio-pika pattern, Celery, an
 #                                ack-only consumer and the box's limit (a lapin consumer
 #                                publishing the same events; bench/peers/run.py, results under
@@ -33,6 +38,12 @@ outbox=false
 if [ "${benches[0]}" = peers ]; then
     peers=true
     peer_args=("${benches[@]:1}")
+fi
+profile_stages=false
+if [ "${benches[0]}" = profile ]; then
+    profile_stages=true
+    peers=true # the same venv (aio-pika)
+    peer_args=()
 fi
 if [ "${benches[0]}" = outbox ]; then
     outbox=true
@@ -89,6 +100,39 @@ if $peers; then
         -p carteiro --bin carteiro -p carteiro-bench-lapin --bin lapin-baseline
     bin="${CARGO_TARGET_DIR:-$repo/target}/$profile/carteiro"
     lapin_bin="${CARGO_TARGET_DIR:-$repo/target}/$profile/lapin-baseline"
+    if $profile_stages; then
+        out="bench/results/profile-$(date -u +%Y-%m-%dT%H%MZ).md"
+        n="${BENCH_MESSAGES:-5000}"
+        if ! command -v perf >/dev/null 2>&1; then
+            echo "== installing perf (Debian's linux-perf)"
+            apt-get install -y -q linux-perf >/dev/null || {
+                echo "bench/run.sh profile: needs perf (apt-get install linux-perf)" >&2
+                exit 1
+            }
+        fi
+        echo "== profile: the gateway's CPU by stage, $n messages per run (results: $out)"
+        {
+            echo "# Where the gateway's CPU goes, by stage ($(git rev-parse --short HEAD))"
+            echo
+            echo "\`BENCH_MESSAGES=$n bench/run.sh profile\`; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+            echo
+            for store in sqlite postgres; do
+                for mode in relay-off table relay-on; do
+                    url=sqlite
+                    if [ $store = postgres ]; then
+                        db="profile_$(date +%s%N)"
+                        psql -q "${CARTEIRO_TEST_POSTGRES_URL%/*}/postgres" -c "CREATE DATABASE $db"
+                        url="${CARTEIRO_TEST_POSTGRES_URL%/*}/$db"
+                    fi
+                    "$venv/bin/python" bench/profile/stages.py "$bin" "$repo/target/plugins" \
+                        "$CARTEIRO_TEST_AMQP_URL" "$url" $mode "$n" | grep -v '^<!--'
+                    [ $store = postgres ] && psql -q "${CARTEIRO_TEST_POSTGRES_URL%/*}/postgres" -c "DROP DATABASE $db"
+                done
+            done
+            echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+        } | tee "$out"
+        exit 0
+    fi
     if $outbox; then
         db="bench_outbox"
         psql_url="${CARTEIRO_TEST_POSTGRES_URL%/*}/postgres"
