@@ -3,7 +3,8 @@ Rust enrollment route against a backlog of N messages, samples it with `perf rec
 (cpu-clock, the whole process, start-up included), and sums the samples by stage: the
 database (SQLite's C code, sqlx, the PostgreSQL driver), AMQP (lapin, amq-protocol), the
 sandbox (wasmtime and the guest's compiled code), the runtime (tokio, futures), memory
-(allocator), serialisation, Carteiro's own code, and the rest.
+(allocator), serialisation, the binary's other code (Carteiro's own, with what the
+compiler inlined into it), and the rest.
 
     python stages.py BINARY PLUGINS AMQP_URL STORE {relay-on|relay-off|table} [N]
 
@@ -34,7 +35,8 @@ STAGES = [
     ("memory (allocator, copies)", r"malloc|free|realloc|memcpy|memmove|memset|_int_|cfree|alloc::"),
     ("serialisation (serde, json, uuid)", r"serde|json|uuid|base64|hex::"),
     ("async runtime (tokio, futures)", r"tokio|futures|mio::|parking_lot|crossbeam"),
-    ("Carteiro", r"carteiro"),
+    # Any other symbol of the gateway binary: Carteiro's code and what was inlined into it.
+    ("the binary's other code (Carteiro, inlined std and crates)", r"carteiro"),
     ("kernel (syscalls, network, fsync)", r"\[kernel|\[k\]|vmlinux|entry_SYSCALL|__x64_sys|syscall"),
     ("libc and std", r"libc|std::|core::"),
 ]

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
-use super::handoff::{Handoff, Permit};
+use super::handoff::{Handoff, Permit, handed_rows};
 use super::request::{
     CommitOutcome, CommitRequest, Committed, MAX_KV_KEYS_PER_COMMIT, distinct_keys,
 };
@@ -207,6 +207,7 @@ async fn commit_group(store: &Store, jobs: Vec<Job>, wakes: &Wakes) {
     let requests: Vec<CommitRequest> = submissions.into_iter().flatten().collect();
     let keys: usize = requests.iter().map(distinct_keys).sum();
     let rows: usize = requests.iter().map(|r| r.outbox.len()).sum();
+    let batch = requests.len();
     let began = Instant::now();
     // Only a lone submission can exceed the keys of one transaction (see `commit_jobs`);
     // `commit_batch` then splits it at request boundaries, and hands nothing over.
@@ -216,8 +217,8 @@ async fn commit_group(store: &Store, jobs: Vec<Job>, wakes: &Wakes) {
             .await
             .map(|outcomes| Committed {
                 outcomes,
-                handed: Vec::new(),
                 unleased: rows,
+                ..Committed::default()
             });
         (committed, None)
     } else {
@@ -230,9 +231,10 @@ async fn commit_group(store: &Store, jobs: Vec<Job>, wakes: &Wakes) {
             outcomes,
             handed,
             unleased,
+            at,
         }) => {
             if let Some(permit) = permit {
-                permit.hand(began, handed);
+                permit.hand(began, handed_rows(&handed, at, requests));
             }
             let mut outcomes = outcomes.into_iter();
             for (reply, size) in replies.into_iter().zip(sizes) {
@@ -247,7 +249,7 @@ async fn commit_group(store: &Store, jobs: Vec<Job>, wakes: &Wakes) {
             drop(permit);
             tracing::warn!(
                 store = %store.redacted_url(),
-                batch = requests.len(),
+                batch,
                 error = %e,
                 "group commit failed; no delivery of the batch is committed"
             );

@@ -14,14 +14,15 @@
 //! in the table already (`held_keys`); otherwise the row goes to the table unleased and is
 //! claimed behind the earlier one.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedRwLockReadGuard, RwLock, mpsc};
 
-pub(crate) use super::request::{HandedRow, HandoffLease};
-use crate::store::OutboxRow;
+pub(crate) use super::request::HandoffLease;
+use crate::store::{CommitRequest, OutboxRow};
 
 /// Committed rows on their way to the relay session, with when their commit began (their
 /// lease, timed by the database's clock inside the transaction, started no earlier).
@@ -118,25 +119,42 @@ impl Permit {
     }
 
     /// Hands the committed `rows` over (nothing to do when there are none).
-    pub(crate) fn hand(self, began: Instant, rows: Vec<HandedRow>) {
+    pub(crate) fn hand(self, began: Instant, rows: Vec<OutboxRow>) {
         if rows.is_empty() {
             return;
         }
-        let rows: Vec<OutboxRow> = rows
-            .into_iter()
-            .map(|r| OutboxRow {
-                id: r.id,
-                event: r.event,
-                created_at: r.created_at,
-                attempts: 0,
-                last_error: None,
-                message_type: None,
-                refused: None,
-            })
-            .collect();
         let taker = &self.taker;
         taker.room.queued.fetch_add(rows.len(), Ordering::Relaxed);
         // A session that ended without closing (a panic) lets the leases expire.
         let _ = taker.rows.send(Handed { began, rows });
     }
+}
+
+/// The rows of `requests` whose event ids a commit at `at` leased (`handed`), moved out of
+/// the requests, in id order.
+pub(crate) fn handed_rows(
+    handed: &HashMap<String, i64>,
+    at: i64,
+    requests: Vec<CommitRequest>,
+) -> Vec<OutboxRow> {
+    if handed.is_empty() {
+        return Vec::new();
+    }
+    let mut rows: Vec<OutboxRow> = requests
+        .into_iter()
+        .flat_map(|r| r.outbox)
+        .filter_map(|event| {
+            Some(OutboxRow {
+                id: *handed.get(event.event_id.as_str())?,
+                event,
+                created_at: at,
+                attempts: 0,
+                last_error: None,
+                message_type: None,
+                refused: None,
+            })
+        })
+        .collect();
+    rows.sort_by_key(|r| r.id);
+    rows
 }

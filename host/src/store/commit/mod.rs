@@ -18,6 +18,8 @@ mod set;
 
 pub use committer::{CommitterConfig, CommitterHandle, GroupCommitter};
 pub use handoff::{Handed, Handoff, Room};
+#[cfg(test)]
+pub(crate) use request::Committed;
 pub use request::{
     CommitOutcome, CommitRequest, KvRead, KvWrite, MAX_KV_KEYS_PER_COMMIT, NewOutboxRow,
 };

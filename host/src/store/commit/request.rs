@@ -199,7 +199,7 @@ pub(super) async fn insert_outbox(
         insert_rows(conn, dialect, &rows, now, None).await?;
         return Ok(InsertedOutbox {
             unleased: rows.len(),
-            handed: Vec::new(),
+            handed: HashMap::new(),
         });
     };
     let held = held_keys(conn, dialect, &rows).await?;
@@ -207,18 +207,7 @@ pub(super) async fn insert_outbox(
         .into_iter()
         .partition(|r| r.ordering_key.is_empty() || !held.contains(r.ordering_key.as_str()));
     insert_rows(conn, dialect, &to_table, now, None).await?;
-    let ids = insert_rows(conn, dialect, &to_hand, now, Some(lease)).await?;
-    let mut handed: Vec<HandedRow> = to_hand
-        .into_iter()
-        .filter_map(|event| {
-            Some(HandedRow {
-                id: *ids.get(event.event_id.as_str())?,
-                event: event.clone(),
-                created_at: now,
-            })
-        })
-        .collect();
-    handed.sort_by_key(|r| r.id);
+    let handed = insert_rows(conn, dialect, &to_hand, now, Some(lease)).await?;
     Ok(InsertedOutbox {
         unleased: to_table.len(),
         handed,
@@ -233,31 +222,26 @@ pub(crate) struct HandoffLease<'a> {
     pub lease_ms: i64,
 }
 
-/// A row inserted leased to the in-process relay: its id, the event and its commit time.
-#[derive(Debug)]
-pub(crate) struct HandedRow {
-    pub id: i64,
-    pub event: NewOutboxRow,
-    pub created_at: i64,
-}
-
 /// What one transaction of a batch committed.
 #[derive(Debug, Default)]
 pub(crate) struct Committed {
     /// One per request, in order.
     pub outcomes: Vec<CommitOutcome>,
-    /// Outbox rows leased to the in-process relay, in id order.
-    pub handed: Vec<HandedRow>,
+    /// The ids of the outbox rows leased to the in-process relay, by event id: the rows
+    /// themselves are moved out of the requests once committed, never copied.
+    pub handed: HashMap<String, i64>,
     /// Outbox rows left in the table for a relay to claim.
     pub unleased: usize,
+    /// When it committed (unix ms, the rows' `created_at`).
+    pub at: i64,
 }
 
 /// What [`insert_outbox`] inserted.
 pub(super) struct InsertedOutbox {
     /// Rows left in the table for a relay to claim.
     pub unleased: usize,
-    /// Rows leased to the in-process relay session, to hand over after the commit.
-    pub handed: Vec<HandedRow>,
+    /// The ids of the rows leased to the in-process relay session, by event id.
+    pub handed: HashMap<String, i64>,
 }
 
 /// Inserts `rows`; with `lease`, leased to its owner by the database's clock, returning

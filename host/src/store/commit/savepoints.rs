@@ -3,14 +3,13 @@
 //! its neighbours. This is where G2 (effects once) is enforced: the inbox row, the kv writes
 //! and the outbox rows of a request commit together or not at all.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use sqlx::{AnyConnection, AssertSqlSafe};
 
 use super::request::{
-    CommitOutcome, CommitRequest, Committed, HandedRow, HandoffLease, InsertedOutbox,
-    MAX_KV_KEYS_PER_COMMIT, check, distinct_keys, insert_outbox, last_write_per_key, lock_kv_keys,
-    observed_version,
+    CommitOutcome, CommitRequest, Committed, HandoffLease, InsertedOutbox, MAX_KV_KEYS_PER_COMMIT,
+    check, distinct_keys, insert_outbox, last_write_per_key, lock_kv_keys, observed_version,
 };
 use super::set::SetError;
 use crate::store::error::{Class, classify};
@@ -81,7 +80,7 @@ impl Store {
         let mut tx = self.begin_write().await?;
         let mut outcomes = Vec::with_capacity(batch.len());
         let mut unleased = 0;
-        let mut handed = Vec::new();
+        let mut handed = HashMap::new();
         for req in batch {
             if let Err(e) = check(req) {
                 outcomes.push(CommitOutcome::Rejected(e));
@@ -124,11 +123,11 @@ impl Store {
             sqlx::query(AssertSqlSafe(notify)).execute(&mut *tx).await?;
         }
         tx.commit().await?;
-        handed.sort_by_key(|r: &HandedRow| r.id);
         Ok(Committed {
             outcomes,
             handed,
             unleased,
+            at: now,
         })
     }
 }

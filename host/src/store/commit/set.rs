@@ -173,6 +173,7 @@ impl Store {
             outcomes,
             handed: rows.handed,
             unleased: rows.unleased,
+            at: now,
         })
     }
 }

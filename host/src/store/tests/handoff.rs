@@ -8,7 +8,8 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use super::{TestDb, both_backends, event, request};
-use crate::store::commit::handoff::HandoffLease;
+use crate::store::commit::Committed;
+use crate::store::commit::handoff::{HandoffLease, handed_rows};
 use crate::store::{CommitOutcome, CommitRequest, GroupCommitter, Handoff, NewOutboxRow, Room};
 
 both_backends!(
@@ -36,6 +37,14 @@ fn emitting(key: &str, events: Vec<NewOutboxRow>) -> CommitRequest {
     let mut req = request("orders", key);
     req.outbox = events;
     req
+}
+
+/// The routing keys of the rows `committed` handed over, in id order.
+fn routing_keys(committed: &Committed, batch: &[CommitRequest]) -> Vec<String> {
+    handed_rows(&committed.handed, committed.at, batch.to_vec())
+        .into_iter()
+        .map(|r| r.event.routing_key)
+        .collect()
 }
 
 fn keyed(routing_key: &str, ordering_key: &str) -> NewOutboxRow {
@@ -109,12 +118,11 @@ async fn a_key_with_an_earlier_unpublished_row_goes_to_the_table(db: &TestDb) {
         ],
     )];
     let committed = s.commit_handing(&batch, Some(LEASE)).await.unwrap();
-    let handed: Vec<&str> = committed
-        .handed
-        .iter()
-        .map(|r| r.event.routing_key.as_str())
-        .collect();
-    assert_eq!(handed, ["other", "loose"], "keys with nothing waiting");
+    assert_eq!(
+        routing_keys(&committed, &batch),
+        ["other", "loose"],
+        "keys with nothing waiting"
+    );
     assert_eq!(committed.unleased, 1);
     // Key k's rows are claimed in order, behind each other, by whoever claims.
     let claimed = s.outbox_pending(10, "relay-other", 60_000).await.unwrap();
@@ -138,12 +146,7 @@ async fn a_rolled_back_request_hands_nothing(db: &TestDb) {
         committed.outcomes,
         [CommitOutcome::Duplicate, CommitOutcome::Committed]
     );
-    let handed: Vec<&str> = committed
-        .handed
-        .iter()
-        .map(|r| r.event.routing_key.as_str())
-        .collect();
-    assert_eq!(handed, ["fresh"]);
+    assert_eq!(routing_keys(&committed, &batch), ["fresh"]);
     assert_eq!(s.outbox_status().await.unwrap().pending, 1);
 }
 
